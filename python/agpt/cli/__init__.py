@@ -1,0 +1,138 @@
+"""The `agpt` command: a click group whose subcommands load lazily.
+
+Each subcommand lives in its own module (`agpt.cli.NAME`, attribute `cli`) and is imported only when
+it runs, so `agpt --help` and the recovery tools start fast and do not need torch.  Commands
+implemented in Bash live in `bin/agpt-NAME`; they are listed here too so that one `--help` shows
+everything a user can type.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from agpt import __version__
+from agpt.errors import AgptError
+
+# name -> (module or "bin", one-line help).  Keep alphabetical within each layer.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "blend": (
+        "agpt.cli.blend",
+        "Blend token shards by corpus weights into a pinned, per-batch mixture index.",
+    ),
+    "chain": ("agpt.cli.chain", "Show a run's chain of jobs (JOB layer): start, end, steps, verdict."),
+    "data": ("agpt.cli.data", "Verify a blended data set against its manifest, or inspect its mixture."),
+    "failover": (
+        "agpt.cli.failover",
+        "Classify a failed attempt, or report a run's recovery timeline (NODE layer).",
+    ),
+    "jobgen": ("bin", "Generate a PBS or Slurm job script for a site from a run config (JOB layer)."),
+    "mpi-hello": ("agpt.cli.mpihello", "Print rank, size and host from every MPI rank (a launcher check)."),
+    "lr-find": (
+        "agpt.cli.lrfind",
+        "Sweep the learning rate exponentially over a short run and plot loss vs LR.",
+    ),
+    "setup": ("bin", "Install the system packages and the pinned .venv this checkout needs."),
+    "site": ("agpt.cli.site", "List, show, check or detect site profiles."),
+    "smoke": (
+        "agpt.cli.smoke",
+        "Run a short deterministic training and compare it bit for bit to a baseline.",
+    ),
+    "tokenize": (
+        "agpt.cli.tokenize",
+        "Tokenize text/JSONL/parquet into Megatron MMIDIDX shards, in parallel.",
+    ),
+    "tokenizer": ("agpt.cli.tokenizer", "Train a SentencePiece tokenizer from local text."),
+    "train": ("agpt.cli.train", "Train a Llama-style model with FSDP2, async checkpoints and exact resume."),
+    "watch": ("agpt.cli.watch", "Run a command, kill it when its output goes idle, retry (PROCESS layer)."),
+    "yeet": ("agpt.cli.yeet", "Broadcast a venv, checkpoint or dataset to every node's local storage."),
+}
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _bin_command(name: str, help_text: str) -> click.Command:
+    """A pass-through command that runs the Bash implementation `bin/agpt-NAME`."""
+
+    @click.command(
+        name=name,
+        help=help_text,
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []},
+        add_help_option=False,
+    )
+    @click.argument("args", nargs=-1, type=click.UNPROCESSED)
+    def run(args: tuple[str, ...]) -> None:
+        exe = ROOT / "bin" / f"agpt-{name}"
+        os.execv(str(exe), [str(exe), *args])
+
+    return run
+
+
+class LazyGroup(click.Group):
+    """A group that imports a subcommand's module only when that subcommand is used."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        module, help_text = COMMANDS[cmd_name]
+        if module == "bin":
+            return _bin_command(cmd_name, help_text)
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name == module:
+                return _missing(cmd_name, help_text)
+            raise
+        cmd: click.Command = mod.cli
+        return cmd
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and name not in COMMANDS:
+            names = ", ".join(sorted(COMMANDS))
+            click.echo(f"agpt: unknown command '{name}' (commands: {names})", err=True)
+            ctx.exit(2)
+        return super().resolve_command(ctx, args)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, COMMANDS[name][1]) for name in sorted(COMMANDS)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+def _missing(name: str, help_text: str) -> click.Command:
+    @click.command(name=name, help=help_text)
+    def run() -> None:
+        raise click.ClickException(f"'{name}' is not installed in this checkout")
+
+    return run
+
+
+@click.group(
+    cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 120}
+)
+@click.version_option(__version__, prog_name="agpt")
+def cli() -> None:
+    """agpt: pre-train LLMs on supercomputers, and keep them training.
+
+    Run `agpt COMMAND --help` for the options of each command.
+    """
+
+
+def main(argv: list[str] | None = None) -> Any:
+    """Entry point: run the CLI and turn AgptError into one line on stderr and its exit code."""
+    try:
+        return cli.main(args=argv, prog_name="agpt", standalone_mode=True)
+    except AgptError as exc:
+        click.echo(f"agpt: error: {exc}", err=True)
+        sys.exit(exc.exit_code)

@@ -1,0 +1,72 @@
+"""Shared fixtures: the checkout's paths, an isolated HOME/TMPDIR, and the local Slurm cluster."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = ROOT / "bin"
+VENV_BIN = ROOT / ".venv" / "bin"
+
+
+def agpt_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment a user has after cloning: bin/ and the venv on PATH, python/ importable."""
+    env = dict(os.environ)
+    env["PATH"] = f"{BIN}:{VENV_BIN}:{env.get('PATH', '/usr/bin:/bin')}"
+    env["PYTHONPATH"] = str(ROOT / "python")
+    env.setdefault("AGPT_PYTHON", sys.executable)
+    if extra:
+        env.update(extra)
+    return env
+
+
+@pytest.fixture
+def root() -> Path:
+    return ROOT
+
+
+@pytest.fixture(autouse=True)
+def _isolate_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+
+
+def _parse_env(text: str) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("export "):
+            key, _, value = line[len("export ") :].partition("=")
+            env[key] = shlex.split(value)[0] if value else ""
+    return env
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """A real local Slurm cluster (tests/cluster/up), shared by the session; its environment as a dict."""
+    state = tmp_path_factory.mktemp("cluster")
+    up = subprocess.run(
+        [str(ROOT / "tests/cluster/up"), "--dir", str(state)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    if up.returncode != 0:
+        subprocess.run([str(ROOT / "tests/cluster/down"), "--dir", str(state)], capture_output=True)
+        pytest.fail(f"tests/cluster/up failed ({up.returncode}):\n{up.stdout}\n{up.stderr}")
+    env = _parse_env(up.stdout)
+    env["AGPT_CLUSTER_DIR"] = str(state)
+    try:
+        yield env
+    finally:
+        subprocess.run(
+            [str(ROOT / "tests/cluster/down"), "--dir", str(state)], capture_output=True, timeout=120
+        )
