@@ -19,16 +19,18 @@ import click
 from agpt import __version__
 from agpt.errors import AgptError
 
-# name -> (module or "bin", one-line help).  Keep alphabetical within each layer.
+# name -> (where, one-line help).  `where` is a click module (attribute `cli`), "bin" for a Bash
+# command in bin/agpt-NAME, or "stdlib:MODULE" for a recovery-path tool whose MODULE.main(argv) parses
+# its own arguments with argparse (standard library only, so it runs without the venv).
 COMMANDS: dict[str, tuple[str, str]] = {
     "blend": (
         "agpt.cli.blend",
         "Blend token shards by corpus weights into a pinned, per-batch mixture index.",
     ),
-    "chain": ("agpt.cli.chain", "Show a run's chain of jobs (JOB layer): start, end, steps, verdict."),
+    "chain": ("stdlib:agpt.chain", "Show a run's chain of jobs (JOB layer): start, end, steps, verdict."),
     "data": ("agpt.cli.data", "Verify a blended data set against its manifest, or inspect its mixture."),
     "failover": (
-        "agpt.cli.failover",
+        "stdlib:agpt.failover",
         "Classify a failed attempt, or report a run's recovery timeline (NODE layer).",
     ),
     "jobgen": ("bin", "Generate a PBS or Slurm job script for a site from a run config (JOB layer)."),
@@ -49,7 +51,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "tokenizer": ("agpt.cli.tokenizer", "Train a SentencePiece tokenizer from local text."),
     "train": ("agpt.cli.train", "Train a Llama-style model with FSDP2, async checkpoints and exact resume."),
-    "watch": ("agpt.cli.watch", "Run a command, kill it when its output goes idle, retry (PROCESS layer)."),
+    "watch": (
+        "stdlib:agpt.watch",
+        "Run a command, kill it when its output goes idle, retry (PROCESS layer).",
+    ),
     "yeet": ("agpt.cli.yeet", "Broadcast a venv, checkpoint or dataset to every node's local storage."),
 }
 
@@ -73,6 +78,23 @@ def _bin_command(name: str, help_text: str) -> click.Command:
     return run
 
 
+def _stdlib_command(name: str, module: str, help_text: str) -> click.Command:
+    """A pass-through to a standard-library tool: `MODULE.main(argv)` parses and returns the exit code."""
+
+    @click.command(
+        name=name,
+        help=help_text,
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []},
+        add_help_option=False,
+    )
+    @click.argument("args", nargs=-1, type=click.UNPROCESSED)
+    def run(args: tuple[str, ...]) -> None:
+        mod = importlib.import_module(module)
+        sys.exit(mod.main(list(args)))
+
+    return run
+
+
 class LazyGroup(click.Group):
     """A group that imports a subcommand's module only when that subcommand is used."""
 
@@ -85,6 +107,8 @@ class LazyGroup(click.Group):
         module, help_text = COMMANDS[cmd_name]
         if module == "bin":
             return _bin_command(cmd_name, help_text)
+        if module.startswith("stdlib:"):
+            return _stdlib_command(cmd_name, module.removeprefix("stdlib:"), help_text)
         try:
             mod = importlib.import_module(module)
         except ModuleNotFoundError as exc:
