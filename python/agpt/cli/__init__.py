@@ -39,6 +39,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "agpt.cli.lrfind",
         "Sweep the learning rate exponentially over a short run and plot loss vs LR.",
     ),
+    "plot": ("agpt.cli.plot", "Plot a run's loss curve with its failures and recoveries marked (PNG)."),
     "setup": ("bin", "Install the system packages and the pinned .venv this checkout needs."),
     "site": ("agpt.cli.site", "List, show, check or detect site profiles."),
     "smoke": (
