@@ -1,0 +1,303 @@
+"""Distributed checkpoints in RUN_DIR/ckpt/step-N/ that are either complete or visibly not.
+
+A step directory counts only when its `.complete` marker (JSON: step, time, world_size) exists; the
+marker is written by rank 0 after every rank's files are written and fsynced, and removed before
+anything is written into an existing directory, so a kill at any moment never leaves a placeholder
+that looks complete.  Async saves copy the state to host buffers on the training thread (the only
+stall) and write from a background thread on their own gloo group (collectives on the default group
+from two threads can hang), one save in flight at most, and at most `max_writers` ranks writing at
+once so a thousand ranks do not flood the filesystem together.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
+from torch.distributed.checkpoint.metadata import Metadata, TensorStorageMetadata
+from torch.distributed.checkpoint.planner import SavePlan, SavePlanner
+from torch.futures import Future
+
+from agpt.errors import AgptError, CheckpointError
+from agpt.train.config import CheckpointConfig
+
+COMPLETE = ".complete"
+
+
+def step_dir(ckpt_root: Path, step: int) -> Path:
+    return ckpt_root / f"step-{step}"
+
+
+def read_complete(path: Path) -> dict[str, Any] | None:
+    """The `.complete` record of a step directory, or None when it is missing or unreadable."""
+    try:
+        data = json.loads((path / COMPLETE).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("step"), int):
+        return None
+    return data
+
+
+def complete_steps(ckpt_root: Path) -> list[tuple[int, Path]]:
+    """Complete checkpoints, oldest first; every other directory is ignored."""
+    out: list[tuple[int, Path]] = []
+    if not ckpt_root.is_dir():
+        return out
+    for p in ckpt_root.iterdir():
+        if not p.name.startswith("step-") or not p.name[5:].isdigit():
+            continue
+        rec = read_complete(p)
+        if rec is not None and rec["step"] == int(p.name[5:]):
+            out.append((int(p.name[5:]), p))
+    return sorted(out)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def _test_delay(step: int) -> float:
+    """AGPT_TEST_CKPT_WRITE_DELAY=SECONDS or STEP:SECONDS[,...]: sleep before writing (tests kill mid-save)."""
+    raw = os.environ.get("AGPT_TEST_CKPT_WRITE_DELAY", "")
+    for item in filter(None, raw.split(",")):
+        key, sep, val = item.partition(":")
+        if not sep:
+            return float(key)
+        if int(key) == step:
+            return float(val)
+    return 0.0
+
+
+class ThrottledWriter(FileSystemWriter):
+    """A FileSystemWriter whose ranks write in waves of `max_writers`, a barrier between waves."""
+
+    def __init__(self, path: Path, *, group: Any, max_writers: int, step: int, thread_count: int) -> None:
+        super().__init__(path, single_file_per_rank=True, sync_files=True, thread_count=thread_count)
+        self._group = group
+        self._max_writers = max_writers
+        self._step = step
+
+    def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[Any]:
+        rank = dist.get_rank(self._group)
+        world = dist.get_world_size(self._group)
+        waves = (world + self._max_writers - 1) // self._max_writers
+        mine = rank // self._max_writers
+        fut: Future[Any] | None = None
+        for wave in range(waves):
+            if wave == mine:
+                delay = _test_delay(self._step)
+                if delay:
+                    time.sleep(delay)
+                fut = super().write_data(plan, planner)
+                fut.wait()
+            if waves > 1:
+                dist.barrier(group=self._group)
+        assert fut is not None
+        return fut
+
+
+class Checkpointer:
+    """Saves (sync or async) and prunes; one instance per run, created on every rank."""
+
+    def __init__(self, root: Path, cfg: CheckpointConfig, *, rank: int, world: int, pin_memory: bool) -> None:
+        self.root = root
+        self.cfg = cfg
+        self.rank = rank
+        self.world = world
+        self.pin_memory = pin_memory
+        # Its own gloo group: the background writer's collectives must not share the training group.
+        self.group = dist.new_group(backend="gloo")
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._staged: dict[str, Any] | None = None
+        self.in_flight_step: int | None = None
+        self.last_saved_step: int | None = None
+
+    # -- saving ---------------------------------------------------------------------------------
+    def save(self, step: int, state: Callable[[], dict[str, Any]], *, block: bool = False) -> float:
+        """Save `state()` as step-N; returns the seconds the caller (training thread) stalled."""
+        t0 = time.perf_counter()
+        self.wait()
+        sd = state()
+        if self.cfg.async_save and not block:
+            snapshot = self._snapshot(sd)
+            self.in_flight_step = step
+            self._thread = threading.Thread(target=self._run, args=(step, snapshot), name=f"ckpt-{step}")
+            self._thread.start()
+        else:
+            self.in_flight_step = step
+            self._write(step, sd)
+            self.in_flight_step = None
+        self.last_saved_step = step
+        return time.perf_counter() - t0
+
+    def _snapshot(self, sd: dict[str, Any]) -> dict[str, Any]:
+        """Copy every tensor into reusable host buffers (pinned when an accelerator is used)."""
+        from torch.distributed._state_dict_utils import _copy_state_dict, _create_cpu_state_dict
+
+        if self._staged is None:
+            self._staged = _create_cpu_state_dict(sd, pin_memory=self.pin_memory)
+        out = _copy_state_dict(sd, self._staged, non_blocking=self.pin_memory)
+        if self.pin_memory and torch.accelerator.is_available():
+            torch.accelerator.synchronize()
+        return out
+
+    def _run(self, step: int, snapshot: dict[str, Any]) -> None:
+        try:
+            self._write(step, snapshot)
+        except BaseException as exc:  # reported on the training thread at the next wait()
+            self._error = exc
+        finally:
+            self.in_flight_step = None
+
+    def _write(self, step: int, sd: dict[str, Any]) -> None:
+        path = step_dir(self.root, step)
+        if self.rank == 0:
+            self.root.mkdir(parents=True, exist_ok=True)
+            marker = path / COMPLETE
+            if marker.exists():  # never leave a marker over files we are about to replace
+                marker.unlink()
+                _fsync_dir(path)
+            if path.exists():
+                shutil.rmtree(path)
+            path.mkdir()
+        dist.barrier(group=self.group)
+        writer = ThrottledWriter(
+            path,
+            group=self.group,
+            max_writers=self.cfg.max_writers,
+            step=step,
+            thread_count=self.cfg.thread_count,
+        )
+        dcp.save(sd, storage_writer=writer, process_group=self.group)
+        # dcp.save returns only after every rank's (fsynced) write results reached the coordinator.
+        dist.barrier(group=self.group)
+        if self.rank == 0:
+            _fsync_dir(path)
+            record = {"step": step, "time": int(time.time()), "world_size": self.world}
+            _write_atomic(path / COMPLETE, json.dumps(record) + "\n")
+            self.prune()
+
+    def wait(self) -> None:
+        """Block until the in-flight save (if any) ends; re-raise its failure here."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            exc, self._error = self._error, None
+            raise AgptError(f"checkpoint save failed: {exc}") from exc
+
+    def prune(self) -> None:
+        """Keep the newest `keep` complete checkpoints; drop incomplete ones older than the newest."""
+        done = complete_steps(self.root)
+        if not done:
+            return
+        newest = done[-1][0]
+        for _step, p in done[: -self.cfg.keep]:
+            shutil.rmtree(p, ignore_errors=True)
+        for p in self.root.iterdir():
+            name = p.name
+            if not (name.startswith("step-") and name[5:].isdigit()):
+                continue
+            step = int(name[5:])
+            if step < newest and step != self.in_flight_step and read_complete(p) is None:
+                shutil.rmtree(p, ignore_errors=True)
+
+
+# -- loading ------------------------------------------------------------------------------------
+def _flatten_shapes(sd: dict[str, Any], prefix: str = "") -> dict[str, tuple[int, ...]]:
+    out: dict[str, tuple[int, ...]] = {}
+    for k, v in sd.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flatten_shapes(v, key + "."))
+        elif isinstance(v, torch.Tensor):
+            out[key] = tuple(v.shape)
+    return out
+
+
+def read_metadata(path: Path) -> Metadata:
+    meta_file = path / ".metadata"
+    try:
+        return FileSystemReader(path).read_metadata()
+    except Exception as exc:
+        raise CheckpointError(
+            f"{meta_file}: unreadable checkpoint metadata ({type(exc).__name__}: {exc})"
+        ) from None
+
+
+def check_files(path: Path, meta: Metadata) -> None:
+    """Every data file the metadata names exists and is long enough (a truncated write shows here)."""
+    need: dict[str, int] = {}
+    for info in (meta.storage_data or {}).values():
+        rel = str(info.relative_path)
+        need[rel] = max(need.get(rel, 0), int(info.offset) + int(info.length))
+    for rel, size in sorted(need.items()):
+        f = path / rel
+        try:
+            have = f.stat().st_size
+        except OSError:
+            raise CheckpointError(f"{f}: checkpoint data file missing") from None
+        if have < size:
+            raise CheckpointError(f"{f}: checkpoint data file truncated ({have} of {size} bytes)")
+
+
+def check_model(path: Path, meta: Metadata, model_sd: dict[str, Any]) -> None:
+    """The checkpoint holds exactly this model's tensors with the same shapes, else name the first one."""
+    want = _flatten_shapes(model_sd, "model.")
+    have = {
+        k: tuple(v.size)
+        for k, v in meta.state_dict_metadata.items()
+        if k.startswith("model.") and isinstance(v, TensorStorageMetadata)
+    }
+    for key, shape in want.items():
+        if key not in have:
+            raise CheckpointError(f"{path}: tensor {key} is not in the checkpoint (a different model?)")
+        if have[key] != shape:
+            raise CheckpointError(
+                f"{path}: tensor {key} has shape {list(have[key])} in the checkpoint, {list(shape)} in this model"
+            )
+    for key in have:
+        if key not in want:
+            raise CheckpointError(f"{path}: checkpoint tensor {key} does not exist in this model")
+
+
+def load(path: Path, sd: dict[str, Any], group: Any) -> None:
+    """Load in place into `sd` (resharding to the current world size as needed)."""
+    try:
+        dcp.load(sd, storage_reader=FileSystemReader(path), process_group=group)
+    except CheckpointError:
+        raise
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(f"{path}: cannot load checkpoint ({first})") from None
+
+
+def warn(msg: str) -> None:
+    print(f"agpt: warning: {msg}", file=sys.stderr, flush=True)

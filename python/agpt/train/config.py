@@ -1,0 +1,324 @@
+"""Trainer settings: dataclasses that validate themselves, loaded from YAML, env and `--set` flags.
+
+Precedence is defaults < YAML < `AGPT_<SECTION>_<KEY>` env < flags, so a job script can pin a config
+file and still override one value per run.  Every mistake names the dotted key, because a typo in a
+20B config found after the queue wait costs a day.  A top-level `job:` section belongs to jobgen and
+is accepted and ignored here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from agpt.errors import ConfigError
+
+DTYPES = ("fp32", "bf16", "fp16")
+
+
+@dataclass(kw_only=True, slots=True)
+class ModelConfig:
+    """A Llama-style decoder: RMSNorm, RoPE, SwiGLU, grouped-query attention."""
+
+    vocab_size: int = 32000
+    dim: int = 2048
+    n_layers: int = 24
+    n_heads: int = 16
+    n_kv_heads: int = 8
+    ffn_dim: int = 0  # 0: 8/3 * dim rounded up to multiple_of (Llama's rule)
+    multiple_of: int = 256
+    max_seq_len: int = 4096
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-5
+    init_std: float = 0.02
+
+    def validate(self) -> None:
+        for key in ("vocab_size", "dim", "n_layers", "n_heads", "n_kv_heads", "max_seq_len", "multiple_of"):
+            if getattr(self, key) <= 0:
+                raise ConfigError(f"model.{key}: must be positive (got {getattr(self, key)})")
+        if self.dim % self.n_heads:
+            raise ConfigError(f"model.n_heads: {self.n_heads} heads do not divide model.dim {self.dim}")
+        if (self.dim // self.n_heads) % 2:
+            raise ConfigError(f"model.n_heads: head size {self.dim // self.n_heads} must be even for RoPE")
+        if self.n_heads % self.n_kv_heads:
+            raise ConfigError(
+                f"model.n_kv_heads: {self.n_kv_heads} KV heads do not divide model.n_heads {self.n_heads}"
+            )
+        if self.ffn_dim < 0:
+            raise ConfigError(f"model.ffn_dim: must be >= 0 (got {self.ffn_dim})")
+
+    @property
+    def hidden_dim(self) -> int:
+        """The SwiGLU width: explicit, or Llama's 8/3·dim rounded up to `multiple_of`."""
+        if self.ffn_dim:
+            return self.ffn_dim
+        h = int(8 * self.dim / 3)
+        return self.multiple_of * ((h + self.multiple_of - 1) // self.multiple_of)
+
+    def num_params(self) -> int:
+        """Parameter count, for sizing the init path and reporting."""
+        head = self.dim // self.n_heads
+        attn = self.dim * head * (self.n_heads * 2 + self.n_kv_heads * 2)
+        mlp = 3 * self.dim * self.hidden_dim
+        per_layer = attn + mlp + 2 * self.dim
+        return self.n_layers * per_layer + 2 * self.vocab_size * self.dim + self.dim
+
+
+@dataclass(kw_only=True, slots=True)
+class TrainConfig:
+    """The loop: how long, how big a batch, which precision."""
+
+    steps: int = 1000
+    seq_len: int = 2048
+    global_batch: int = 256  # samples per optimizer step over all ranks (fixed when ranks change)
+    micro_batch: int = 1  # samples per rank per forward; accumulation makes up the rest
+    seed: int = 1234
+    log_interval: int = 1
+    run_dir: str = ""
+    param_dtype: str = "bf16"  # compute dtype of FSDP's unsharded parameters
+    reduce_dtype: str = "fp32"  # gradient reduction dtype
+    master_dtype: str = "fp32"  # dtype of the sharded parameters the optimizer updates
+    device: str = "auto"  # auto, cpu, cuda, xpu, ...
+    deterministic: bool = False
+    dist_timeout_s: int = 900
+    deadline_margin_s: int = 300  # save and stop this long before AGPT_DEADLINE_EPOCH
+
+    def validate(self) -> None:
+        for key in ("steps", "seq_len", "global_batch", "micro_batch", "log_interval", "dist_timeout_s"):
+            if getattr(self, key) <= 0:
+                raise ConfigError(f"train.{key}: must be positive (got {getattr(self, key)})")
+        for key in ("param_dtype", "reduce_dtype", "master_dtype"):
+            if getattr(self, key) not in DTYPES:
+                raise ConfigError(
+                    f"train.{key}: must be one of {', '.join(DTYPES)} (got {getattr(self, key)!r})"
+                )
+        if self.global_batch % self.micro_batch:
+            raise ConfigError(
+                f"train.micro_batch: {self.micro_batch} does not divide train.global_batch {self.global_batch}"
+            )
+
+
+@dataclass(kw_only=True, slots=True)
+class OptimConfig:
+    """AdamW with linear warmup then cosine decay to `min_lr`."""
+
+    lr: float = 3e-4
+    min_lr: float = 3e-5
+    warmup_steps: int = 100
+    decay_steps: int = 0  # 0: decay over train.steps
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1e-8
+    grad_clip: float = 1.0  # 0 disables clipping (the norm is still reported)
+
+    def validate(self) -> None:
+        if self.lr <= 0:
+            raise ConfigError(f"optim.lr: must be positive (got {self.lr})")
+        if not 0 <= self.min_lr <= self.lr:
+            raise ConfigError(f"optim.min_lr: must be between 0 and optim.lr (got {self.min_lr})")
+        for key in ("warmup_steps", "decay_steps"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"optim.{key}: must be >= 0 (got {getattr(self, key)})")
+        for key in ("beta1", "beta2"):
+            if not 0 <= getattr(self, key) < 1:
+                raise ConfigError(f"optim.{key}: must be in [0, 1) (got {getattr(self, key)})")
+        if self.grad_clip < 0:
+            raise ConfigError(f"optim.grad_clip: must be >= 0 (got {self.grad_clip})")
+
+
+@dataclass(kw_only=True, slots=True)
+class DataConfig:
+    """Where samples come from: a blended data set directory, or a synthetic stream when `path` is empty."""
+
+    path: str = ""
+    seed: int = 0  # synthetic stream only
+
+    def validate(self) -> None:
+        return None
+
+
+@dataclass(kw_only=True, slots=True)
+class CheckpointConfig:
+    """Distributed checkpoints under RUN_DIR/ckpt/step-N."""
+
+    interval: int = 1000  # steps between saves; 0: only at the end and on signals/deadline
+    keep: int = 2  # complete checkpoints kept (the newest is never deleted)
+    async_save: bool = True  # snapshot to host memory, write in the background
+    max_writers: int = 64  # ranks writing to the filesystem at once
+    resume: bool = True
+    save_final: bool = True
+    thread_count: int = 1  # writer threads per rank
+
+    def validate(self) -> None:
+        if self.interval < 0:
+            raise ConfigError(f"checkpoint.interval: must be >= 0 (got {self.interval})")
+        if self.keep < 1:
+            raise ConfigError(f"checkpoint.keep: must be >= 1 (got {self.keep})")
+        if self.max_writers < 1:
+            raise ConfigError(f"checkpoint.max_writers: must be >= 1 (got {self.max_writers})")
+        if self.thread_count < 1:
+            raise ConfigError(f"checkpoint.thread_count: must be >= 1 (got {self.thread_count})")
+
+
+@dataclass(kw_only=True, slots=True)
+class Config:
+    """The whole trainer configuration (the trainer's sections of a jobs/configs/NAME.yaml)."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+
+    def validate(self) -> None:
+        self.model.validate()
+        self.train.validate()
+        self.optim.validate()
+        self.data.validate()
+        self.checkpoint.validate()
+        if self.train.seq_len > self.model.max_seq_len:
+            raise ConfigError(
+                f"train.seq_len: {self.train.seq_len} exceeds model.max_seq_len {self.model.max_seq_len}"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+SECTIONS = ("model", "train", "optim", "data", "checkpoint")
+IGNORED_SECTIONS = ("job",)  # read by jobgen only
+
+
+def _field_types(section: str) -> dict[str, Any]:
+    cls = type(getattr(Config(), section))
+    return {f.name: f.type for f in dataclasses.fields(cls)}
+
+
+def _coerce(key: str, value: Any, typ: Any) -> Any:
+    """Check a YAML value against the field's declared type; int widens to float, nothing else."""
+    name = typ if isinstance(typ, str) else getattr(typ, "__name__", str(typ))
+    if name == "bool":
+        if isinstance(value, bool):
+            return value
+    elif name == "int":
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif name == "float":
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):  # YAML 1.1 reads "3e-4" as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
+    elif name == "str":
+        if value is None:
+            return ""
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            return str(value)
+    raise ConfigError(f"{key}: expected {name}, got {value!r}")
+
+
+def _apply(cfg: Config, values: Mapping[str, Any], origin: str) -> None:
+    """Apply a nested mapping {section: {key: value}}; unknown keys name their dotted path."""
+    for section, body in values.items():
+        if section in IGNORED_SECTIONS:
+            continue
+        if section not in SECTIONS:
+            raise ConfigError(f"{origin}: unknown key '{section}' (sections: {', '.join(SECTIONS)})")
+        if body is None:
+            continue
+        if not isinstance(body, Mapping):
+            raise ConfigError(f"{origin}: '{section}' must be a mapping")
+        types = _field_types(section)
+        target = getattr(cfg, section)
+        for key, value in body.items():
+            dotted = f"{section}.{key}"
+            if key not in types:
+                raise ConfigError(f"{origin}: unknown key '{dotted}'")
+            setattr(target, key, _coerce(f"{origin}: {dotted}", value, types[key]))
+
+
+def _dotted(key: str, value: Any) -> dict[str, Any]:
+    section, _, rest = key.partition(".")
+    if not rest or "." in rest:
+        raise ConfigError(f"--set {key}: expected SECTION.KEY=VALUE")
+    return {section: {rest: value}}
+
+
+def parse_set(item: str) -> tuple[str, Any]:
+    """`a.b=c` -> ("a.b", yaml-typed c)."""
+    key, sep, raw = item.partition("=")
+    if not sep or not key:
+        raise ConfigError(f"--set {item}: expected KEY=VALUE")
+    try:
+        value = yaml.safe_load(raw) if raw else ""
+    except yaml.YAMLError:
+        value = raw
+    return key.strip(), value
+
+
+def env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
+    """`AGPT_TRAIN_STEPS=40` -> {"train": {"steps": 40}}; `AGPT_RUN_DIR` -> train.run_dir.
+
+    Only variables whose prefix names a section are read, so AGPT_HOME or AGPT_DEBUG never collide;
+    a section-prefixed variable naming no key is an error rather than silently ignored.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    if environ.get("AGPT_RUN_DIR"):
+        out.setdefault("train", {})["run_dir"] = environ["AGPT_RUN_DIR"]
+    for name, raw in environ.items():
+        if not name.startswith("AGPT_"):
+            continue
+        rest = name[len("AGPT_") :].lower()
+        for section in SECTIONS:
+            if rest.startswith(section + "_"):
+                key = rest[len(section) + 1 :]
+                if key not in _field_types(section):
+                    raise ConfigError(f"{name}: unknown key '{section}.{key}'")
+                try:
+                    value = yaml.safe_load(raw) if raw else ""
+                except yaml.YAMLError:
+                    value = raw
+                out.setdefault(section, {})[key] = value
+                break
+    return out
+
+
+def load_config(
+    path: str | Path | None,
+    overrides: list[str] | tuple[str, ...] = (),
+    environ: Mapping[str, str] | None = None,
+    flags: Mapping[str, Any] | None = None,
+) -> Config:
+    """Build a validated Config: defaults < YAML < AGPT_* env < `--set` < shorthand flags."""
+    cfg = Config()
+    if path is not None:
+        p = Path(path)
+        try:
+            text = p.read_text()
+        except OSError as exc:
+            raise ConfigError(f"{p}: cannot read ({exc.strerror})") from None
+        try:
+            data = yaml.safe_load(text) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{p}: not valid YAML ({str(exc).splitlines()[0]})") from None
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"{p}: top level must be a mapping of sections")
+        _apply(cfg, data, str(p))
+    _apply(cfg, env_overrides(os.environ if environ is None else environ), "environment")
+    for item in overrides:
+        key, value = parse_set(item)
+        _apply(cfg, _dotted(key, value), "--set")
+    for key, value in (flags or {}).items():
+        if value is not None:
+            _apply(cfg, _dotted(key, value), "flag")
+    cfg.validate()
+    return cfg

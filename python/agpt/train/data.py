@@ -1,0 +1,85 @@
+"""Which samples a rank reads at a step: a stateless function of (consumed samples, rank, world, batch).
+
+Keeping no reader state is what makes resume exact and lets a run resume on a different number of
+ranks: the global batch of step s is always samples [s·G, (s+1)·G), split among ranks in order.
+Without a data path, a synthetic stream stands in: each sample is a pure function of (seed, index)
+made of arithmetic runs, so there is something to learn and the loss goes down.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Protocol
+
+import numpy as np
+
+from agpt.errors import DataError
+
+
+class Source(Protocol):
+    def sample(self, index: int) -> np.ndarray: ...
+
+
+class Synthetic:
+    """Token runs t, t+d, t+2d, ... (mod vocab) restarting at random points: learnable, deterministic."""
+
+    def __init__(self, vocab_size: int, seq_len: int, seed: int) -> None:
+        self.vocab = vocab_size
+        self.n = seq_len + 1
+        self.seed = seed
+
+    def sample(self, index: int) -> np.ndarray:
+        rng = np.random.default_rng([self.seed, index])
+        restart = rng.random(self.n) < 1 / 16
+        restart[0] = True
+        seg = np.cumsum(restart) - 1
+        nseg = int(seg[-1]) + 1
+        start = rng.integers(0, self.vocab, nseg)
+        stride = rng.integers(1, 8, nseg)
+        first = np.flatnonzero(restart)
+        offset = np.arange(self.n) - first[seg]
+        return ((start[seg] + offset * stride[seg]) % self.vocab).astype(np.int64)
+
+
+class Blended:
+    """agpt.data.BlendedDataset behind the Source protocol, checked against the configured shapes."""
+
+    def __init__(self, path: str, vocab_size: int, seq_len: int) -> None:
+        # Imported only when configured, so the synthetic path needs nothing from the data package.
+        data_mod = importlib.import_module("agpt.data")
+        self.path = path
+        self.ds: Any = data_mod.BlendedDataset(path)
+        self.vocab = vocab_size
+        self.n = seq_len + 1
+        if len(self.ds) == 0:
+            raise DataError(f"data.path: {path} holds no samples")
+        first = np.asarray(self.ds[0]["tokens"])
+        if first.shape[0] != self.n:
+            raise DataError(
+                f"data.path: {path} has samples of {first.shape[0] - 1} tokens, train.seq_len is {self.n - 1}"
+            )
+
+    def sample(self, index: int) -> np.ndarray:
+        tokens = np.asarray(self.ds[index % len(self.ds)]["tokens"]).astype(np.int64)
+        if tokens.size and int(tokens.max()) >= self.vocab:
+            raise DataError(f"data.path: token {int(tokens.max())} >= model.vocab_size {self.vocab}")
+        return tokens
+
+
+def make_source(path: str, vocab_size: int, seq_len: int, seed: int) -> Source:
+    if path:
+        return Blended(path, vocab_size, seq_len)
+    return Synthetic(vocab_size, seq_len, seed)
+
+
+def sample_indices(
+    *, consumed: int, rank: int, world: int, global_batch: int, micro_batch: int, micro_step: int
+) -> range:
+    """Global sample indices of one micro batch: rank r owns the r-th contiguous slice of the batch."""
+    per_rank = global_batch // world
+    start = consumed + rank * per_rank + micro_step * micro_batch
+    return range(start, start + micro_batch)
+
+
+def micro_batch(source: Source, indices: range) -> np.ndarray:
+    return np.stack([source.sample(i) for i in indices])

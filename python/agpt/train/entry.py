@@ -1,0 +1,57 @@
+"""How a training process ends: one error line, the right exit code, and `os._exit`.
+
+gloo workers on torch 2.13 can abort at interpreter exit ("terminate called without an active
+exception") after a clean run, turning success into a crash for the failover classifier; leaving the
+process group and ending with os._exit avoids it.  Errors every rank hits alike are printed by rank 0
+only, so a 1,000-rank job's log shows one line, not a thousand.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from collections.abc import Callable
+from typing import NoReturn
+
+from agpt.errors import AgptError, ConfigError
+
+_COLLECTIVE_ERRORS: tuple[type[BaseException], ...] = (ConfigError,)
+
+
+def _rank() -> int:
+    for name in ("RANK", "PALS_RANKID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"):
+        raw = os.environ.get(name, "")
+        if raw.isdigit():
+            return int(raw)
+    return 0
+
+
+def run_and_exit(
+    fn: Callable[[], int], *, same_on_all_ranks: tuple[type[BaseException], ...] = ()
+) -> NoReturn:
+    """Run fn; print an AgptError as `agpt: error: ...`; leave the process group; os._exit(code)."""
+    from agpt.train.checkpoint import CheckpointError
+    from agpt.train.trainer import NonFinite
+
+    quiet = (*_COLLECTIVE_ERRORS, CheckpointError, NonFinite, *same_on_all_ranks)
+    clean = True
+    try:
+        code = fn()
+    except AgptError as exc:
+        if _rank() == 0 or not isinstance(exc, quiet):
+            print(f"agpt: error: {exc}", file=sys.stderr, flush=True)
+        code = exc.exit_code
+    except KeyboardInterrupt:
+        code = 130
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+        clean = False  # another rank may sit in a collective: do not wait on it, let the launcher reap us
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if clean:
+        from agpt.train import dist
+
+        dist.finish()
+    os._exit(code)

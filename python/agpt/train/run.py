@@ -1,0 +1,31 @@
+"""`agpt train` without click: config in, exit code out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from agpt.train.config import load_config
+
+
+def train(
+    config: str,
+    *,
+    run_dir: str | None = None,
+    steps: int | None = None,
+    ckpt_interval: int | None = None,
+    sets: tuple[str, ...] | list[str] = (),
+) -> int:
+    """Load the config (defaults < YAML < AGPT_* env < --set < flags), resume if possible, train."""
+    cfg = load_config(
+        config,
+        list(sets),
+        flags={"train.steps": steps, "checkpoint.interval": ckpt_interval, "train.run_dir": run_dir},
+    )
+    from agpt.train.trainer import Trainer
+
+    rd = Path(cfg.train.run_dir) if cfg.train.run_dir else None
+    trainer = Trainer(cfg, rd)
+    if rd is None and trainer.rank == 0:
+        print("agpt: warning: no run directory (--run-dir or AGPT_RUN_DIR): checkpoints are off", flush=True)
+    trainer.resume()
+    return trainer.run()

@@ -1,0 +1,376 @@
+"""The training loop: FSDP2 over fp32 master weights, global-mean loss, exact resume, clean stops.
+
+Each choice here answers a failure seen at scale: the optimizer updates fp32 master shards (bf16
+masters froze RMSNorm weights for 17,000 steps); the reported loss is summed over every rank and
+divided by the global token count (a loss averaged over the wrong group read 12× too small); a
+non-finite loss or gradient stops the run with one clear line (exit 1) instead of training on NaNs;
+a signal or the job's deadline ends the run with a complete checkpoint.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor
+
+from agpt.errors import EXIT_RESUBMIT, AgptError, CheckpointError, ConfigError
+from agpt.train import checkpoint as ck
+from agpt.train import data as tdata
+from agpt.train import dist as tdist
+from agpt.train.config import Config
+from agpt.train.model import Transformer
+
+DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+FULL_INIT_MAX_PARAMS = 1_000_000_000  # above this, build on the meta device and initialise shards
+
+
+class NonFinite(AgptError):
+    """A NaN/Inf loss or gradient: every rank would hit it again (the `app` failure class)."""
+
+
+class ModelMismatch(CheckpointError):
+    """The checkpoint was written by a different model."""
+
+
+@dataclass(kw_only=True, slots=True)
+class StepRecord:
+    step: int
+    loss: float
+    grad_norm: float
+    lr: float
+    tokens: int
+    seconds: float
+    peak_mem: int
+
+
+def format_line(rec: StepRecord, tps: float, stall_ms: float) -> str:
+    """The progress line of CONTRACT.md; loss and grad_norm with 9 digits (an fp32 round-trips as text)."""
+    return (
+        f"step={rec.step} loss={rec.loss:.9g} grad_norm={rec.grad_norm:.9g} "
+        f"lr={rec.lr:.3e} tps={tps:.1f} stall_ms={stall_ms:.1f}"
+    )
+
+
+class Trainer:
+    """One training run on this rank; construct on every rank of the job."""
+
+    def __init__(self, cfg: Config, run_dir: Path | None, *, checkpoints: bool = True) -> None:
+        self.cfg = cfg
+        self.run_dir = run_dir
+        self.info = tdist.detect()
+        self.rank = self.info.rank
+        self.world = self.info.world_size
+        tc = cfg.train
+        if tc.global_batch % (tc.micro_batch * self.world):
+            raise ConfigError(
+                f"train.micro_batch: global batch {tc.global_batch} is not a multiple of "
+                f"micro_batch {tc.micro_batch} × {self.world} ranks"
+            )
+        self.accum = tc.global_batch // (tc.micro_batch * self.world)
+        if tc.deterministic:
+            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+            torch.use_deterministic_algorithms(True)
+        self.device_str, backend = tdist.pick_device(tc.device, self.info.local_rank)
+        self.device = torch.device(self.device_str)
+        tdist.init(self.info, backend, self.device_str, tc.dist_timeout_s)
+        self.source = tdata.make_source(cfg.data.path, cfg.model.vocab_size, tc.seq_len, cfg.data.seed)
+        self.model = self._build_model()
+        self.optim = self._build_optim()
+        self.step = 0
+        self.consumed = 0
+        self.lr_fn: Callable[[int], float] = self.scheduled_lr
+        self.ckpt: ck.Checkpointer | None = None
+        if checkpoints and run_dir is not None:
+            self.ckpt = ck.Checkpointer(
+                run_dir / "ckpt",
+                cfg.checkpoint,
+                rank=self.rank,
+                world=self.world,
+                pin_memory=self.device.type != "cpu",
+            )
+        self._signal: int | None = None
+        self._pending_stall = 0.0
+
+    # -- construction -------------------------------------------------------------------------------
+    def _build_model(self) -> torch.nn.Module:
+        mc, tc = self.cfg.model, self.cfg.train
+        master = DTYPE[tc.master_dtype]
+        torch.manual_seed(tc.seed)
+        mesh = init_device_mesh(self.device.type, (self.world,))
+        mp = MixedPrecisionPolicy(param_dtype=DTYPE[tc.param_dtype], reduce_dtype=DTYPE[tc.reduce_dtype])
+        full = mc.num_params() <= FULL_INIT_MAX_PARAMS
+        if full:
+            # The same full initialisation on every rank, whatever the world size, then sharded.
+            model = Transformer(mc)
+            model.init_weights()
+            model.to(device=self.device, dtype=master)
+        else:
+            with torch.device("meta"):
+                model = Transformer(mc)
+            model.to(dtype=master)
+        for block in model.layers:
+            fully_shard(block, mesh=mesh, mp_policy=mp)
+        fully_shard(model, mesh=mesh, mp_policy=mp)
+        if not full:
+            model.to_empty(device=self.device)
+            model.init_weights()
+        model.rope = model.rope.float()
+        return model
+
+    def _build_optim(self) -> torch.optim.Optimizer:
+        oc = self.cfg.optim
+        decay = [p for n, p in self.model.named_parameters() if p.ndim >= 2]
+        no_decay = [p for n, p in self.model.named_parameters() if p.ndim < 2]
+        groups = [
+            {"params": decay, "weight_decay": oc.weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ]
+        return torch.optim.AdamW(groups, lr=oc.lr, betas=(oc.beta1, oc.beta2), eps=oc.eps, foreach=True)
+
+    # -- schedule -----------------------------------------------------------------------------------
+    def scheduled_lr(self, step: int) -> float:
+        """Linear warmup to optim.lr, then cosine to optim.min_lr over decay_steps (default train.steps)."""
+        oc = self.cfg.optim
+        if step < oc.warmup_steps:
+            return oc.lr * (step + 1) / oc.warmup_steps
+        horizon = oc.decay_steps or self.cfg.train.steps
+        span = max(1, horizon - oc.warmup_steps)
+        progress = min(1.0, (step - oc.warmup_steps) / span)
+        return oc.min_lr + 0.5 * (oc.lr - oc.min_lr) * (1 + math.cos(math.pi * progress))
+
+    # -- state --------------------------------------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        """Everything a resume needs; sharded tensors stay sharded (DCP reshards on load)."""
+        msd, osd = get_state_dict(self.model, self.optim, options=StateDictOptions())
+        return {
+            "model": msd,
+            "optim": osd,
+            "scheduler": {"step": torch.tensor(self.step, dtype=torch.int64)},
+            "trainer": {
+                "step": torch.tensor(self.step, dtype=torch.int64),
+                "consumed": torch.tensor(self.consumed, dtype=torch.int64),
+                "rng_cpu": torch.get_rng_state(),
+            },
+        }
+
+    def resume(self) -> Path | None:
+        """Load the newest complete checkpoint; fall back past corrupt ones with a warning."""
+        if self.ckpt is None or not self.cfg.checkpoint.resume:
+            return None
+        done = ck.complete_steps(self.ckpt.root)
+        if not done:
+            return None
+        first_error: CheckpointError | None = None
+        for step, path in reversed(done):
+            sd = self.state()
+            try:
+                meta = ck.read_metadata(path)
+                try:
+                    ck.check_model(path, meta, sd["model"])
+                except CheckpointError as exc:
+                    raise ModelMismatch(str(exc)) from None
+                ck.check_files(path, meta)
+                ck.load(path, sd, self.ckpt.group)
+            except ModelMismatch:
+                raise
+            except CheckpointError as exc:
+                first_error = first_error or exc
+                if self.rank == 0:
+                    ck.warn(f"{path} is corrupt ({exc}); trying an older checkpoint")
+                continue
+            set_state_dict(self.model, self.optim, model_state_dict=sd["model"], optim_state_dict=sd["optim"])
+            self.step = int(sd["trainer"]["step"])
+            self.consumed = int(sd["trainer"]["consumed"])
+            torch.set_rng_state(sd["trainer"]["rng_cpu"])
+            if self.step != step:
+                raise CheckpointError(f"{path}: holds step {self.step}, not {step}")
+            if self.rank == 0:
+                rec = ck.read_complete(path) or {}
+                print(
+                    f"agpt: resumed from {path} (step {step}, saved by {rec.get('world_size', '?')} ranks, "
+                    f"now {self.world})",
+                    flush=True,
+                )
+            return path
+        assert first_error is not None
+        raise first_error
+
+    # -- one step -----------------------------------------------------------------------------------
+    def train_step(self, *, stop_flags: tuple[float, float] = (0.0, 0.0)) -> tuple[StepRecord, list[float]]:
+        """Forward/backward over the accumulation steps, clip, update; returns the record and stop flags."""
+        tc = self.cfg.train
+        t0 = time.perf_counter()
+        lr = self.lr_fn(self.step)
+        for group in self.optim.param_groups:
+            group["lr"] = lr
+        tokens_global = tc.global_batch * tc.seq_len
+        scale = self.world / tokens_global  # FSDP averages gradients over ranks; undo it into a global mean
+        local_sum = torch.zeros((), dtype=torch.float32, device=self.device)
+        for micro in range(self.accum):
+            idx = tdata.sample_indices(
+                consumed=self.consumed,
+                rank=self.rank,
+                world=self.world,
+                global_batch=tc.global_batch,
+                micro_batch=tc.micro_batch,
+                micro_step=micro,
+            )
+            batch = torch.from_numpy(tdata.micro_batch(self.source, idx)).to(self.device)
+            inputs, targets = batch[:, :-1], batch[:, 1:]
+            self.model.set_requires_gradient_sync(micro == self.accum - 1)  # type: ignore[operator]
+            logits = self.model(inputs)
+            loss_sum = F.cross_entropy(
+                logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="sum"
+            )
+            (loss_sum * scale).backward()
+            local_sum += loss_sum.detach()
+        clip = self.cfg.optim.grad_clip or float("inf")
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip, foreach=True)
+        if isinstance(norm, DTensor):
+            norm = norm.full_tensor()
+        totals = torch.stack(
+            [
+                local_sum,
+                torch.tensor(stop_flags[0], device=self.device),
+                torch.tensor(stop_flags[1], device=self.device),
+            ]
+        )
+        dist.all_reduce(totals)  # the global sum over all data-parallel ranks
+        loss = float(totals[0] / tokens_global)
+        grad_norm = float(norm)
+        if not (math.isfinite(loss) and math.isfinite(grad_norm)):
+            raise NonFinite(
+                f"step={self.step + 1} non-finite loss={loss} grad_norm={grad_norm}: stopping "
+                f"(lower optim.lr or check the data)"
+            )
+        self.optim.step()
+        self.optim.zero_grad(set_to_none=True)
+        self.step += 1
+        self.consumed += tc.global_batch
+        rec = StepRecord(
+            step=self.step,
+            loss=loss,
+            grad_norm=grad_norm,
+            lr=lr,
+            tokens=tokens_global,
+            seconds=time.perf_counter() - t0,
+            peak_mem=self.peak_memory(),
+        )
+        return rec, [float(totals[1]), float(totals[2])]
+
+    def peak_memory(self) -> int:
+        """Accelerator peak bytes; on CPU the bytes of parameters and optimizer state (deterministic)."""
+        if self.device.type != "cpu":
+            return int(torch.accelerator.max_memory_allocated())
+        total = 0
+        for p in self.model.parameters():
+            total += _local(p).numel() * p.element_size()
+        for st in self.optim.state.values():
+            for v in st.values():
+                if isinstance(v, torch.Tensor):
+                    total += _local(v).numel() * v.element_size()
+        return total
+
+    # -- the loop -----------------------------------------------------------------------------------
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        self._signal = signum
+
+    def _deadline_near(self) -> bool:
+        raw = os.environ.get("AGPT_DEADLINE_EPOCH", "")
+        try:
+            deadline = float(raw)
+        except ValueError:
+            return False
+        return time.time() >= deadline - self.cfg.train.deadline_margin_s
+
+    def save(self, *, block: bool) -> None:
+        if self.ckpt is None or self.ckpt.last_saved_step == self.step:
+            return
+        self._pending_stall += self.ckpt.save(self.step, self.state, block=block)
+
+    def write_progress(self) -> None:
+        if self.run_dir is None or self.rank != 0:
+            return
+        path = self.run_dir / "progress"
+        tmp = path.with_name(f".progress.{os.getpid()}")
+        tmp.write_text(f"step={self.step} time={int(time.time())}\n")
+        os.replace(tmp, path)
+
+    def run(self, emit: Callable[[str], None] | None = None) -> int:
+        """Train to train.steps; 0 when done, 75 after a deadline/SIGUSR1 stop, 143 after SIGTERM."""
+        emit = emit or (lambda line: print(line, flush=True))
+        for sig in (signal.SIGTERM, signal.SIGUSR1):
+            signal.signal(sig, self._on_signal)
+        if self.run_dir is not None and self.rank == 0:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        target = self.cfg.train.steps
+        interval = self.cfg.checkpoint.interval
+        tokens = 0
+        t_log = time.perf_counter()
+        try:
+            while self.step < target:
+                flags = (
+                    1.0 if self._signal == signal.SIGTERM else 0.0,
+                    1.0 if (self._signal == signal.SIGUSR1 or self._deadline_near()) else 0.0,
+                )
+                rec, stops = self.train_step(stop_flags=flags)
+                tokens += rec.tokens
+                if stops[0] or stops[1]:
+                    self.save(block=True)
+                    self._log(emit, rec, tokens, t_log)
+                    if self.ckpt is not None:
+                        self.ckpt.wait()
+                    why = "SIGTERM" if stops[0] else "SIGUSR1 or the deadline"
+                    if self.rank == 0:
+                        print(f"agpt: stopped at step {self.step} on {why}, checkpoint saved", flush=True)
+                    return 128 + signal.SIGTERM if stops[0] else EXIT_RESUBMIT
+                if interval and self.step % interval == 0:
+                    self.save(block=False)
+                if self.step % self.cfg.train.log_interval == 0 or self.step == target:
+                    self._log(emit, rec, tokens, t_log)
+                    tokens = 0
+                    t_log = time.perf_counter()
+            if self.cfg.checkpoint.save_final:
+                self.save(block=False)
+            if self.ckpt is not None:
+                self.ckpt.wait()
+            return 0
+        except AgptError:
+            if self.ckpt is not None:
+                try:
+                    self.ckpt.wait()
+                except AgptError:
+                    pass
+            raise
+
+    def _log(self, emit: Callable[[str], None], rec: StepRecord, tokens: int, t_log: float) -> None:
+        stall_ms = self._pending_stall * 1000
+        self._pending_stall = 0.0
+        if self.rank == 0:
+            elapsed = max(time.perf_counter() - t_log, 1e-9)
+            emit(format_line(rec, tokens / elapsed, stall_ms))
+            self.write_progress()
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    return t.to_local() if isinstance(t, DTensor) else t
+
+
+def seed_everything(seed: int) -> None:
+    torch.manual_seed(seed)
+    np.random.seed(seed % 2**32)
