@@ -1,0 +1,44 @@
+# shellcheck shell=bash disable=SC2034
+# site/aurora: ALCF Aurora (HPE Cray EX; 6 Intel Data Center GPU Max 1550 = 12 tiles and 2 Xeon Max per
+# node; PBS Professional; PALS mpiexec; Slingshot 11).  Values from ALCF's user guide; keys:
+# site/_template/profile.sh.
+SITE_NAME=aurora
+SITE_DESCRIPTION="ALCF Aurora: PBS, PALS mpiexec, 12 Intel GPU tiles per node"
+SITE_HOSTNAME_RE='^(aurora-uan-[0-9]+|x4[0-9]{3}c[0-9]+s[0-9]+b[0-9]+n[0-9]+)'
+
+SITE_SCHEDULER=pbs
+SITE_QUEUE=prod
+SITE_ACCOUNT=""
+SITE_FILESYSTEMS=flare:home
+SITE_DIRECTIVES=("-l place=scatter" "-k doe" "-j oe")
+
+SITE_GPUS_PER_NODE=12
+SITE_RANKS_PER_NODE=12
+SITE_LAUNCHER=pals
+SITE_LAUNCHER_FLAGS=(--genvall)
+# One rank per GPU tile, each on its own 8 cores, skipping the cores the OS uses (0 and 52 per socket).
+SITE_CPU_BIND="list:1-8:9-16:17-24:25-32:33-40:41-48:53-60:61-68:69-76:77-84:85-92:93-100"
+
+SITE_MODULES=(frameworks)
+SITE_ENV=(
+  "ZE_FLAT_DEVICE_HIERARCHY=FLAT"
+  "CCL_PROCESS_LAUNCHER=pmix"
+  "CCL_ATL_TRANSPORT=mpi"
+  "CCL_KVS_MODE=mpi"
+  "CCL_KVS_CONNECTION_TIMEOUT=600"
+  "CCL_CONFIGURATION_PATH="
+  "CCL_CONFIGURATION=cpu_gpu_dpcpp"
+  "FI_CXI_DEFAULT_CQ_SIZE=1048576"
+  "FI_CXI_RX_MATCH_MODE=hybrid"
+  "FI_MR_CACHE_MONITOR=disabled"
+  "TORCH_XPU_ALLOC_CONF=expandable_segments:True"
+)
+SITE_LOCAL_DIR=/tmp
+
+SITE_PYTHON=python3
+SITE_VENV_DIR="${HOME}/venvs/aurora"
+SITE_VENV_STAGE=1
+
+SITE_SPARES_PERCENT=2
+SITE_SPARES_MIN=4
+SITE_FAILOVER_PATTERNS=(pals level_zero system app cascade)

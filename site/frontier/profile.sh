@@ -1,0 +1,38 @@
+# shellcheck shell=bash disable=SC2034
+# site/frontier: OLCF Frontier (HPE Cray EX; 4 AMD MI250X = 8 GCDs and one 64-core AMD EPYC per node;
+# Slurm; srun).  Keys: site/_template/profile.sh.
+SITE_NAME=frontier
+SITE_DESCRIPTION="OLCF Frontier: Slurm, srun, 8 AMD MI250X GCDs per node"
+SITE_HOSTNAME_RE='(^frontier[0-9]{5}|\.frontier\.olcf\.ornl\.gov$)'
+
+SITE_SCHEDULER=slurm
+SITE_QUEUE="batch"
+SITE_ACCOUNT=""
+SITE_FILESYSTEMS=""
+SITE_DIRECTIVES=()
+
+SITE_GPUS_PER_NODE=8
+SITE_RANKS_PER_NODE=8
+SITE_LAUNCHER=srun
+SITE_LAUNCHER_FLAGS=(--cpus-per-task=7 --gpus-per-task=1 --gpu-bind=closest)
+SITE_CPU_BIND=threads
+
+SITE_MODULES=(PrgEnv-gnu rocm/6.2.4 craype-accel-amd-gfx90a miniforge3)
+SITE_ENV=(
+  "NCCL_SOCKET_IFNAME=hsn0"
+  "NCCL_NET_GDR_LEVEL=3"
+  "FI_CXI_ATS=0"
+  "FI_MR_CACHE_MONITOR=userfaultfd"
+  "MIOPEN_USER_DB_PATH=/tmp/miopen-cache"
+  "MIOPEN_CUSTOM_CACHE_DIR=/tmp/miopen-cache"
+  "OMP_NUM_THREADS=7"
+)
+SITE_LOCAL_DIR=/tmp
+
+SITE_PYTHON=python3
+SITE_VENV_DIR="${HOME}/venvs/frontier"
+SITE_VENV_STAGE=1
+
+SITE_SPARES_PERCENT=2
+SITE_SPARES_MIN=2
+SITE_FAILOVER_PATTERNS=(srun rocm system app cascade)

@@ -1,0 +1,30 @@
+# shellcheck shell=bash disable=SC2034
+# site/generic: any machine (a laptop, a workstation, a CI runner): no scheduler, MPICH hydra on localhost,
+# the current python (the checkout's .venv), every failure-pattern set.  Keys: site/_template/profile.sh.
+SITE_NAME=generic
+SITE_DESCRIPTION="Any host: no scheduler, MPICH hydra mpiexec on localhost, the current python"
+SITE_HOSTNAME_RE='.*'
+
+SITE_SCHEDULER=none
+SITE_QUEUE=""
+SITE_ACCOUNT=""
+SITE_FILESYSTEMS=""
+SITE_DIRECTIVES=()
+
+SITE_GPUS_PER_NODE=0
+SITE_RANKS_PER_NODE=1
+SITE_LAUNCHER=hydra
+SITE_LAUNCHER_FLAGS=()
+SITE_CPU_BIND=""
+
+SITE_MODULES=()
+SITE_ENV=()
+SITE_LOCAL_DIR="${TMPDIR:-/tmp}"
+
+SITE_PYTHON=python3
+SITE_VENV_DIR=""
+SITE_VENV_STAGE=0
+
+SITE_SPARES_PERCENT=0
+SITE_SPARES_MIN=0
+SITE_FAILOVER_PATTERNS=(pals hydra openmpi srun cuda level_zero rocm gloo system app cascade)

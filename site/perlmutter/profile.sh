@@ -1,0 +1,37 @@
+# shellcheck shell=bash disable=SC2034
+# site/perlmutter: NERSC Perlmutter GPU nodes (HPE Cray EX; 4 NVIDIA A100 and one 64-core AMD EPYC per
+# node; Slurm; srun).  NERSC's "queue" is a QOS: it is a directive here, and the GPU partition is picked
+# by the constraint.  Keys: site/_template/profile.sh.
+SITE_NAME=perlmutter
+SITE_DESCRIPTION="NERSC Perlmutter GPU: Slurm, srun, 4 NVIDIA A100 per node"
+SITE_HOSTNAME_RE='(perlmutter|\.nersc\.gov$|^nid[0-9]{6}$)'
+
+SITE_SCHEDULER=slurm
+SITE_QUEUE=""
+SITE_ACCOUNT=""
+SITE_FILESYSTEMS=scratch
+SITE_DIRECTIVES=("--constraint=gpu" "--qos=regular" "--gpus-per-node=4")
+
+SITE_GPUS_PER_NODE=4
+SITE_RANKS_PER_NODE=4
+SITE_LAUNCHER=srun
+SITE_LAUNCHER_FLAGS=(--cpus-per-task=32 --gpus-per-node=4)
+SITE_CPU_BIND=cores
+
+SITE_MODULES=(pytorch/2.6.0)
+SITE_ENV=(
+  "NCCL_NET_GDR_LEVEL=PHB"
+  "NCCL_CROSS_NIC=1"
+  "FI_MR_CACHE_MONITOR=userfaultfd"
+  "FI_CXI_DEFAULT_CQ_SIZE=131072"
+  "OMP_NUM_THREADS=8"
+)
+SITE_LOCAL_DIR=/tmp
+
+SITE_PYTHON=python3
+SITE_VENV_DIR="${HOME}/venvs/perlmutter"
+SITE_VENV_STAGE=1
+
+SITE_SPARES_PERCENT=2
+SITE_SPARES_MIN=2
+SITE_FAILOVER_PATTERNS=(srun cuda system app cascade)

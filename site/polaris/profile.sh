@@ -1,0 +1,39 @@
+# shellcheck shell=bash disable=SC2034
+# site/polaris: ALCF Polaris (HPE Apollo 6500; 4 NVIDIA A100 and one 32-core AMD EPYC per node; PBS
+# Professional; PALS mpiexec).  The conda module needs `module use /soft/modulefiles` first: see hooks/.
+# Keys: site/_template/profile.sh.
+SITE_NAME=polaris
+SITE_DESCRIPTION="ALCF Polaris: PBS, PALS mpiexec, 4 NVIDIA A100 per node"
+SITE_HOSTNAME_RE='^(polaris-login-[0-9]+|x3[0-9]{3}c[0-9]+s[0-9]+b[0-9]+n[0-9]+)'
+
+SITE_SCHEDULER=pbs
+SITE_QUEUE=prod
+SITE_ACCOUNT=""
+SITE_FILESYSTEMS=home:eagle
+SITE_DIRECTIVES=("-l place=scatter" "-k doe" "-j oe")
+
+SITE_GPUS_PER_NODE=4
+SITE_RANKS_PER_NODE=4
+SITE_LAUNCHER=pals
+SITE_LAUNCHER_FLAGS=(--depth=8 --env OMP_NUM_THREADS=8)
+SITE_CPU_BIND=depth
+
+SITE_MODULES=(conda)
+SITE_ENV=(
+  "NCCL_NET_GDR_LEVEL=PHB"
+  "NCCL_CROSS_NIC=1"
+  "NCCL_COLLNET_ENABLE=1"
+  "NCCL_NET=AWS Libfabric"
+  "FI_CXI_DISABLE_HOST_REGISTER=1"
+  "FI_MR_CACHE_MONITOR=userfaultfd"
+  "FI_CXI_DEFAULT_CQ_SIZE=131072"
+)
+SITE_LOCAL_DIR=/local/scratch
+
+SITE_PYTHON=python3
+SITE_VENV_DIR="${HOME}/venvs/polaris"
+SITE_VENV_STAGE=1
+
+SITE_SPARES_PERCENT=2
+SITE_SPARES_MIN=2
+SITE_FAILOVER_PATTERNS=(pals cuda system app cascade)

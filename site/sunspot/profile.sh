@@ -1,0 +1,38 @@
+# shellcheck shell=bash disable=SC2034
+# site/sunspot: ALCF Sunspot, the Aurora test and development system (same node: 12 Intel GPU tiles; PBS
+# Professional; PALS mpiexec).  Keys: site/_template/profile.sh.
+SITE_NAME=sunspot
+SITE_DESCRIPTION="ALCF Sunspot (Aurora TDS): PBS, PALS mpiexec, 12 Intel GPU tiles per node"
+SITE_HOSTNAME_RE='^(uan-000[0-9]|x19[0-9]{2}c[0-9]+s[0-9]+b[0-9]+n[0-9]+)'
+
+SITE_SCHEDULER=pbs
+SITE_QUEUE=workq
+SITE_ACCOUNT=""
+SITE_FILESYSTEMS=flare:home
+SITE_DIRECTIVES=("-l place=scatter" "-k doe" "-j oe")
+
+SITE_GPUS_PER_NODE=12
+SITE_RANKS_PER_NODE=12
+SITE_LAUNCHER=pals
+SITE_LAUNCHER_FLAGS=(--genvall)
+SITE_CPU_BIND="list:1-8:9-16:17-24:25-32:33-40:41-48:53-60:61-68:69-76:77-84:85-92:93-100"
+
+SITE_MODULES=(frameworks)
+SITE_ENV=(
+  "ZE_FLAT_DEVICE_HIERARCHY=FLAT"
+  "CCL_PROCESS_LAUNCHER=pmix"
+  "CCL_ATL_TRANSPORT=mpi"
+  "CCL_KVS_MODE=mpi"
+  "CCL_CONFIGURATION_PATH="
+  "CCL_CONFIGURATION=cpu_gpu_dpcpp"
+  "FI_CXI_DEFAULT_CQ_SIZE=1048576"
+)
+SITE_LOCAL_DIR=/tmp
+
+SITE_PYTHON=python3
+SITE_VENV_DIR="${HOME}/venvs/sunspot"
+SITE_VENV_STAGE=1
+
+SITE_SPARES_PERCENT=2
+SITE_SPARES_MIN=1
+SITE_FAILOVER_PATTERNS=(pals level_zero system app cascade)
