@@ -1,0 +1,72 @@
+"""`agpt yeet`: parse options, call `agpt.yeet.run.yeet`, turn its result into an exit code."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from agpt.errors import AgptError
+
+
+@click.command(name="yeet")
+@click.argument("src", type=click.Path(path_type=Path))
+@click.option(
+    "--dest", help="Node-local folder to stage into (default $SITE_LOCAL_DIR or /tmp, /$USER/NAME)."
+)
+@click.option("--mode", default="tar", show_default=True, help="tar (broadcast one tarball), copy or rsync.")
+@click.option("--transport", help="mpi (default under mpiexec/srun), ssh (default with --hostfile), local.")
+@click.option(
+    "--hostfile",
+    type=click.Path(path_type=Path),
+    envvar="FAILOVER_HOSTFILE",
+    help="Hosts, one per line (ssh targets; report spelling). Default: $FAILOVER_HOSTFILE.",
+)
+@click.option(
+    "--check", "check_cmd", metavar="CMD", help="Command run in the staged tree before it replaces DEST."
+)
+@click.option(
+    "--min-success", metavar="N|F", help="Nodes (count or fraction) that must succeed (default all)."
+)
+def cli(
+    src: Path,
+    dest: str | None,
+    mode: str,
+    transport: str | None,
+    hostfile: Path | None,
+    check_cmd: str | None,
+    min_success: str | None,
+) -> None:
+    """Stage a venv, checkpoint or data set (a directory or a tarball) on every node's local storage.
+
+    SRC is packed once into a zstd tarball cached beside it, broadcast (MPI) or fanned out (ssh),
+    extracted on each node into DEST.tmp.<id>, verified and swapped in atomically.  A venv is relocated
+    so that DEST/bin/python and its scripts run from DEST.  `{rank}` and `{host}` in --dest are filled
+    in per node.
+    """
+    from agpt.yeet.run import YeetSettings, yeet
+
+    settings = YeetSettings(
+        src=src,
+        dest=dest,
+        mode=mode,
+        transport=transport,
+        hostfile=hostfile,
+        check=check_cmd,
+        min_success=min_success,
+        chunk_mb=int(os.environ.get("AGPT_YEET_CHUNK_MB", "8") or 8),
+    )
+
+    def emit(line: str) -> None:
+        click.echo(line)
+        sys.stdout.flush()
+
+    try:
+        rc = yeet(settings, emit)
+    except AgptError as exc:
+        if not getattr(exc, "silent", False):
+            click.echo(f"agpt: error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    sys.exit(rc)

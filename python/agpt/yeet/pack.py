@@ -1,0 +1,240 @@
+"""Pack a directory once into a zstd tarball, cached beside it and reused only while it is still current.
+
+Why a tarball: the shared filesystem then sees one sequential read instead of one open/stat per file per
+node.  Why a fingerprint: a venv changes (a `pip install`, a new `__pycache__`), and shipping a stale tarball
+silently would stage the wrong environment on every node, so the cache records a digest of every entry's path,
+type, mode, size, mtime and link target, and is repacked whenever that digest differs.  Writes go to a
+temporary name that is renamed into place, so a crash or a concurrent packer never leaves a half tarball
+under the cached name.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+import tarfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from agpt.errors import BadInput
+
+MAGIC_ZSTD = b"\x28\xb5\x2f\xfd"
+MAGIC_GZIP = b"\x1f\x8b"
+META_FORMAT = 1
+READ_CHUNK = 1 << 20
+
+Progress = Callable[[str], None]
+
+
+def _quiet(_msg: str) -> None:
+    pass
+
+
+@dataclass(kw_only=True, slots=True)
+class Tarball:
+    """A tarball ready to ship: where it is, how big, its sha256 and how it is compressed."""
+
+    path: Path
+    size: int
+    sha256: str
+    compression: str  # "zstd", "gzip" or "tar"
+    packed: bool = False  # True when this run (re)packed it
+
+
+def sniff(head: bytes) -> str:
+    """The compression of a tarball from its first bytes (zstd, gzip, or plain tar)."""
+    if head.startswith(MAGIC_ZSTD):
+        return "zstd"
+    if head.startswith(MAGIC_GZIP):
+        return "gzip"
+    return "tar"
+
+
+def _walk(root: Path) -> Iterator[tuple[str, os.stat_result]]:
+    """Every entry under root (not root itself), sorted, without following symlinks."""
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False, onerror=_raise):
+        dirnames.sort()
+        base = Path(dirpath)
+        rel_base = base.relative_to(root)
+        for name in sorted([*dirnames, *filenames]):
+            path = base / name
+            rel = str(rel_base / name) if str(rel_base) != "." else name
+            try:
+                yield rel, path.lstat()
+            except OSError as exc:
+                raise BadInput(f"SRC {root}: cannot read {path}: {exc.strerror}") from exc
+
+
+def _raise(exc: OSError) -> None:
+    raise BadInput(f"SRC: cannot read {exc.filename}: {exc.strerror}") from exc
+
+
+def fingerprint(root: Path, *, times: bool = True) -> str:
+    """A digest of the tree's metadata: cheap (stat only) and it changes whenever a file does.
+
+    Without TIMES it compares a copy with its source (paths, types, modes, sizes, link targets).
+    """
+    h = hashlib.sha256()
+    for rel, st in _walk(root):
+        link = os.readlink(root / rel) if stat.S_ISLNK(st.st_mode) else ""
+        size = st.st_size if stat.S_ISREG(st.st_mode) else 0
+        mtime = st.st_mtime_ns if times and not stat.S_ISDIR(st.st_mode) else 0
+        h.update(f"{rel}\0{st.st_mode:o}\0{size}\0{mtime}\0{link}\n".encode(errors="surrogateescape"))
+    return h.hexdigest()
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb", buffering=0) as f:
+        buf = bytearray(READ_CHUNK * 4)
+        view = memoryview(buf)
+        while n := f.readinto(buf):
+            h.update(view[:n])
+    return h.hexdigest()
+
+
+class _HashingWriter:
+    """A write-only file that counts and hashes what passes through, so packing reads nothing twice."""
+
+    def __init__(self, raw: BinaryIO) -> None:
+        self.raw = raw
+        self.hash = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data: bytes) -> int:
+        self.hash.update(data)
+        self.size += len(data)
+        self.raw.write(data)
+        return len(data)
+
+    def flush(self) -> None:
+        self.raw.flush()
+
+
+def _anonymous(info: tarfile.TarInfo) -> tarfile.TarInfo:
+    """Owners mean nothing on another node (extraction ignores them); drop them so tarballs compare."""
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    return info
+
+
+def pack(src: Path, out: Path, *, level: int = 3, progress: Progress = _quiet) -> tuple[int, str]:
+    """Write SRC's tree as a zstd tarball to OUT (via a temporary name); return (size, sha256)."""
+    import zstandard
+
+    tmp = out.with_name(f"{out.name}.tmp.{os.getpid()}")
+    t0 = time.monotonic()
+    nfiles = 0
+    try:
+        with open(tmp, "wb") as raw:
+            hw = _HashingWriter(raw)
+            cctx = zstandard.ZstdCompressor(level=level, threads=-1, write_checksum=True)
+            with (
+                cctx.stream_writer(hw, closefd=False) as zw,  # type: ignore[arg-type]
+                tarfile.open(fileobj=zw, mode="w|", format=tarfile.PAX_FORMAT, bufsize=READ_CHUNK) as tf,
+            ):
+                for rel, _st in _walk(src):
+                    try:
+                        tf.add(src / rel, arcname=rel, recursive=False, filter=_anonymous)
+                    except OSError as exc:
+                        raise BadInput(f"SRC {src}: cannot read {src / rel}: {exc.strerror}") from exc
+                    nfiles += 1
+                    if nfiles % 5000 == 0:
+                        progress(f"yeet: packing files={nfiles} bytes={hw.size}")
+            raw.flush()
+            os.fsync(raw.fileno())
+        os.replace(tmp, out)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    progress(f"yeet: packed {src} files={nfiles} bytes={hw.size} seconds={time.monotonic() - t0:.1f}")
+    return hw.size, hw.hash.hexdigest()
+
+
+def cache_paths(src: Path) -> tuple[Path, Path]:
+    """(tarball, meta) for a directory: beside it, else in AGPT_YEET_CACHE (~/.cache/agpt/yeet)."""
+    real = src.resolve()
+    parent = real.parent
+    if os.environ.get("AGPT_YEET_CACHE") or not os.access(parent, os.W_OK | os.X_OK):
+        cache = Path(os.environ.get("AGPT_YEET_CACHE") or Path.home() / ".cache" / "agpt" / "yeet")
+        cache.mkdir(parents=True, exist_ok=True)
+        key = hashlib.sha256(str(real).encode()).hexdigest()[:16]
+        base = cache / f"{real.name}-{key}"
+        return base.with_name(base.name + ".tar.zst"), base.with_name(base.name + ".json")
+    return parent / f".{real.name}.yeet.tar.zst", parent / f".{real.name}.yeet.json"
+
+
+def _read_meta(path: Path) -> dict[str, object]:
+    try:
+        meta = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return meta if isinstance(meta, dict) and meta.get("format") == META_FORMAT else {}
+
+
+def _write_meta(path: Path, meta: dict[str, object]) -> None:
+    tmp = path.with_name(f"{path.name}.tmp.{os.getpid()}")
+    try:
+        tmp.write_text(json.dumps(meta, sort_keys=True) + "\n")
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)  # a read-only cache only costs a re-hash next time
+
+
+def resolve_source(src: Path, *, progress: Progress = _quiet) -> Tarball:
+    """SRC (a directory or a tarball) as a Tarball, packing or re-hashing only when needed."""
+    try:
+        st = src.stat()
+    except OSError as exc:
+        raise BadInput(f"SRC {src}: {exc.strerror}") from exc
+    if stat.S_ISDIR(st.st_mode):
+        if not os.access(src, os.R_OK | os.X_OK):
+            raise BadInput(f"SRC {src}: directory is not readable")
+        return _directory(src, progress)
+    if not stat.S_ISREG(st.st_mode):
+        raise BadInput(f"SRC {src}: neither a directory nor a tarball")
+    try:
+        with open(src, "rb") as f:
+            head = f.read(512)
+    except OSError as exc:
+        raise BadInput(f"SRC {src}: {exc.strerror}") from exc
+    compression = sniff(head)
+    if compression == "tar" and head[257:262] != b"ustar":
+        raise BadInput(f"SRC {src}: neither a directory nor a tar/zstd/gzip tarball")
+    meta_path = src.with_name(src.name + ".yeet.json")
+    key = f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}"
+    meta = _read_meta(meta_path)
+    if meta.get("fingerprint") == key and isinstance(meta.get("sha256"), str):
+        digest = str(meta["sha256"])
+    else:
+        progress(f"yeet: hashing {src} bytes={st.st_size}")
+        digest = file_sha256(src)
+        _write_meta(meta_path, {"format": META_FORMAT, "fingerprint": key, "sha256": digest})
+    return Tarball(path=src, size=st.st_size, sha256=digest, compression=compression)
+
+
+def _directory(src: Path, progress: Progress) -> Tarball:
+    tar_path, meta_path = cache_paths(src)
+    fp = fingerprint(src)
+    meta = _read_meta(meta_path)
+    if meta.get("fingerprint") == fp and tar_path.is_file():
+        size = tar_path.stat().st_size
+        if size == meta.get("size") and isinstance(meta.get("sha256"), str):
+            progress(f"yeet: reusing {tar_path} (fingerprint matches)")
+            return Tarball(path=tar_path, size=size, sha256=str(meta["sha256"]), compression="zstd")
+    elif meta:
+        progress(f"yeet: {src} changed since {tar_path} was packed; repacking")
+    size, digest = pack(src, tar_path, progress=progress)
+    if fingerprint(src) != fp:
+        tar_path.unlink(missing_ok=True)
+        raise BadInput(f"SRC {src}: changed while it was being packed; run again when it is quiet")
+    _write_meta(
+        meta_path,
+        {"format": META_FORMAT, "fingerprint": fp, "sha256": digest, "size": size, "src": str(src.resolve())},
+    )
+    return Tarball(path=tar_path, size=size, sha256=digest, compression="zstd", packed=True)
