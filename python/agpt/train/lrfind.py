@@ -1,0 +1,137 @@
+"""`agpt lr-find`: an exponential learning-rate sweep over a short run, before committing a big one.
+
+The LR is raised geometrically each step from `lr_min` to `lr_max`; the smoothed loss is tracked
+until it blows up (4× its best, or non-finite).  Two suggestions are reported: the LR where the loss
+falls fastest (steepest descent of loss against log LR) and a tenth of the blow-up LR (a common,
+conservative peak LR).  A PNG plot of loss against LR lets a human check the call.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from agpt.errors import BadInput
+from agpt.train.config import load_config
+
+
+@dataclass(kw_only=True, slots=True)
+class Sweep:
+    lrs: list[float]
+    losses: list[float]
+    smoothed: list[float]
+    steepest_lr: float
+    blowup_lr: float | None
+
+    @property
+    def suggested_lr(self) -> float:
+        return (self.blowup_lr if self.blowup_lr is not None else self.lrs[-1]) / 10
+
+
+def analyse(lrs: list[float], losses: list[float], blowup_lr: float | None, beta: float = 0.7) -> Sweep:
+    """Bias-corrected EMA of the loss, then the steepest negative slope against log LR."""
+    smoothed: list[float] = []
+    avg = 0.0
+    for i, loss in enumerate(losses):
+        avg = beta * avg + (1 - beta) * loss
+        smoothed.append(avg / (1 - beta ** (i + 1)))
+    best = 0
+    slope_best = math.inf
+    for i in range(1, len(smoothed)):
+        dx = math.log(lrs[i]) - math.log(lrs[i - 1])
+        slope = (smoothed[i] - smoothed[i - 1]) / dx if dx else 0.0
+        if slope < slope_best:
+            slope_best, best = slope, i
+    return Sweep(lrs=lrs, losses=losses, smoothed=smoothed, steepest_lr=lrs[best], blowup_lr=blowup_lr)
+
+
+def plot(sweep: Sweep, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ax.plot(sweep.lrs, sweep.losses, alpha=0.35, label="loss")
+    ax.plot(sweep.lrs, sweep.smoothed, label="smoothed loss")
+    ax.axvline(sweep.steepest_lr, color="g", ls="--", label=f"steepest {sweep.steepest_lr:.2e}")
+    ax.axvline(sweep.suggested_lr, color="r", ls=":", label=f"blow-up/10 {sweep.suggested_lr:.2e}")
+    ax.set_xscale("log")
+    ax.set_xlabel("learning rate")
+    ax.set_ylabel("loss")
+    ax.set_title("agpt lr-find")
+    ax.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def lr_find(
+    config: str,
+    *,
+    out: str | None = None,
+    steps: int = 100,
+    lr_min: float = 1e-6,
+    lr_max: float = 1.0,
+    sets: tuple[str, ...] | list[str] = (),
+) -> int:
+    """Run the sweep on every rank; rank 0 prints the two LRs and writes the PNG (and a JSON beside it)."""
+    if not 0 < lr_min < lr_max:
+        raise BadInput(f"--lr-min {lr_min} / --lr-max {lr_max}: need 0 < lr-min < lr-max")
+    if steps < 3:
+        raise BadInput(f"--steps {steps}: need at least 3 steps")
+    cfg = load_config(config, list(sets), flags={"train.steps": steps})
+    from agpt.train.trainer import NonFinite, Trainer
+
+    run_dir = Path(cfg.train.run_dir) if cfg.train.run_dir else None
+    png = Path(out) if out else (run_dir or Path(".")) / "lr_find.png"
+    trainer = Trainer(cfg, None, checkpoints=False)
+    ratio = lr_max / lr_min
+    trainer.lr_fn = lambda s: lr_min * ratio ** (s / (steps - 1))
+    lrs: list[float] = []
+    losses: list[float] = []
+    blowup: float | None = None
+    best = math.inf
+    for s in range(steps):
+        lr = trainer.lr_fn(s)
+        try:
+            rec, _ = trainer.train_step()
+        except NonFinite:
+            blowup = lr
+            break
+        lrs.append(lr)
+        losses.append(rec.loss)
+        if trainer.rank == 0:
+            print(
+                f"step={rec.step} lr={lr:.3e} loss={rec.loss:.6f} grad_norm={rec.grad_norm:.4g}", flush=True
+            )
+        best = min(best, rec.loss)
+        if rec.loss > 4 * best and s > 2:
+            blowup = lr
+            break
+    if len(losses) < 2:
+        raise BadInput(f"--lr-min {lr_min}: the loss blew up at once; lower --lr-min")
+    sweep = analyse(lrs, losses, blowup)
+    if trainer.rank == 0:
+        plot(sweep, png)
+        result = {
+            "steepest_lr": sweep.steepest_lr,
+            "blowup_lr": sweep.blowup_lr,
+            "suggested_lr": sweep.suggested_lr,
+            "lrs": sweep.lrs,
+            "losses": sweep.losses,
+        }
+        tmp = png.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(result, indent=1) + "\n")
+        os.replace(tmp, png.with_suffix(".json"))
+        where = f"{sweep.blowup_lr:.3e}" if sweep.blowup_lr is not None else "none within the sweep"
+        print(
+            f"lr-find: steepest descent lr={sweep.steepest_lr:.3e}; blow-up lr={where}; "
+            f"blow-up/10 lr={sweep.suggested_lr:.3e}; plot {png}",
+            flush=True,
+        )
+    return 0

@@ -1,0 +1,163 @@
+"""Exact resume, kill -9 during an async save, 2 -> 4 ranks, corrupt and foreign checkpoints.
+
+Real gloo ranks under the real mpiexec, tiny config.  One straight 40-step run is shared by every
+assertion (module fixture) to keep the file fast on a loaded machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import agpt_env
+from train_util import (
+    ckpt_steps,
+    copy_ckpt,
+    kill_ranks,
+    losses,
+    run_train,
+    step_lines,
+    train_cmd,
+    wait_for,
+)
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    run = tmp_path_factory.mktemp("straight")
+    r = run_train(2, run, "--steps", "40", "--ckpt-interval", "10", "--set", "checkpoint.keep=3")
+    assert r.returncode == 0, r.stdout + r.stderr
+    return run, r.stdout
+
+
+def test_straight_run_logs_contract_lines_and_progress(straight: tuple[Path, str]) -> None:
+    run, out = straight
+    lines = [ln for ln in out.splitlines() if ln.startswith("step=")]
+    assert len(lines) == 40
+    keys = [tok.split("=")[0] for tok in lines[0].split()]
+    assert keys == ["step", "loss", "grad_norm", "lr", "tps", "stall_ms"]
+    ls = losses(out)
+    assert ls[40] < ls[1] - 0.5, "the tiny model should learn the synthetic stream"
+    assert (run / "progress").read_text().startswith("step=40 time=")
+    # keep=3: the oldest complete checkpoint was pruned, the newest three remain with their markers.
+    assert ckpt_steps(run) == [20, 30, 40]
+    rec = json.loads((run / "ckpt" / "step-40" / ".complete").read_text())
+    assert rec["step"] == 40 and rec["world_size"] == 2 and rec["time"] > 0
+
+
+def test_kill_9_mid_async_save_then_exact_resume(straight: tuple[Path, str], tmp_path: Path) -> None:
+    """Kill every rank while step 30 is being written: no marker there, resume from 20, bit-exact to 40."""
+    _, ref = straight
+    run = tmp_path / "run"
+    log = tmp_path / "first.log"
+    env = agpt_env({"AGPT_TEST_CKPT_WRITE_DELAY": "30:120"})
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(
+            train_cmd(2, run, "--steps", "40", "--ckpt-interval", "10"), env=env, stdout=fh, stderr=fh
+        )
+        try:
+            wait_for(lambda: (run / "ckpt/step-20/.complete").exists(), 120, "step-20 complete", proc)
+            wait_for(lambda: "\nstep=32 " in log.read_text(), 120, "step 32 (save of 30 in flight)", proc)
+            assert kill_ranks(proc.pid) == 2
+            proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert (run / "ckpt/step-30").is_dir()
+    assert not (run / "ckpt/step-30/.complete").exists()
+    r = run_train(2, run, "--steps", "40", "--ckpt-interval", "10")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "resumed from" in r.stdout and "step-20 (step 20" in r.stdout
+    got, want = step_lines(r.stdout), step_lines(ref)
+    assert sorted(got) == list(range(21, 41))
+    assert [got[s] for s in range(21, 41)] == [want[s] for s in range(21, 41)]
+    assert (run / "ckpt/step-30/.complete").exists()
+
+
+def test_resume_on_four_ranks(straight: tuple[Path, str], tmp_path: Path) -> None:
+    """A 2-rank checkpoint resumes on 4 ranks (resharded) and continues the same curve."""
+    src, ref = straight
+    run = tmp_path / "run"
+    copy_ckpt(src, run, 20)
+    r = run_train(
+        4, run, "--steps", "22", "--ckpt-interval", "0", "--set", "optim.decay_steps=40",
+        "--set", "checkpoint.save_final=false",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "saved by 2 ranks, now 4" in r.stdout
+    got, want = losses(r.stdout), losses(ref)
+    assert sorted(got) == [21, 22]
+    for s in (21, 22):
+        assert got[s] == pytest.approx(want[s], rel=1e-5)
+
+
+def test_one_rank_reports_the_same_global_loss(straight: tuple[Path, str], tmp_path: Path) -> None:
+    """Same global batch on 1 rank (4 micro-batches) and 2 ranks (2 each): the same mean loss."""
+    _, ref = straight
+    r = run_train(
+        1, tmp_path / "run", "--steps", "2", "--ckpt-interval", "0", "--set", "optim.decay_steps=40",
+        "--set", "checkpoint.save_final=false",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    got, want = losses(r.stdout), losses(ref)
+    assert got[1] == pytest.approx(want[1], rel=1e-4)
+    assert got[2] == pytest.approx(want[2], rel=1e-4)
+
+
+def test_corrupt_newest_falls_back_and_marker_goes_first(straight: tuple[Path, str], tmp_path: Path) -> None:
+    """Newest checkpoint truncated: warn, resume from the previous one; re-saving removes the old marker first."""
+    src, ref = straight
+    run = tmp_path / "run"
+    copy_ckpt(src, run, 30, 40)
+    data = run / "ckpt/step-40/__0_0.distcp"
+    data.write_bytes(data.read_bytes()[:1000])
+    env = agpt_env({"AGPT_TEST_CKPT_WRITE_DELAY": "40:5"})
+    log = tmp_path / "log"
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(
+            train_cmd(2, run, "--steps", "40", "--ckpt-interval", "10"), env=env, stdout=fh, stderr=fh
+        )
+        try:
+            wait_for(lambda: "\nstep=40 " in log.read_text(), 120, "step 40", proc)
+            # The save of step 40 into the existing directory is under way: its old marker is gone.
+            assert not (run / "ckpt/step-40/.complete").exists()
+            assert proc.wait(timeout=120) == 0, log.read_text()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    out = log.read_text()
+    assert "warning:" in out and "__0_0.distcp" in out and "truncated" in out
+    assert "step-30 (step 30" in out
+    got, want = step_lines(out), step_lines(ref)
+    assert [got[s] for s in range(31, 41)] == [want[s] for s in range(31, 41)]
+    assert (run / "ckpt/step-40/.complete").exists()
+    assert data.stat().st_size > 1000
+
+
+def test_only_checkpoint_corrupt_exits_2_naming_the_file(straight: tuple[Path, str], tmp_path: Path) -> None:
+    src, _ = straight
+    run = tmp_path / "run"
+    copy_ckpt(src, run, 40)
+    (run / "ckpt/step-40/__1_0.distcp").unlink()
+    r = run_train(2, run, "--steps", "41")
+    assert r.returncode == 2, r.stdout + r.stderr
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("agpt: error:")]
+    assert len(errors) == 1 and "__1_0.distcp" in errors[0] and "missing" in errors[0]
+
+
+def test_checkpoint_of_another_model_exits_2_naming_the_tensor(
+    straight: tuple[Path, str], tmp_path: Path
+) -> None:
+    src, _ = straight
+    run = tmp_path / "run"
+    copy_ckpt(src, run, 40)
+    r = run_train(1, run, "--steps", "41", "--set", "model.dim=128")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "tensor model.tok_embeddings.weight" in r.stderr and "[512, 64]" in r.stderr
+    assert os.path.exists(run / "ckpt/step-40/.complete"), "a foreign checkpoint is never touched"

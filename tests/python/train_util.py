@@ -1,0 +1,114 @@
+"""Helpers for the trainer tests: launch `agpt train` under the real mpiexec, kill ranks, parse lines."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from conftest import ROOT, agpt_env
+
+TINY = ROOT / "jobs" / "configs" / "tiny.yaml"
+MPIEXEC = ROOT / ".venv" / "bin" / "mpiexec"
+AGPT = ROOT / "bin" / "agpt"
+STEP_RE = re.compile(r"^step=(\d+) ")
+
+
+def train_cmd(ranks: int, run_dir: Path, *args: str) -> list[str]:
+    base = [str(AGPT), "train", "--config", str(TINY), "--run-dir", str(run_dir), *args]
+    if ranks == 1:
+        return base
+    return [str(MPIEXEC), "-n", str(ranks), *base]
+
+
+def run_train(ranks: int, run_dir: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 300):
+    return subprocess.run(
+        train_cmd(ranks, run_dir, *args),
+        env=agpt_env(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def step_lines(text: str) -> dict[int, str]:
+    """step -> the line's `loss=... grad_norm=...` part (what must match bit for bit)."""
+    out: dict[int, str] = {}
+    for line in text.splitlines():
+        m = STEP_RE.match(line)
+        if m:
+            fields = dict(tok.split("=", 1) for tok in line.split())
+            out[int(m.group(1))] = f"loss={fields['loss']} grad_norm={fields['grad_norm']}"
+    return out
+
+
+def losses(text: str) -> dict[int, float]:
+    return {s: float(v.split()[0][5:]) for s, v in step_lines(text).items()}
+
+
+def descendants(pid: int) -> list[int]:
+    """All processes below pid (from /proc), so a test can kill -9 every rank the way a node failure does."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def rank_pids(launcher_pid: int) -> list[int]:
+    pids = []
+    for p in descendants(launcher_pid):
+        try:
+            cmd = Path(f"/proc/{p}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"agpt" in cmd and b"hydra" not in cmd:
+            pids.append(p)
+    return pids
+
+
+def kill_ranks(launcher_pid: int, sig: int = signal.SIGKILL) -> int:
+    pids = rank_pids(launcher_pid)
+    for p in pids:
+        try:
+            os.kill(p, sig)
+        except ProcessLookupError:
+            pass
+    return len(pids)
+
+
+def wait_for(pred, timeout: float, what: str, proc: subprocess.Popen | None = None) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"process ended (rc {proc.returncode}) before {what}")
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def copy_ckpt(src_run: Path, dst_run: Path, *steps: int) -> None:
+    (dst_run / "ckpt").mkdir(parents=True, exist_ok=True)
+    for s in steps:
+        shutil.copytree(src_run / "ckpt" / f"step-{s}", dst_run / "ckpt" / f"step-{s}")
+
+
+def ckpt_steps(run_dir: Path) -> list[int]:
+    return sorted(int(p.name[5:]) for p in (run_dir / "ckpt").iterdir() if p.name.startswith("step-"))
