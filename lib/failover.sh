@@ -1,0 +1,296 @@
+# shellcheck shell=bash
+# lib/failover.sh: the NODE layer.  Keep a training run going on an allocation with spare hosts: run an attempt
+# under the idle watchdog, classify its log, swap the host it names (or rotate a blind swap), relaunch.
+#
+# Source it into any job script (sets only FAILOVER_* defaults; runs nothing; changes no shell option):
+#   source "$AGPT_HOME/lib/failover.sh"
+#   export AGPT_RUN_DIR=/lus/proj/runs/20b            # the run directory (CONTRACT.md), survives the chain
+#   rc=0
+#   failover_run srun --nodelist {hosts} -N {nhosts} --ntasks-per-node=1 python3 train.py || rc=$?
+#   exit "$rc"                                       # 0 done, 1 failed, 3 stuck, 4 repeat, 75 resubmit
+#
+# Functions
+#   failover_init             split the allocation into hosts/{all,active,spare}, resolve hosts/ip
+#   failover_preflight        run FAILOVER_PREFLIGHT on every host (spares too), evict the failing ones
+#   failover_run CMD...       attempts until a stop; returns the verdict's exit code
+#
+# Each attempt's environment: FAILOVER_HOSTFILE (RUN_DIR/hosts/active), FAILOVER_HOSTS (comma list),
+# FAILOVER_NUM_HOSTS, FAILOVER_ATTEMPT (1, 2, ...), AGPT_RUN_DIR, AGPT_DEADLINE_EPOCH (when known); and the
+# words {hostfile} {hosts} {nhosts} in CMD are replaced.  The decisions live in `agpt failover plan` (Python,
+# unit-tested); this file is the glue.  Files written: RUN_DIR/hosts/*, attempts/JOBID.N.log, events.jsonl.
+#
+# Settings (environment, read when a function runs; defaults set when sourced)
+#   FAILOVER_SPARES           spare hosts; default "": ~SITE_SPARES_PERCENT (2)% of active, at least
+#                             SITE_SPARES_MIN (4) when that leaves 3/4 of the allocation active, never negative
+#   FAILOVER_ACTIVE           active hosts wanted; default "": all but the spares
+#   FAILOVER_DEGRADE          1: run on fewer hosts than FAILOVER_ACTIVE instead of refusing (exit 2); default 0
+#   FAILOVER_MAX_ATTEMPTS     attempts per job (default 20)
+#   FAILOVER_MAX_REPEAT       same class at the same last step this many times in a row -> repeat, 4 (default 3)
+#   FAILOVER_MAX_BLIND        blind swaps a hang/crash rotation may try before it can be a repeat (default 8)
+#   FAILOVER_MIN_ATTEMPT_S    never start an attempt with less time left than this (default 600)
+#   FAILOVER_BACKOFF          seconds before relaunch 1, 2, ... the last repeated (default "5 10 20 40 60")
+#   FAILOVER_IDLE_TIMEOUT     `agpt watch --timeout`: seconds of silence that mean a hang (default 900)
+#   FAILOVER_STARTUP_TIMEOUT  silence allowed before the first progress line (default 1800)
+#   FAILOVER_GRACE            SIGTERM to SIGKILL when the watchdog fires (default 30)
+#   FAILOVER_PROGRESS_RE      a progress line (default '\bstep[=:] ?[0-9]+')
+#   FAILOVER_PROGRESS_FILE    passed to `agpt watch --progress-file` when set (e.g. $AGPT_RUN_DIR/progress)
+#   FAILOVER_PATTERN_SETS     classifier pattern sets, comma list (default: SITE_FAILOVER_PATTERNS, else all)
+#   FAILOVER_CLEANUP_HOOK     run before each relaunch on the hosts about to be used (default none).  With
+#                             {host}: once per host, in parallel (`ssh {host} site/x/hooks/cleanup.sh`,
+#                             `srun -w {host} -N1 -n1 site/x/hooks/cleanup.sh`); else once, with {hosts},
+#                             {nhosts}, {hostfile} replaced.  A failing hook is logged, not fatal.
+#   FAILOVER_CLEANUP_TIMEOUT  seconds for the hook (default 60)
+#   FAILOVER_PREFLIGHT        a short smoke command with {host}, run on every host (spares too) before the first
+#                             attempt; a host where it fails is evicted and recorded in hosts/bad (default none)
+#   FAILOVER_PREFLIGHT_TIMEOUT seconds per host (default 120)
+#   FAILOVER_HOSTS_FROM       a file with the allocation, one host per line (default: sched_hosts from
+#                             lib/sched.sh when sourced, else PBS_NODEFILE / SLURM_JOB_NODELIST, else hostname)
+#   FAILOVER_RESOLVE_TIMEOUT  seconds to resolve every host's addresses into hosts/ip (default 10)
+#   FAILOVER_JOBID            names attempts/JOBID.N.log (default: the scheduler's job id, else local-EPOCH)
+#   FAILOVER_LOG              a file for the loop's own messages (default "": standard error)
+#
+# Returns (failover_run): 0 done, 1 failed (or the loop itself broke), 2 bad input, 3 stuck, 4 repeat,
+# 75 resubmit.  The function never runs `exit`: under `set -e` call it as `failover_run ... || rc=$?`.
+
+: "${FAILOVER_SPARES:=}"
+: "${FAILOVER_ACTIVE:=}"
+: "${FAILOVER_DEGRADE:=0}"
+: "${FAILOVER_MAX_ATTEMPTS:=20}"
+: "${FAILOVER_MAX_REPEAT:=3}"
+: "${FAILOVER_MAX_BLIND:=8}"
+: "${FAILOVER_MIN_ATTEMPT_S:=600}"
+: "${FAILOVER_BACKOFF:=5 10 20 40 60}"
+: "${FAILOVER_IDLE_TIMEOUT:=900}"
+: "${FAILOVER_STARTUP_TIMEOUT:=1800}"
+: "${FAILOVER_GRACE:=30}"
+: "${FAILOVER_PROGRESS_RE:=\bstep[=:] ?[0-9]+}"
+: "${FAILOVER_PROGRESS_FILE:=}"
+: "${FAILOVER_PATTERN_SETS:=}"
+: "${FAILOVER_CLEANUP_HOOK:=}"
+: "${FAILOVER_CLEANUP_TIMEOUT:=60}"
+: "${FAILOVER_PREFLIGHT:=}"
+: "${FAILOVER_PREFLIGHT_TIMEOUT:=120}"
+: "${FAILOVER_HOSTS_FROM:=}"
+: "${FAILOVER_RESOLVE_TIMEOUT:=10}"
+: "${FAILOVER_JOBID:=}"
+: "${FAILOVER_LOG:=}"
+
+_failover_root="$(cd -P "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+_failover_inited=""
+
+# Usage: _failover_logged CMD... : runs CMD with its standard error (and its output, with --all) in FAILOVER_LOG.
+# Appending to /dev/stderr would reopen a redirected batch log and write over the job's own output.
+_failover_logged() {
+  local all=0
+  [[ "$1" == --all ]] && { all=1; shift; }
+  if [[ -z "$FAILOVER_LOG" ]]; then
+    if ((all)); then "$@" >&2; else "$@"; fi
+  elif ((all)); then
+    "$@" >>"$FAILOVER_LOG" 2>&1
+  else
+    "$@" 2>>"$FAILOVER_LOG"
+  fi
+}
+
+_failover_say() {
+  _failover_logged --all printf 'failover: %s\n' "$*"
+}
+
+_failover_py() {
+  _failover_logged "$_failover_root/bin/agpt-failover" "$@"
+}
+
+# Sets FAILOVER_JOBID (names attempts/JOBID.N.log) once, when unset: the scheduler's job id, else local-EPOCH.
+_failover_jobid() {
+  if [[ -z "$FAILOVER_JOBID" ]]; then
+    if declare -F sched_job_id >/dev/null; then
+      FAILOVER_JOBID="$(sched_job_id)"
+    else
+      FAILOVER_JOBID="${SLURM_JOB_ID:-${PBS_JOBID:-}}"
+    fi
+    [[ -n "$FAILOVER_JOBID" ]] || FAILOVER_JOBID="local-$EPOCHSECONDS"
+  fi
+  FAILOVER_JOBID="${FAILOVER_JOBID//\//_}"
+}
+
+# Prints the epoch at which the job ends, or nothing when no one knows.
+_failover_deadline() {
+  if [[ -n "${AGPT_DEADLINE_EPOCH:-}" ]]; then
+    printf '%s\n' "$AGPT_DEADLINE_EPOCH"
+  elif declare -F sched_deadline >/dev/null; then
+    sched_deadline 2>/dev/null || true
+  fi
+}
+
+# Prints the allocation, one host per line.
+_failover_allocation() {
+  if [[ -n "$FAILOVER_HOSTS_FROM" ]]; then
+    cat -- "$FAILOVER_HOSTS_FROM"
+  elif declare -F sched_hosts >/dev/null; then
+    sched_hosts
+  elif [[ -n "${PBS_NODEFILE:-}" && -r "${PBS_NODEFILE:-}" ]]; then
+    cat -- "$PBS_NODEFILE"
+  elif [[ -n "${SLURM_JOB_NODELIST:-}" ]] && command -v scontrol >/dev/null; then
+    scontrol show hostnames "$SLURM_JOB_NODELIST"
+  else
+    hostname
+  fi
+}
+
+# Usage: _failover_subst OUTVAR WORD... : OUTVAR=(WORD... with {hostfile} {hosts} {nhosts} replaced)
+_failover_subst() {
+  local -n _failover_out="$1"
+  shift
+  local hf="$AGPT_RUN_DIR/hosts/active" hosts n a
+  hosts="$(paste -sd, "$hf")"
+  n="$(grep -c . "$hf")" || n=0
+  _failover_out=()
+  for a in "$@"; do
+    a="${a//"{hostfile}"/"$hf"}"
+    a="${a//"{hosts}"/"$hosts"}"
+    a="${a//"{nhosts}"/"$n"}"
+    _failover_out+=("$a")
+  done
+}
+
+# Usage: failover_init
+# Splits the allocation into RUN_DIR/hosts/{all,active,spare}, resolves hosts/ip; hosts proven bad in hosts/bad
+# (earlier jobs) are left out, blind suspects go last.
+# Globals read: AGPT_RUN_DIR, FAILOVER_HOSTS_FROM, FAILOVER_SPARES, FAILOVER_ACTIVE, FAILOVER_DEGRADE,
+#   SITE_SPARES_PERCENT, SITE_SPARES_MIN, FAILOVER_RESOLVE_TIMEOUT
+# Returns: 0; 2 with the numbers when the allocation is too small (or AGPT_RUN_DIR is unset); 1 otherwise
+failover_init() {
+  local rc=0 alloc degrade=()
+  if [[ -z "${AGPT_RUN_DIR:-}" ]]; then
+    _failover_say "error: AGPT_RUN_DIR is not set (the run directory of CONTRACT.md)"
+    return 2
+  fi
+  mkdir -p "$AGPT_RUN_DIR/hosts" "$AGPT_RUN_DIR/attempts" || return 1
+  _failover_jobid
+  alloc="$(_failover_allocation)" || {
+    _failover_say "error: cannot read the allocation (FAILOVER_HOSTS_FROM=${FAILOVER_HOSTS_FROM:-unset})"
+    return 2
+  }
+  [[ "$FAILOVER_DEGRADE" == 1 ]] && degrade=(--degrade)
+  printf '%s\n' "$alloc" | _failover_py hosts init --run-dir "$AGPT_RUN_DIR" --hostfile - \
+    --spares "$FAILOVER_SPARES" --active "$FAILOVER_ACTIVE" "${degrade[@]}" \
+    --spares-percent "${SITE_SPARES_PERCENT:-2}" --spares-min "${SITE_SPARES_MIN:-4}" \
+    --resolve-timeout "$FAILOVER_RESOLVE_TIMEOUT" >/dev/null || rc=$?
+  ((rc == 0)) && _failover_inited="$FAILOVER_JOBID"
+  return "$rc"
+}
+
+# Usage: failover_preflight
+# Runs FAILOVER_PREFLIGHT (with {host}) on every active and spare host at once; a failing active host is
+# swapped for a healthy spare, a failing spare dropped, each recorded in hosts/bad.  No-op when unset.
+# Globals read: AGPT_RUN_DIR, FAILOVER_PREFLIGHT, FAILOVER_PREFLIGHT_TIMEOUT
+# Returns: 0; 2 when too few healthy hosts remain; 1 when it could not run
+failover_preflight() {
+  [[ -n "$FAILOVER_PREFLIGHT" ]] || return 0
+  local jobid
+  _failover_jobid
+  jobid="$FAILOVER_JOBID"
+  _failover_say "preflight on $(cat "$AGPT_RUN_DIR/hosts/active" "$AGPT_RUN_DIR/hosts/spare" | grep -c .) host(s)"
+  _failover_py hosts preflight --run-dir "$AGPT_RUN_DIR" --cmd "$FAILOVER_PREFLIGHT" \
+    --timeout "$FAILOVER_PREFLIGHT_TIMEOUT" --jobid "$jobid" \
+    --log "$AGPT_RUN_DIR/attempts/$jobid.preflight.log" >/dev/null
+}
+
+# Runs FAILOVER_CLEANUP_HOOK on the hosts of the next attempt; never fails the loop.
+_failover_cleanup() {
+  [[ -n "$FAILOVER_CLEANUP_HOOK" ]] || return 0
+  local rc=0
+  local -a cmd
+  if [[ "$FAILOVER_CLEANUP_HOOK" == *"{host}"* ]]; then
+    _failover_logged --all "$_failover_root/bin/agpt-failover" hosts each --run-dir "$AGPT_RUN_DIR" \
+      --cmd "$FAILOVER_CLEANUP_HOOK" --timeout "$FAILOVER_CLEANUP_TIMEOUT" || rc=$?
+  else
+    _failover_subst cmd "$FAILOVER_CLEANUP_HOOK"
+    _failover_logged --all env FAILOVER_HOSTFILE="$AGPT_RUN_DIR/hosts/active" \
+      timeout -k 5 "$FAILOVER_CLEANUP_TIMEOUT" bash -c "${cmd[0]}" || rc=$?
+  fi
+  ((rc == 0)) || _failover_say "cleanup hook failed (rc $rc); relaunching anyway"
+  return 0
+}
+
+# Usage: failover_run CMD [ARGS...]
+# Runs CMD under `agpt watch` until a stop (see the header for the environment and the {words} it gets).
+# Globals read: AGPT_RUN_DIR, AGPT_DEADLINE_EPOCH, FAILOVER_* (see the header)
+# Globals written: FAILOVER_JOBID (when unset: chosen once)
+# Returns: the verdict's exit code: 0 done, 1 failed, 2 bad input, 3 stuck, 4 repeat, 75 resubmit
+failover_run() {
+  if (($# == 0)); then
+    _failover_say "usage: failover_run CMD [ARGS...]"
+    return 2
+  fi
+  if [[ -z "${AGPT_RUN_DIR:-}" ]]; then
+    _failover_say "error: AGPT_RUN_DIR is not set (the run directory of CONTRACT.md)"
+    return 2
+  fi
+  local jobid deadline rc n=0 log cls started ended decision action code backoff hosts nhosts
+  local -a argv watch envs patterns=() limits
+  _failover_jobid
+  jobid="$FAILOVER_JOBID"
+  if [[ "$_failover_inited" != "$jobid" || ! -s "$AGPT_RUN_DIR/hosts/active" ]]; then
+    rc=0
+    failover_init || rc=$?
+    ((rc == 0)) || return "$rc"
+  fi
+  rc=0
+  failover_preflight || rc=$?
+  ((rc == 0)) || return "$rc"
+  deadline="$(_failover_deadline)"
+  [[ -n "$FAILOVER_PATTERN_SETS" ]] && patterns=(--patterns "$FAILOVER_PATTERN_SETS")
+  if [[ -z "$FAILOVER_PATTERN_SETS" ]] && declare -p SITE_FAILOVER_PATTERNS >/dev/null 2>&1; then
+    patterns=(--patterns "$(IFS=,; printf '%s' "${SITE_FAILOVER_PATTERNS[*]}")")
+  fi
+  limits=(--jobid "$jobid" --deadline "$deadline" --max-attempts "$FAILOVER_MAX_ATTEMPTS"
+    --max-repeat "$FAILOVER_MAX_REPEAT" --max-blind "$FAILOVER_MAX_BLIND"
+    --min-attempt-s "$FAILOVER_MIN_ATTEMPT_S" --backoff "$FAILOVER_BACKOFF")
+  watch=("$_failover_root/bin/agpt-watch" --timeout "$FAILOVER_IDLE_TIMEOUT"
+    --startup-timeout "$FAILOVER_STARTUP_TIMEOUT" --grace "$FAILOVER_GRACE" --progress-re "$FAILOVER_PROGRESS_RE")
+  [[ -n "$FAILOVER_PROGRESS_FILE" ]] && watch+=(--progress-file "$FAILOVER_PROGRESS_FILE")
+  while :; do
+    n=$((n + 1))
+    decision="$(_failover_py plan --run-dir "$AGPT_RUN_DIR" --attempt "$n" --before --apply --shell \
+      "${limits[@]}")" || decision=""
+    read -r action code backoff <<<"$decision" || true
+    if [[ "${action:-}" == stop ]]; then
+      _failover_say "not starting attempt $n: stop (exit $code)"
+      return "$code"
+    elif [[ "${action:-}" != relaunch ]]; then
+      _failover_say "error: 'agpt failover plan' gave no decision before attempt $n"
+      return 1
+    fi
+    hosts="$(paste -sd, "$AGPT_RUN_DIR/hosts/active")"
+    nhosts="$(grep -c . "$AGPT_RUN_DIR/hosts/active")" || nhosts=0
+    _failover_subst argv "$@"
+    log="$AGPT_RUN_DIR/attempts/$jobid.$n.log"
+    cls="$AGPT_RUN_DIR/attempts/$jobid.$n.class.json"
+    envs=(FAILOVER_HOSTFILE="$AGPT_RUN_DIR/hosts/active" FAILOVER_HOSTS="$hosts" FAILOVER_NUM_HOSTS="$nhosts"
+      FAILOVER_ATTEMPT="$n" AGPT_RUN_DIR="$AGPT_RUN_DIR")
+    [[ -n "$deadline" ]] && envs+=(AGPT_DEADLINE_EPOCH="$deadline")
+    _failover_say "attempt $n on $nhosts host(s) ($hosts): ${argv[*]}"
+    : >"$log"
+    started="$EPOCHREALTIME"
+    rc=0
+    env "${envs[@]}" "${watch[@]}" --log "$log" -- "${argv[@]}" || rc=$?
+    ended="$EPOCHREALTIME"
+    _failover_py classify --rc "$rc" --hostfile "$AGPT_RUN_DIR/hosts/active" --ipmap "$AGPT_RUN_DIR/hosts/ip" \
+      ${deadline:+--deadline "$deadline"} --now "${ended%%.*}" --progress-re "$FAILOVER_PROGRESS_RE" \
+      "${patterns[@]}" "$log" >"$cls" ||
+      _failover_say "classifier failed on $log; deciding from the exit code"
+    decision="$(_failover_py plan --run-dir "$AGPT_RUN_DIR" --attempt "$n" --rc "$rc" --log "$log" \
+      --classification "$cls" --started "$started" --ended "$ended" --progress-re "$FAILOVER_PROGRESS_RE" \
+      "${limits[@]}" --apply --shell)" || decision=""
+    read -r action code backoff <<<"$decision" || true
+    if [[ "${action:-}" == stop ]]; then
+      return "$code"
+    elif [[ "${action:-}" != relaunch ]]; then
+      _failover_say "error: 'agpt failover plan' gave no decision after attempt $n"
+      return 1
+    fi
+    sleep "$backoff"
+    _failover_cleanup
+  done
+}

@@ -1,0 +1,618 @@
+"""`agpt failover hosts`: the run directory's host lists (CONTRACT.md `hosts/`), and the swaps on them.
+
+Standard library only: this runs on the recovery path, when the training environment may be what broke.
+
+Files under RUN_DIR/hosts/ (one host per line, de-duplicated, scheduler order):
+  all     the allocation as the scheduler gave it
+  active  the hosts the next attempt runs on
+  spare   the hosts waiting to replace a bad one (first line is used first)
+  ip      `IP HOST` lines, resolved once at job start, so a log's address maps to a host without DNS
+  bad     append-only `host<TAB>time<TAB>jobid<TAB>evidence|blind`
+
+Why these rules:
+- A host proven bad (an evidence line) by an earlier job in the chain is never made active, nor kept as a
+  spare: a new allocation can land on it again.  A host evicted blind is only a suspect: it stays usable but
+  goes to the back of the line, so it becomes a spare before it becomes active.
+- Every rewrite of active/spare goes through a temporary file and `os.replace`, so a job killed in the middle
+  of a swap leaves either the old or the new lists, never half of one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shlex
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agpt.errors import BadInput
+
+BLIND = "blind"
+
+
+def _say(msg: str) -> None:
+    sys.stderr.write(f"failover: {msg}\n")
+    sys.stderr.flush()
+
+
+def clean_hosts(lines: Iterable[str]) -> list[str]:
+    """One host per line: first word of each line, blank lines and comments skipped, duplicates dropped.
+
+    A PBS nodefile repeats a host once per rank; a Slurm hostfile may have `host slots=N`.
+    """
+    seen: set[str] = set()
+    out: list[str] = []
+    for raw in lines:
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        host = line.split()[0]
+        if host not in seen:
+            seen.add(host)
+            out.append(host)
+    return out
+
+
+def read_hosts(path: Path) -> list[str]:
+    """The hosts of a one-host-a-line file; a missing file is an empty list."""
+    try:
+        return clean_hosts(path.read_text(errors="replace").splitlines())
+    except FileNotFoundError:
+        return []
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Replace `path` in one step (temporary file in the same folder, fsync, rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}.{threading.get_ident()}")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def write_hosts(path: Path, hosts: Sequence[str]) -> None:
+    write_atomic(path, "".join(f"{h}\n" for h in hosts))
+
+
+@dataclass(kw_only=True, slots=True)
+class BadRecord:
+    """One line of hosts/bad."""
+
+    host: str
+    time: float
+    jobid: str
+    evidence: str
+
+    @property
+    def blind(self) -> bool:
+        return self.evidence == BLIND
+
+
+def read_bad(path: Path) -> list[BadRecord]:
+    """hosts/bad records; malformed lines are skipped (the file is append-only and may be hand-edited)."""
+    out: list[BadRecord] = []
+    try:
+        text = path.read_text(errors="replace")
+    except FileNotFoundError:
+        return out
+    for line in text.splitlines():
+        parts = line.split("\t", 3)
+        if not parts or not parts[0].strip():
+            continue
+        try:
+            when = float(parts[1]) if len(parts) > 1 and parts[1] else 0.0
+        except ValueError:
+            when = 0.0
+        out.append(
+            BadRecord(
+                host=parts[0].strip(),
+                time=when,
+                jobid=parts[2] if len(parts) > 2 else "",
+                evidence=parts[3] if len(parts) > 3 else "",
+            )
+        )
+    return out
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    flat = " ".join(text.replace("\t", " ").split())
+    return flat[:limit] if flat else BLIND
+
+
+def append_bad(
+    path: Path, hosts: Iterable[str], *, jobid: str, evidence: str, now: float | None = None
+) -> None:
+    """Append `host<TAB>time<TAB>jobid<TAB>evidence|blind` lines (one write, O_APPEND)."""
+    when = time.time() if now is None else now
+    ev = BLIND if evidence == BLIND else _one_line(evidence)
+    text = "".join(f"{h}\t{when:.0f}\t{jobid}\t{ev}\n" for h in hosts)
+    if not text:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        f.write(text)
+
+
+def proven_bad(records: Iterable[BadRecord]) -> set[str]:
+    return {r.host for r in records if not r.blind}
+
+
+def suspects(records: Iterable[BadRecord]) -> set[str]:
+    return {r.host for r in records if r.blind}
+
+
+def default_spares(usable: int, *, percent: float, minimum: int) -> int:
+    """~`percent`% of the active hosts, at least `minimum` when the allocation allows, never negative.
+
+    "Allows" means the minimum never takes more than a quarter of the allocation: 6 hosts keep 1 spare,
+    16 keep 4, 512 keep 11 (2%).
+    """
+    if usable <= 0:
+        return 0
+    by_percent = math.ceil(usable * percent / (100.0 + percent)) if percent > 0 else 0
+    return max(0, min(max(by_percent, minimum), usable // 4))
+
+
+@dataclass(kw_only=True, slots=True)
+class Split:
+    """How an allocation was divided; `notes` say what was dropped or degraded and why."""
+
+    all: list[str]
+    active: list[str]
+    spare: list[str]
+    excluded: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def split_hosts(
+    hosts: Sequence[str],
+    *,
+    bad: Sequence[BadRecord] = (),
+    active: int | None = None,
+    spares: int | None = None,
+    percent: float = 2.0,
+    minimum: int = 4,
+    degrade: bool = False,
+) -> Split:
+    """Divide the allocation into active and spare hosts.
+
+    `active`/`spares` None: computed (all usable hosts minus the default spares).  Too few usable hosts for an
+    explicit `active` count: BadInput with the numbers, or (degrade) run on what there is with no spares.
+    """
+    if active is not None and active < 1:
+        raise BadInput(f"failover hosts: --active must be at least 1, got {active}")
+    if spares is not None and spares < 0:
+        raise BadInput(f"failover hosts: --spares must not be negative, got {spares}")
+    all_hosts = clean_hosts(hosts)
+    known_bad = proven_bad(bad)
+    suspect = suspects(bad) - known_bad
+    excluded = [h for h in all_hosts if h in known_bad]
+    usable = [h for h in all_hosts if h not in known_bad]
+    # Suspects go last: they become spares before they become active.
+    usable = [h for h in usable if h not in suspect] + [h for h in usable if h in suspect]
+    notes: list[str] = []
+    if excluded:
+        notes.append(f"{len(excluded)} host(s) known bad from earlier jobs left out: {','.join(excluded)}")
+    n = len(usable)
+    if n == 0:
+        raise BadInput(
+            f"failover hosts: no usable host: {len(all_hosts)} listed, {len(excluded)} known bad in hosts/bad"
+        )
+    if active is None:
+        want_spares = default_spares(n, percent=percent, minimum=minimum) if spares is None else spares
+        if want_spares >= n:
+            if not degrade:
+                raise BadInput(
+                    f"failover hosts: {n} usable host(s) ({len(all_hosts)} listed, {len(excluded)} known bad) "
+                    f"cannot hold {want_spares} spare(s) and at least 1 active host"
+                )
+            notes.append(f"degraded: {want_spares} spares asked, {n - 1} possible")
+            want_spares = n - 1
+        n_active = n - want_spares
+    else:
+        want_spares = (n - active if n > active else 0) if spares is None else spares
+        if n < active:
+            if not degrade:
+                raise BadInput(
+                    f"failover hosts: the allocation has {n} usable host(s) ({len(all_hosts)} listed, "
+                    f"{len(excluded)} known bad), asked for {active} active + {want_spares} spare(s) = "
+                    f"{active + want_spares}"
+                )
+            notes.append(f"degraded: {active} active host(s) asked, running on {n} with no spare")
+            n_active, want_spares = n, 0
+        else:
+            n_active = active
+            if n_active + want_spares > n:
+                notes.append(
+                    f"{want_spares} spare(s) asked, only {n - n_active} left after {n_active} active"
+                )
+                want_spares = n - n_active
+    act = usable[:n_active]
+    spare = usable[n_active : n_active + want_spares]
+    return Split(all=all_hosts, active=act, spare=spare, excluded=excluded, notes=notes)
+
+
+def resolve(hosts: Sequence[str], *, timeout: float = 10.0, workers: int = 32) -> list[tuple[str, str]]:
+    """(IP, host) pairs for every address of every host, resolved in parallel within `timeout` seconds.
+
+    getaddrinfo has no timeout of its own, so lookups run on daemon threads and whatever has not answered
+    by the deadline is left out (and named on stderr) rather than stalling the job.
+    """
+    results: dict[str, list[str]] = {}
+    lock = threading.Lock()
+
+    def one(host: str) -> None:
+        try:
+            infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+        except (OSError, UnicodeError):
+            infos = []
+        addrs: list[str] = []
+        for info in infos:
+            addr = str(info[4][0])
+            if addr not in addrs:
+                addrs.append(addr)
+        with lock:
+            results[host] = addrs
+
+    threads: list[threading.Thread] = []
+    pending = list(hosts)
+    deadline = time.monotonic() + timeout
+    while pending and time.monotonic() < deadline:
+        alive = [t for t in threads if t.is_alive()]
+        while pending and len(alive) < workers:
+            t = threading.Thread(target=one, args=(pending.pop(0),), daemon=True)
+            t.start()
+            threads.append(t)
+            alive.append(t)
+        time.sleep(0.005)
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    with lock:
+        late = [h for h in hosts if h not in results]
+        pairs = [(ip, h) for h in hosts for ip in results.get(h, [])]
+    if late:
+        _say(f"address lookup timed out after {timeout:g} s for {len(late)} host(s): {','.join(late[:8])}")
+    return pairs
+
+
+@dataclass(kw_only=True, slots=True)
+class RunHosts:
+    """The hosts/ folder of a run directory."""
+
+    run_dir: Path
+
+    @property
+    def dir(self) -> Path:
+        return self.run_dir / "hosts"
+
+    def path(self, name: str) -> Path:
+        return self.dir / name
+
+    def active(self) -> list[str]:
+        return read_hosts(self.path("active"))
+
+    def spare(self) -> list[str]:
+        return read_hosts(self.path("spare"))
+
+    def bad(self) -> list[BadRecord]:
+        return read_bad(self.path("bad"))
+
+
+def init_run_hosts(
+    run_dir: Path,
+    hosts: Sequence[str],
+    *,
+    active: int | None = None,
+    spares: int | None = None,
+    percent: float = 2.0,
+    minimum: int = 4,
+    degrade: bool = False,
+    resolve_timeout: float = 10.0,
+) -> Split:
+    """Write hosts/all, active, spare and ip for a new job; hosts/bad is read, never rewritten."""
+    rh = RunHosts(run_dir=run_dir)
+    split = split_hosts(
+        hosts,
+        bad=rh.bad(),
+        active=active,
+        spares=spares,
+        percent=percent,
+        minimum=minimum,
+        degrade=degrade,
+    )
+    write_hosts(rh.path("all"), split.all)
+    write_hosts(rh.path("spare"), split.spare)
+    write_hosts(rh.path("active"), split.active)
+    pairs = resolve(split.active + split.spare, timeout=resolve_timeout) if resolve_timeout > 0 else []
+    write_atomic(rh.path("ip"), "".join(f"{ip} {h}\n" for ip, h in pairs))
+    return split
+
+
+@dataclass(kw_only=True, slots=True)
+class SwapResult:
+    swap_out: list[str]
+    swap_in: list[str]
+    returned: list[str]
+
+
+def swap(
+    run_dir: Path,
+    out: Sequence[str],
+    *,
+    swap_in: Sequence[str] | None = None,
+    returned: Sequence[str] = (),
+    blind: bool = False,
+    jobid: str = "",
+    evidence: str = "",
+    now: float | None = None,
+) -> SwapResult:
+    """Replace each host of `out` (in active) by a spare, in place so ranks keep their order.
+
+    `swap_in`: the spares to use (default: the first ones).  `returned`: blind suspects cleared by the last
+    attempt, put back at the end of the spare list.  Hosts out are appended to hosts/bad, as `blind` when
+    the swap is a guess.  Raises BadInput when a host is not active or there are not enough spares.
+    """
+    rh = RunHosts(run_dir=run_dir)
+    active = rh.active()
+    spare = [h for h in rh.spare() if h not in returned]
+    outs = [h for h in dict.fromkeys(out)]
+    missing = [h for h in outs if h not in active]
+    if missing:
+        raise BadInput(f"failover hosts swap: not active: {','.join(missing)}")
+    if swap_in is None:
+        ins = spare[: len(outs)]
+    else:
+        ins = list(swap_in)
+        unknown = [h for h in ins if h not in spare and h not in returned]
+        if unknown:
+            raise BadInput(f"failover hosts swap: not a spare: {','.join(unknown)}")
+    if len(ins) < len(outs):
+        raise BadInput(f"failover hosts swap: {len(outs)} host(s) out but only {len(ins)} spare(s)")
+    ins = ins[: len(outs)]
+    repl = dict(zip(outs, ins, strict=True))
+    new_active = [repl.get(h, h) for h in active]
+    pool = spare + [h for h in returned if h not in active]
+    new_spare = [h for h in pool if h not in ins]
+    # Spare list first: a crash between the two writes then leaves a host in both lists, never in neither.
+    write_hosts(rh.path("spare"), new_spare)
+    write_hosts(rh.path("active"), new_active)
+    if outs:
+        append_bad(
+            rh.path("bad"), outs, jobid=jobid, evidence=BLIND if blind else (evidence or "named"), now=now
+        )
+    return SwapResult(swap_out=outs, swap_in=ins, returned=[h for h in returned if h not in active])
+
+
+def mark_bad(run_dir: Path, hosts: Sequence[str], *, jobid: str, evidence: str) -> None:
+    """Record hosts as bad without swapping them (the job is stopping; the next one must avoid them)."""
+    append_bad(RunHosts(run_dir=run_dir).path("bad"), hosts, jobid=jobid, evidence=evidence or "named")
+
+
+def run_each(
+    hosts: Sequence[str], command: str, *, timeout: float = 120.0, workers: int = 32
+) -> tuple[dict[str, str], dict[str, str]]:
+    """Run `command` once per host (`{host}` replaced, shell-quoted), `workers` at a time.
+
+    Returns (outputs, failures): each host's combined output, and for the hosts where the command failed or
+    timed out, a one-line reason.
+    """
+    failed: dict[str, str] = {}
+    outputs: dict[str, str] = {}
+    lock = threading.Lock()
+
+    def one(host: str) -> None:
+        cmd = command.replace("{host}", shlex.quote(host))
+        why = ""
+        try:
+            p = subprocess.run(
+                ["bash", "-c", cmd],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                timeout=timeout,
+                start_new_session=True,
+            )
+            text = p.stdout.decode(errors="replace")
+            if p.returncode != 0:
+                last = text.strip().splitlines()[-1] if text.strip() else ""
+                why = f"rc={p.returncode}: {last}".rstrip(": ")
+        except subprocess.TimeoutExpired as e:
+            text = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else ""
+            why = f"timed out after {timeout:g} s"
+        with lock:
+            outputs[host] = text
+            if why:
+                failed[host] = why
+
+    if hosts:
+        with ThreadPoolExecutor(max_workers=max(1, min(workers, len(hosts)))) as pool:
+            list(pool.map(one, hosts))
+    return outputs, failed
+
+
+def _write_prefixed(log: Path, hosts: Sequence[str], outputs: dict[str, str], failed: dict[str, str]) -> None:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as f:
+        for h in hosts:
+            for line in outputs.get(h, "").splitlines():
+                f.write(f"[{h}] {line}\n")
+            if h in failed:
+                f.write(f"[{h}] {failed[h]}\n")
+
+
+def preflight(
+    run_dir: Path,
+    command: str,
+    *,
+    timeout: float = 120.0,
+    workers: int = 32,
+    jobid: str = "",
+    log: Path | None = None,
+) -> list[str]:
+    """Run `command` once per host (active and spare; `{host}` replaced), evict the hosts where it fails.
+
+    A failing active host is swapped for a healthy spare, a failing spare is dropped; each is recorded in
+    hosts/bad with the command's last output line as evidence.  Returns the hosts evicted.
+    """
+    rh = RunHosts(run_dir=run_dir)
+    active, spare_all = rh.active(), rh.spare()
+    hosts = active + spare_all
+    outputs, failed = run_each(hosts, command, timeout=timeout, workers=workers)
+    if log is not None:
+        _write_prefixed(log, hosts, outputs, failed)
+    bad_active = [h for h in active if h in failed]
+    spare = [h for h in spare_all if h not in failed]
+    if len(spare) < len(bad_active):
+        append_bad(rh.path("bad"), list(failed), jobid=jobid, evidence="preflight failed")
+        raise BadInput(
+            f"failover preflight: {len(bad_active)} active host(s) failed ({','.join(bad_active)}) "
+            f"but only {len(spare)} healthy spare(s)"
+        )
+    repl = dict(zip(bad_active, spare[: len(bad_active)], strict=True))
+    write_hosts(rh.path("spare"), spare[len(bad_active) :])
+    write_hosts(rh.path("active"), [repl.get(h, h) for h in active])
+    for h in hosts:
+        if h in failed:
+            append_bad(rh.path("bad"), [h], jobid=jobid, evidence=f"preflight {failed[h]}")
+    return [h for h in hosts if h in failed]
+
+
+def _read_allocation(args: argparse.Namespace) -> list[str]:
+    if args.hosts is not None:
+        return clean_hosts(args.hosts.replace(",", "\n").splitlines())
+    if args.hostfile == "-":
+        return clean_hosts(sys.stdin.read().splitlines())
+    try:
+        return clean_hosts(Path(args.hostfile).read_text(errors="replace").splitlines())
+    except OSError as e:
+        raise BadInput(f"failover hosts: --hostfile {args.hostfile}: {e.strerror or e}") from e
+
+
+def _opt_int(v: str | None, flag: str) -> int | None:
+    if v is None or v == "":
+        return None
+    try:
+        return int(v)
+    except ValueError:
+        raise BadInput(f"failover hosts: {flag} must be an integer, got '{v}'") from None
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="agpt failover hosts", description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="sub", required=True)
+    p = sub.add_parser("init", help="split the allocation into hosts/{all,active,spare}, resolve hosts/ip")
+    p.add_argument("--run-dir", required=True)
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--hostfile", help="one host per line ('-' for stdin)")
+    src.add_argument("--hosts", help="comma-separated hosts")
+    p.add_argument("--active", help="active hosts wanted (default: all but the spares)")
+    p.add_argument("--spares", help="spare hosts (default: ~PERCENT%% of active, at least MIN when allowed)")
+    p.add_argument("--spares-percent", type=float, default=2.0)
+    p.add_argument("--spares-min", type=int, default=4)
+    p.add_argument("--degrade", action="store_true", help="run on fewer hosts than asked instead of refusing")
+    p.add_argument("--resolve-timeout", type=float, default=10.0, help="seconds for all lookups (0: none)")
+    p = sub.add_parser("swap", help="swap hosts out of hosts/active for spares")
+    p.add_argument("--run-dir", required=True)
+    p.add_argument("--out", required=True, help="comma-separated active hosts to swap out")
+    p.add_argument("--in", dest="swap_in", help="comma-separated spares to use (default: the first ones)")
+    p.add_argument("--blind", action="store_true", help="a guess: record the hosts as blind, not as bad")
+    p.add_argument("--evidence", default="")
+    p.add_argument("--jobid", default="")
+    p = sub.add_parser("mark-bad", help="append hosts to hosts/bad without swapping")
+    p.add_argument("--run-dir", required=True)
+    p.add_argument("--hosts", required=True)
+    p.add_argument("--evidence", default="named")
+    p.add_argument("--jobid", default="")
+    p = sub.add_parser("preflight", help="run a command per host ({host}); evict the hosts where it fails")
+    p.add_argument("--run-dir", required=True)
+    p.add_argument("--cmd", required=True)
+    p.add_argument("--timeout", type=float, default=120.0)
+    p.add_argument("--workers", type=int, default=32)
+    p.add_argument("--jobid", default="")
+    p.add_argument("--log", help="write every host's output here, [host]-prefixed")
+    p = sub.add_parser("each", help="run a command per active host ({host}), e.g. a cleanup hook")
+    p.add_argument("--run-dir", required=True)
+    p.add_argument("--cmd", required=True)
+    p.add_argument("--timeout", type=float, default=60.0)
+    p.add_argument("--workers", type=int, default=32)
+    return ap
+
+
+def _csv(v: str | None) -> list[str]:
+    return [h for h in (v or "").replace(" ", ",").split(",") if h]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    run_dir = Path(args.run_dir)
+    try:
+        if args.sub == "init":
+            split = init_run_hosts(
+                run_dir,
+                _read_allocation(args),
+                active=_opt_int(args.active, "--active"),
+                spares=_opt_int(args.spares, "--spares"),
+                percent=args.spares_percent,
+                minimum=args.spares_min,
+                degrade=args.degrade,
+                resolve_timeout=args.resolve_timeout,
+            )
+            for note in split.notes:
+                _say(note)
+            _say(
+                f"{len(split.all)} host(s): {len(split.active)} active, {len(split.spare)} spare"
+                f"{f', {len(split.excluded)} known bad' if split.excluded else ''}"
+            )
+            print(json.dumps({"active": split.active, "spare": split.spare, "excluded": split.excluded}))
+        elif args.sub == "swap":
+            r = swap(
+                run_dir,
+                _csv(args.out),
+                swap_in=_csv(args.swap_in) if args.swap_in else None,
+                blind=args.blind,
+                jobid=args.jobid,
+                evidence=args.evidence,
+            )
+            print(json.dumps({"swap_out": r.swap_out, "swap_in": r.swap_in}))
+        elif args.sub == "mark-bad":
+            mark_bad(run_dir, _csv(args.hosts), jobid=args.jobid, evidence=args.evidence)
+        elif args.sub == "preflight":
+            evicted = preflight(
+                run_dir,
+                args.cmd,
+                timeout=args.timeout,
+                workers=args.workers,
+                jobid=args.jobid,
+                log=Path(args.log) if args.log else None,
+            )
+            if evicted:
+                _say(f"preflight evicted {len(evicted)} host(s): {','.join(evicted)}")
+            print(json.dumps({"evicted": evicted}))
+        elif args.sub == "each":
+            hosts = RunHosts(run_dir=run_dir).active()
+            outputs, failed = run_each(hosts, args.cmd, timeout=args.timeout, workers=args.workers)
+            for h in hosts:
+                for line in outputs.get(h, "").splitlines():
+                    print(f"[{h}] {line}")
+            for h, why in failed.items():
+                _say(f"{h}: {why}")
+            return 1 if failed else 0
+    except BadInput as e:
+        sys.stderr.write(f"agpt: error: {e}\n")
+        return e.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

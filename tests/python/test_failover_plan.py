@@ -1,0 +1,373 @@
+"""The failover loop's decisions (agpt.failover.plan.decide), one rule at a time, and its run-dir CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agpt.errors import BadInput
+from agpt.failover import plan as P
+
+ACTIVE = ["h1", "h2", "h3", "h4"]
+SPARE = ["h5", "h6"]
+FAST = P.Settings(backoff=(5, 10, 20, 40, 60), min_attempt_s=60)
+
+
+def att(
+    n: int,
+    cls: str,
+    *,
+    rc: int = 1,
+    bad: list[str] | None = None,
+    first: int | None = 1,
+    last: int | None = 3,
+    suspects: list[str] | None = None,
+) -> P.Attempt:
+    return P.Attempt(
+        attempt=n,
+        rc=rc,
+        cls=cls,
+        bad_hosts=bad or [],
+        first_step=first,
+        last_step=last,
+        suspects=suspects or [],
+    )
+
+
+def ev(
+    n: int,
+    cls: str,
+    *,
+    first: int | None = 1,
+    last: int | None = 3,
+    out: list[str] | None = None,
+    inn: list[str] | None = None,
+    blind: bool = False,
+) -> dict[str, Any]:
+    return {
+        "event": "attempt",
+        "jobid": "j",
+        "attempt": n,
+        "class": cls,
+        "first_step": first,
+        "last_step": last,
+        "swapped": {"out": out or [], "in": inn or [], "blind": blind, "returned": []},
+    }
+
+
+def decide(
+    a: P.Attempt,
+    history: list[dict[str, Any]] | None = None,
+    *,
+    active: list[str] = ACTIVE,
+    spare: list[str] = SPARE,
+    settings: P.Settings = FAST,
+    now: float = 1000.0,
+    deadline: float | None = None,
+) -> P.Plan:
+    return P.decide(
+        a, active=active, spare=spare, history=history or [], settings=settings, now=now, deadline=deadline
+    )
+
+
+def test_success_stops_done() -> None:
+    p = decide(att(1, "success", rc=0, last=20))
+    assert (p.action, p.verdict, p.exit) == ("stop", "done", 0)
+
+
+def test_rc0_is_done_whatever_the_class() -> None:
+    assert decide(att(1, "app", rc=0)).exit == 0
+
+
+def test_walltime_resubmits() -> None:
+    p = decide(att(1, "walltime", rc=143))
+    assert (p.verdict, p.exit) == ("resubmit", 75)
+
+
+def test_trainer_rc75_resubmits() -> None:
+    assert decide(att(1, "crash", rc=75)).exit == 75
+
+
+def test_node_swaps_exactly_the_named_hosts() -> None:
+    p = decide(att(1, "node", bad=["h3"]))
+    assert (p.action, p.swap_out, p.swap_in, p.blind) == ("relaunch", ["h3"], ["h5"], False)
+    assert p.backoff_s == 5
+
+
+def test_node_ignores_names_outside_the_active_hosts() -> None:
+    p = decide(att(1, "node", bad=["h2", "x9", "h5"]))
+    assert p.swap_out == ["h2"] and p.swap_in == ["h5"]
+
+
+def test_node_two_hosts_take_two_spares() -> None:
+    p = decide(att(1, "node", bad=["h1", "h4"]))
+    assert p.swap_out == ["h1", "h4"] and p.swap_in == ["h5", "h6"]
+
+
+def test_spares_exhausted_after_progress_resubmits_and_marks_bad() -> None:
+    # Three named hosts at the same step are three pieces of evidence, not a repeat.
+    p = decide(att(3, "node", bad=["h2"]), [ev(1, "node"), ev(2, "node")], spare=[])
+    assert (p.verdict, p.exit, p.mark_bad) == ("resubmit", 75, ["h2"])
+
+
+def test_spares_exhausted_without_any_progress_fails() -> None:
+    p = decide(
+        att(2, "node", bad=["h2"], first=None, last=None), [ev(1, "node", first=None, last=None)], spare=[]
+    )
+    assert (p.verdict, p.exit) == ("failed", 1)
+
+
+def test_system_relaunches_on_the_same_hosts_with_growing_backoff() -> None:
+    h = [ev(1, "system"), ev(2, "system")]
+    p = decide(att(3, "system", last=4), h)
+    assert (p.action, p.swap_out) == ("relaunch", [])
+    assert p.backoff_s == 20
+
+
+def test_app_does_not_swap() -> None:
+    p = decide(att(1, "app"))
+    assert (p.action, p.swap_out, p.swap_in) == ("relaunch", [], [])
+
+
+def test_stuck_after_two_attempts_without_progress() -> None:
+    p = decide(att(2, "app", first=None, last=None), [ev(1, "app", first=None, last=None)])
+    assert (p.verdict, p.exit, p.swap_out) == ("stuck", 3, [])
+
+
+def test_one_attempt_without_progress_is_not_stuck() -> None:
+    p = decide(att(2, "app", first=None, last=None), [ev(1, "app", first=1, last=5)])
+    assert p.action == "relaunch"
+
+
+def test_a_named_host_swap_does_not_count_toward_stuck() -> None:
+    p = decide(
+        att(2, "node", bad=["h5"], first=None, last=None),
+        [ev(1, "node", first=None, last=None)],
+        active=["h1", "h2", "h3", "h5"],
+        spare=["h6"],
+    )
+    assert p.action == "relaunch" and p.swap_out == ["h5"]
+
+
+def test_repeat_same_class_same_step() -> None:
+    h = [ev(1, "app", last=6), ev(2, "app", last=6)]
+    p = decide(att(3, "app", last=6), h)
+    assert (p.verdict, p.exit) == ("repeat", 4)
+
+
+def test_different_steps_are_no_repeat() -> None:
+    h = [ev(1, "app", last=6), ev(2, "app", last=9)]
+    assert decide(att(3, "app", last=6), h).action == "relaunch"
+
+
+def test_max_repeat_is_a_setting() -> None:
+    h = [ev(1, "app", last=6), ev(2, "app", last=6)]
+    s = P.Settings(max_repeat=4, backoff=(0,), min_attempt_s=0)
+    assert decide(att(3, "app", last=6), h, settings=s).action == "relaunch"
+
+
+def test_blind_rotation_never_evicts_the_spare_it_added() -> None:
+    a1 = decide(att(1, "hang", rc=124))
+    assert (a1.swap_out, a1.swap_in, a1.blind) == (["h1"], ["h5"], True)
+    h = [ev(1, "hang", out=["h1"], inn=["h5"], blind=True)]
+    a2 = decide(att(2, "hang", rc=124), h, active=["h5", "h2", "h3", "h4"], spare=["h6"])
+    assert a2.swap_out == ["h2"] and a2.swap_in == ["h6"]
+    # h1 was cleared by the unchanged failure: back to the spares
+    assert a2.returned == ["h1"]
+
+
+def test_blind_rotation_prefers_the_hosts_the_evidence_points_at() -> None:
+    p = decide(att(1, "hang", rc=124, suspects=["x7", "h3", "h1"]))
+    assert p.swap_out == ["h3"]
+
+
+def test_suspect_that_is_a_just_added_spare_is_skipped() -> None:
+    h = [ev(1, "crash", out=["h1"], inn=["h5"], blind=True)]
+    p = decide(att(2, "crash", suspects=["h5"]), h, active=["h5", "h2", "h3", "h4"], spare=["h6"])
+    assert p.swap_out == ["h2"]
+
+
+def simulate_rotation(
+    guilty: str, n_active: int, n_spares: int, settings: P.Settings = FAST
+) -> tuple[int, str]:
+    """Run the decisions against a fake cluster where `guilty` hangs every attempt it is in."""
+    active = [f"h{i}" for i in range(1, n_active + 1)]
+    spare = [f"s{i}" for i in range(1, n_spares + 1)]
+    history: list[dict[str, Any]] = []
+    for n in range(1, 50):
+        if guilty.startswith("h") and guilty not in active:
+            return n, "done"
+        p = decide(att(n, "hang", rc=124, last=7), history, active=active, spare=spare, settings=settings)
+        if p.action == "stop":
+            return n, str(p.verdict)
+        repl = dict(zip(p.swap_out, p.swap_in, strict=True))
+        pool = [h for h in spare if h not in p.returned] + [h for h in p.returned if h not in active]
+        active = [repl.get(h, h) for h in active]
+        spare = [h for h in pool if h not in p.swap_in]
+        history.append(ev(n, "hang", last=7, out=p.swap_out, inn=p.swap_in, blind=True))
+        assert len(set(active)) == n_active
+    raise AssertionError("no end")
+
+
+@pytest.mark.parametrize("guilty", ["h1", "h2", "h3", "h4"])
+@pytest.mark.parametrize("spares", [1, 2])
+def test_rotation_reaches_the_guilty_host_within_active_attempts(guilty: str, spares: int) -> None:
+    n, verdict = simulate_rotation(guilty, 4, spares)
+    assert verdict == "done"
+    assert n - 1 <= 4  # failed attempts before the good one
+
+
+def test_rotation_that_never_helps_ends_as_repeat() -> None:
+    n, verdict = simulate_rotation("nobody", 4, 2)
+    assert verdict == "repeat"
+    assert n == 5  # every original host tried once, then called deterministic
+
+
+def test_max_attempts_after_progress_resubmits() -> None:
+    s = P.Settings(max_attempts=3, backoff=(0,), min_attempt_s=0)
+    p = decide(att(3, "app", last=9), [ev(1, "app", last=3), ev(2, "app", last=6)], settings=s)
+    assert (p.verdict, p.exit) == ("resubmit", 75)
+
+
+def test_deadline_near_resubmits_instead_of_a_doomed_attempt() -> None:
+    p = decide(att(1, "node", bad=["h2"]), now=1000, deadline=1050)
+    assert (p.verdict, p.exit, p.mark_bad) == ("resubmit", 75, ["h2"])
+
+
+def test_backoff_counts_toward_the_deadline() -> None:
+    s = P.Settings(backoff=(30,), min_attempt_s=60)
+    assert decide(att(1, "app"), now=1000, deadline=1080, settings=s).exit == 75
+    assert decide(att(1, "app"), now=1000, deadline=1100, settings=s).action == "relaunch"
+
+
+def test_before_first_attempt_checks_the_deadline() -> None:
+    p = P.before_attempt(1, history=[], settings=FAST, now=1000, deadline=1030)
+    assert (p.action, p.verdict, p.exit) == ("stop", "resubmit", 75)
+    assert P.before_attempt(1, history=[], settings=FAST, now=1000, deadline=None).action == "relaunch"
+
+
+def test_settings_validate_themselves() -> None:
+    with pytest.raises(BadInput, match="FAILOVER_MAX_REPEAT"):
+        P.Settings(max_repeat=1)
+    with pytest.raises(BadInput, match="FAILOVER_BACKOFF"):
+        P.Settings(backoff=())
+
+
+def test_scan_steps_streams_any_bytes(tmp_path: Path) -> None:
+    log = tmp_path / "a.log"
+    log.write_bytes(
+        b"\xff\xfe junk\nstep=4 loss=1\n" + b"x" * 200_000 + b"\n[h1] step: 9 loss=2\nno step here\n"
+    )
+    assert P.scan_steps(log) == (4, 9, 2)
+    assert P.scan_steps(tmp_path / "missing") == (None, None, 0)
+
+
+def test_classification_fallback_when_the_classifier_said_nothing(tmp_path: Path) -> None:
+    c = P.load_classification(str(tmp_path / "none.json"), rc=124, now=0, deadline=None)
+    assert c["class"] == "hang" and "fell back" in c["evidence"][0]
+    (tmp_path / "bad.json").write_text("{not json")
+    assert P.load_classification(str(tmp_path / "bad.json"), rc=1, now=0, deadline=None)["class"] == "crash"
+    assert P.load_classification(None, rc=143, now=1000, deadline=1010)["class"] == "walltime"
+
+
+def run_plan(run: Path, *args: str) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, "-m", "agpt.failover", "plan", "--run-dir", str(run), *args],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return dict(json.loads(out.stdout))
+
+
+def test_cli_applies_the_swap_and_writes_events(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    (run / "hosts").mkdir(parents=True)
+    (run / "hosts/active").write_text("h1\nh2\nh3\nh4\n")
+    (run / "hosts/spare").write_text("h5\nh6\n")
+    log = run / "attempts/j.1.log"
+    log.parent.mkdir()
+    log.write_text("step=1 loss=3\nstep=2 loss=2\nCUDA error: uncorrectable ECC error encountered on h2\n")
+    cls = tmp_path / "c.json"
+    cls.write_text(
+        json.dumps({"class": "node", "bad_hosts": ["h2"], "evidence": ["ECC on h2"], "last_step": 2})
+    )
+    p = run_plan(
+        run,
+        "--jobid",
+        "j",
+        "--attempt",
+        "1",
+        "--rc",
+        "1",
+        "--log",
+        str(log),
+        "--classification",
+        str(cls),
+        "--started",
+        "10",
+        "--ended",
+        "20",
+        "--apply",
+        "--backoff",
+        "0",
+    )
+    assert p["action"] == "relaunch" and p["swap_out"] == ["h2"]
+    assert (run / "hosts/active").read_text() == "h1\nh5\nh3\nh4\n"
+    assert (run / "hosts/spare").read_text() == "h6\n"
+    bad = (run / "hosts/bad").read_text().split("\t")
+    assert bad[0] == "h2" and bad[2] == "j" and "ECC" in bad[3]
+    (e,) = [json.loads(x) for x in (run / "events.jsonl").read_text().splitlines()]
+    assert e["event"] == "attempt" and e["class"] == "node" and e["swapped"]["out"] == ["h2"]
+    assert (e["first_step"], e["last_step"], e["started"], e["ended"]) == (1, 2, 10, 20)
+    assert e["hosts"] == ["h1", "h2", "h3", "h4"] and e["log"] == "attempts/j.1.log"
+
+
+def test_cli_before_writes_a_stop_event(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    p = run_plan(
+        run,
+        "--jobid",
+        "j",
+        "--attempt",
+        "1",
+        "--before",
+        "--now",
+        "1000",
+        "--deadline",
+        "1100",
+        "--min-attempt-s",
+        "600",
+        "--apply",
+    )
+    assert (p["verdict"], p["exit"]) == ("resubmit", 75)
+    (e,) = [json.loads(x) for x in (run / "events.jsonl").read_text().splitlines()]
+    assert (e["event"], e["verdict"], e["exit"]) == ("stop", "resubmit", 75)
+
+
+def test_cli_bad_flag_is_exit_2(tmp_path: Path) -> None:
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "agpt.failover",
+            "plan",
+            "--run-dir",
+            str(tmp_path),
+            "--attempt",
+            "1",
+            "--rc",
+            "1",
+            "--backoff",
+            "soon",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 2 and "--backoff" in r.stderr and len(r.stderr.strip().splitlines()) == 1
