@@ -1,0 +1,285 @@
+# lib/env.sh: the site profile and the Python environment recipe of a job.
+# shellcheck shell=bash
+#
+# Source it:  source "$AGPT_HOME/lib/env.sh"     (defines functions only; no caller option changes)
+#
+# Functions
+#   env_site_load [NAME]     source site/NAME/profile.sh (NAME: $AGPT_SITE, else detected); export AGPT_SITE
+#   env_site_detect          print the site whose SITE_HOSTNAME_RE matches this host (AGPT_SITE wins)
+#   env_hook PHASE           source site/$AGPT_SITE/hooks/PHASE.sh when it exists
+#   env_modules              `module load` each of SITE_MODULES
+#   env_exports              export each KEY=VALUE of SITE_ENV
+#   env_venv_name            print the venv's name: one venv per framework release
+#   env_venv                 create (uv, else python -m venv; --system-site-packages) or reuse, then activate
+#   env_stage                copy the venv to node-local storage with `agpt yeet` and activate that copy
+#   env_setup                all of the above, in that order (hooks pre-env and post-env around the modules)
+#
+# Settings
+#   AGPT_HOME        the toolkit (default: the folder above this file)
+#   AGPT_SITE_DIR    the site profiles (default: $AGPT_HOME/site)
+#   ENV_VENV_NAME    override the venv name
+#   ENV_PIP_INSTALL  pip arguments run once when a venv is created (default: none), e.g. "-r reqs.txt"
+#   ENV_STAGE        1 to stage the venv (default: SITE_VENV_STAGE)
+#   ENV_YEET_FLAGS   extra flags for `agpt yeet` (default: none)
+#   ENV_LOG          where messages go (default: stderr)
+#
+# Shell options: module scripts and activate are not `set -u` clean, so each function here that runs them
+# makes the caller's options local (`local -`); they are back as they were when it returns.
+
+: "${ENV_PIP_INSTALL:=}"
+: "${ENV_YEET_FLAGS:=}"
+: "${ENV_LOG:=/dev/stderr}"
+
+_env_say() {
+  printf 'env: %s\n' "$*" >>"$ENV_LOG"
+}
+
+_env_home() {
+  if [[ -n "${AGPT_HOME:-}" ]]; then
+    printf '%s\n' "$AGPT_HOME"
+  else
+    (cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+  fi
+}
+
+_env_site_dir() {
+  local home
+  home="$(_env_home)"
+  printf '%s\n' "${AGPT_SITE_DIR:-$home/site}"
+}
+
+_env_known_sites() {
+  local d p names=""
+  d="$(_env_site_dir)"
+  for p in "$d"/*/profile.sh; do
+    [[ -f "$p" ]] || continue
+    p="${p%/profile.sh}"
+    p="${p##*/}"
+    [[ "$p" == _* ]] && continue
+    names+="${names:+, }$p"
+  done
+  printf '%s\n' "$names"
+}
+
+# Usage: env_site_detect
+# Globals read: AGPT_SITE
+# Returns: 0 and prints a site name (generic, which matches any host, is tried last)
+env_site_detect() {
+  if [[ -n "${AGPT_SITE:-}" ]]; then
+    printf '%s\n' "$AGPT_SITE"
+    return 0
+  fi
+  local d p name re short full
+  d="$(_env_site_dir)"
+  short="$(hostname -s 2>/dev/null || hostname)"
+  full="$(hostname -f 2>/dev/null || hostname)"
+  for p in "$d"/*/profile.sh; do
+    [[ -f "$p" ]] || continue
+    name="${p%/profile.sh}"
+    name="${name##*/}"
+    [[ "$name" == _* || "$name" == generic ]] && continue
+    re="$(sed -n "s/^SITE_HOSTNAME_RE=['\"]\{0,1\}\([^'\"]*\)['\"]\{0,1\}[[:space:]]*$/\1/p" "$p" | head -n1)"
+    if [[ -n "$re" ]] && { [[ "$short" =~ $re ]] || [[ "$full" =~ $re ]]; }; then
+      printf '%s\n' "$name"
+      return 0
+    fi
+  done
+  echo generic
+}
+
+# Usage: env_site_load [NAME]
+# Globals written: every SITE_* key of the profile; AGPT_SITE (exported)
+# Returns: 0; 2 when the site is unknown (the known ones are listed)
+env_site_load() {
+  local name="${1:-}" d
+  [[ -n "$name" ]] || name="$(env_site_detect)"
+  d="$(_env_site_dir)"
+  if [[ ! -f "$d/$name/profile.sh" ]]; then
+    _env_say "unknown site '$name' (known: $(_env_known_sites))"
+    return 2
+  fi
+  # shellcheck source=/dev/null
+  source "$d/$name/profile.sh"
+  AGPT_SITE="$name"
+  export AGPT_SITE
+}
+
+# Usage: env_hook PHASE
+# Globals read: AGPT_SITE
+# Returns: the hook's status; 0 when the site has no such hook
+env_hook() {
+  local -
+  local f
+  f="$(_env_site_dir)/${AGPT_SITE:-generic}/hooks/$1.sh"
+  [[ -f "$f" ]] || return 0
+  _env_say "hook $f"
+  set +u
+  # shellcheck source=/dev/null
+  source "$f"
+}
+
+# Usage: env_modules
+# Globals read: SITE_MODULES
+# Returns: 0; 1 when a module fails to load or `module` is missing while modules are asked for
+env_modules() {
+  local -
+  local m
+  declare -p SITE_MODULES >/dev/null 2>&1 || return 0
+  ((${#SITE_MODULES[@]})) || return 0
+  if ! type module >/dev/null 2>&1; then
+    _env_say "SITE_MODULES asks for ${SITE_MODULES[*]} but there is no 'module' command here"
+    return 1
+  fi
+  set +u
+  for m in "${SITE_MODULES[@]}"; do
+    _env_say "module load $m"
+    if ! module load "$m"; then
+      _env_say "module load $m failed"
+      return 1
+    fi
+  done
+}
+
+# Usage: env_exports
+# Globals read: SITE_ENV; written: each KEY of it (exported)
+# Returns: 0; 2 on an entry that is not KEY=VALUE
+env_exports() {
+  local kv
+  declare -p SITE_ENV >/dev/null 2>&1 || return 0
+  for kv in "${SITE_ENV[@]}"; do
+    if [[ ! "$kv" =~ ^[A-Za-z_][A-Za-z0-9_]*= ]]; then
+      _env_say "SITE_ENV entry '$kv' is not KEY=VALUE"
+      return 2
+    fi
+    export "${kv%%=*}=${kv#*=}"
+  done
+}
+
+# Usage: env_venv_name
+# One venv per framework release: named after the conda environment the modules brought ($CONDA_PREFIX's
+# last path part that carries a version, e.g. aurora_frameworks-2025.0.0 or 2024-04-29), else the last module
+# (pytorch/2.6.0 -> pytorch-2.6.0), else the python version.
+# Returns: 0 and prints the name
+env_venv_name() {
+  local p part name=""
+  if [[ -n "${ENV_VENV_NAME:-}" ]]; then
+    printf '%s\n' "$ENV_VENV_NAME"
+    return 0
+  fi
+  if [[ -n "${CONDA_PREFIX:-}" ]]; then
+    p="${CONDA_PREFIX%/}"
+    name="${p##*/}"
+    while [[ "$p" == */* ]]; do
+      part="${p##*/}"
+      if [[ "$part" =~ [0-9]+[.-][0-9]+ ]]; then
+        name="$part"
+        break
+      fi
+      p="${p%/*}"
+    done
+  elif declare -p SITE_MODULES >/dev/null 2>&1 && ((${#SITE_MODULES[@]})); then
+    name="${SITE_MODULES[${#SITE_MODULES[@]} - 1]}"
+  else
+    name="$("${SITE_PYTHON:-python3}" -c 'import sys; print("python%d.%d" % sys.version_info[:2])')" || return 1
+  fi
+  name="${name//\//-}"
+  printf 'agpt-%s\n' "$name"
+}
+
+# Usage: env_venv
+# Globals read: SITE_VENV_DIR, SITE_PYTHON, ENV_PIP_INSTALL; written: VIRTUAL_ENV, PATH (activate),
+#   AGPT_PYTHON and AGPT_VENV (exported)
+# Returns: 0; 1 when creation fails.  SITE_VENV_DIR empty: the current python is used as is.
+env_venv() {
+  local -
+  local dir name py lock waited=0
+  if [[ -z "${SITE_VENV_DIR:-}" ]]; then
+    _env_say "SITE_VENV_DIR is empty: using the current python ($(command -v "${SITE_PYTHON:-python3}"))"
+    return 0
+  fi
+  name="$(env_venv_name)" || return 1
+  dir="$SITE_VENV_DIR/$name"
+  py="${SITE_PYTHON:-python3}"
+  if [[ ! -f "$dir/bin/activate" ]]; then
+    mkdir -p "$SITE_VENV_DIR" || return 1
+    lock="$dir.creating"
+    # Two jobs starting together: one creates, the other waits for bin/activate.
+    if mkdir "$lock" 2>/dev/null; then
+      _env_say "creating venv $dir (--system-site-packages, from $py)"
+      if command -v uv >/dev/null 2>&1; then
+        uv venv -q --system-site-packages --python "$(command -v "$py")" "$dir" || { rmdir "$lock"; return 1; }
+      else
+        "$py" -m venv --system-site-packages "$dir" || { rmdir "$lock"; return 1; }
+      fi
+      if [[ -n "$ENV_PIP_INSTALL" ]]; then
+        # shellcheck disable=SC2086
+        "$dir/bin/python" -m pip install -q $ENV_PIP_INSTALL || { rmdir "$lock"; return 1; }
+      fi
+      rmdir "$lock"
+    else
+      while [[ ! -f "$dir/bin/activate" ]] && ((waited < 600)); do
+        sleep 2
+        waited=$((waited + 2))
+      done
+      [[ -f "$dir/bin/activate" ]] || { _env_say "timed out waiting for $dir (remove $lock if stale)"; return 1; }
+    fi
+  else
+    _env_say "reusing venv $dir"
+  fi
+  set +u
+  # shellcheck source=/dev/null
+  source "$dir/bin/activate"
+  AGPT_VENV="$dir"
+  AGPT_PYTHON="$dir/bin/python"
+  export AGPT_VENV AGPT_PYTHON
+}
+
+# Usage: env_stage
+# Copies the active venv to SITE_LOCAL_DIR on every node with `agpt yeet` (one rank per node, through
+# launch_run) and activates the copy.  When staging fails, the job keeps the shared-filesystem venv.
+# Globals read: AGPT_VENV, SITE_LOCAL_DIR, ENV_STAGE/SITE_VENV_STAGE, ENV_YEET_FLAGS
+# Returns: 0
+env_stage() {
+  local -
+  local dest home
+  [[ "${ENV_STAGE:-${SITE_VENV_STAGE:-0}}" == 1 ]] || return 0
+  if [[ -z "${AGPT_VENV:-}" ]]; then
+    _env_say "staging asked for, but no venv is active; skipped"
+    return 0
+  fi
+  home="$(_env_home)"
+  dest="${SITE_LOCAL_DIR:-/tmp}/${AGPT_VENV##*/}"
+  _env_say "staging $AGPT_VENV to $dest on every node (agpt yeet)"
+  # shellcheck disable=SC2086
+  if ! LAUNCH_PPN=1 launch_run "$home/bin/agpt" yeet "$AGPT_VENV" --dest "$dest" $ENV_YEET_FLAGS; then
+    _env_say "staging failed; using $AGPT_VENV from the shared filesystem"
+    return 0
+  fi
+  set +u
+  # shellcheck source=/dev/null
+  source "$dest/bin/activate"
+  AGPT_VENV="$dest"
+  AGPT_PYTHON="$dest/bin/python"
+  export AGPT_VENV AGPT_PYTHON
+}
+
+# Usage: env_setup
+# The whole recipe: hook pre-env, modules, hook post-env, SITE_ENV exports, venv, staging; the toolkit's
+# bin/ goes first on PATH so `agpt` is the one this job was generated for.
+# Globals read: SITE_* (load the profile first with env_site_load)
+# Returns: 0; the first failing step's status
+env_setup() {
+  local home
+  home="$(_env_home)"
+  env_hook pre-env || return $?
+  env_modules || return $?
+  env_hook post-env || return $?
+  env_exports || return $?
+  env_venv || return $?
+  env_stage || return $?
+  case ":$PATH:" in
+    *":$home/bin:"*) ;;
+    *) PATH="$home/bin:$PATH" ;;
+  esac
+  export PATH
+}

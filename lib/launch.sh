@@ -1,0 +1,131 @@
+# lib/launch.sh: build and run the parallel launcher command for the active hosts, from the site profile.
+# shellcheck shell=bash
+#
+# Source it after the site profile (env_site_load) and lib/sched.sh:
+#   source "$AGPT_HOME/lib/sched.sh"; source "$AGPT_HOME/lib/launch.sh"
+#
+# Functions
+#   launch_hostfile          print the path of the host file to launch on
+#   launch_cmd ARGS...       set the array LAUNCH_CMD and print it as one shell-quoted line
+#   launch_run ARGS...       run LAUNCH_CMD (AGPT_DRY_RUN=1: print it and return 0)
+#
+# The host list is always honoured: $FAILOVER_HOSTFILE (hosts/active, written by the failover loop) when
+# set, else the allocation's hosts, so that a spare swapped in really receives the ranks.
+#
+# Settings (defaults from the site profile)
+#   LAUNCH_LAUNCHER   pals | hydra | openmpi | srun      (SITE_LAUNCHER, else hydra)
+#   LAUNCH_PPN        ranks per node                     (SITE_RANKS_PER_NODE, else 1)
+#   LAUNCH_CPU_BIND   CPU binding                        (SITE_CPU_BIND)
+#   LAUNCH_MPIEXEC    the mpiexec of PALS or hydra       (mpiexec)
+#   LAUNCH_MPIRUN     Open MPI's mpirun                  (mpirun)
+#   LAUNCH_SRUN       Slurm's srun                       (srun)
+#   SITE_LAUNCHER_FLAGS (array) extra launcher flags, placed before ARGS
+#   AGPT_DRY_RUN=1    print the command instead of running it
+
+: "${LAUNCH_MPIEXEC:=mpiexec}"
+: "${LAUNCH_MPIRUN:=mpirun}"
+: "${LAUNCH_SRUN:=srun}"
+LAUNCH_CMD=()
+
+# Prints its arguments as one line a user can paste: plain words as they are, others shell-quoted.
+_launch_quote() {
+  local w out="" q
+  for w in "$@"; do
+    if [[ "$w" =~ ^[A-Za-z0-9_@%+=:,./-]+$ ]]; then
+      q="$w"
+    else
+      printf -v q '%q' "$w"
+    fi
+    out+="${out:+ }$q"
+  done
+  printf '%s\n' "$out"
+}
+
+# Usage: launch_hostfile
+# Globals read: FAILOVER_HOSTFILE, TMPDIR (sched_hosts when no failover host file)
+# Returns: 0 and prints a readable host file path; 1 when FAILOVER_HOSTFILE is set but unreadable
+launch_hostfile() {
+  local f
+  if [[ -n "${FAILOVER_HOSTFILE:-}" ]]; then
+    if [[ ! -r "$FAILOVER_HOSTFILE" ]]; then
+      echo "launch: FAILOVER_HOSTFILE=$FAILOVER_HOSTFILE is not readable" >&2
+      return 1
+    fi
+    printf '%s\n' "$FAILOVER_HOSTFILE"
+    return 0
+  fi
+  f="${TMPDIR:-/tmp}/agpt-hostfile.$$"
+  sched_hosts >"$f" || return 1
+  printf '%s\n' "$f"
+}
+
+# Usage: launch_cmd PROGRAM [ARGS...]
+# Globals read: LAUNCH_*, SITE_LAUNCHER, SITE_RANKS_PER_NODE, SITE_CPU_BIND, SITE_LAUNCHER_FLAGS
+# Globals written: LAUNCH_CMD (array)
+# Returns: 0 and prints the command; 2 on an unknown launcher or no program
+launch_cmd() {
+  if (($# == 0)); then
+    echo "launch: no program to launch" >&2
+    return 2
+  fi
+  local launcher="${LAUNCH_LAUNCHER:-${SITE_LAUNCHER:-hydra}}"
+  local ppn="${LAUNCH_PPN:-${SITE_RANKS_PER_NODE:-1}}"
+  local bind="${LAUNCH_CPU_BIND-${SITE_CPU_BIND:-}}"
+  local hostfile h nh np nodelist
+  local -a hosts=() flags=()
+  hostfile="$(launch_hostfile)" || return 1
+  while IFS= read -r h || [[ -n "$h" ]]; do
+    h="${h%%[[:space:]]*}"
+    [[ -n "$h" ]] && hosts+=("$h")
+  done <"$hostfile"
+  nh=${#hosts[@]}
+  if ((nh == 0)); then
+    echo "launch: host file $hostfile is empty" >&2
+    return 1
+  fi
+  np=$((nh * ppn))
+  if declare -p SITE_LAUNCHER_FLAGS >/dev/null 2>&1; then
+    flags=("${SITE_LAUNCHER_FLAGS[@]}")
+  fi
+  case "$launcher" in
+    pals)
+      LAUNCH_CMD=("$LAUNCH_MPIEXEC" -n "$np" --ppn "$ppn" --hostfile "$hostfile")
+      [[ -n "$bind" ]] && LAUNCH_CMD+=(--cpu-bind "$bind")
+      ;;
+    hydra)
+      LAUNCH_CMD=("$LAUNCH_MPIEXEC" -f "$hostfile" -n "$np" -ppn "$ppn")
+      [[ -n "$bind" ]] && LAUNCH_CMD+=(-bind-to "$bind")
+      ;;
+    openmpi)
+      LAUNCH_CMD=("$LAUNCH_MPIRUN" -np "$np" --hostfile "$hostfile" --map-by "ppr:$ppn:node")
+      [[ -n "$bind" ]] && LAUNCH_CMD+=(--bind-to "$bind")
+      ;;
+    srun)
+      printf -v nodelist '%s,' "${hosts[@]}"
+      LAUNCH_CMD=("$LAUNCH_SRUN" "--nodelist=${nodelist%,}" -N "$nh" "--ntasks-per-node=$ppn" -n "$np")
+      [[ -n "$bind" ]] && LAUNCH_CMD+=("--cpu-bind=$bind")
+      ;;
+    *)
+      echo "launch: unknown launcher '$launcher' (pals, hydra, openmpi, srun)" >&2
+      return 2
+      ;;
+  esac
+  ((${#flags[@]})) && LAUNCH_CMD+=("${flags[@]}")
+  LAUNCH_CMD+=("$@")
+  _launch_quote "${LAUNCH_CMD[@]}"
+}
+
+# Usage: launch_run PROGRAM [ARGS...]
+# Globals read: as launch_cmd, AGPT_DRY_RUN
+# Returns: the launcher's exit status (0 for a dry run); launch_cmd's status when it cannot build one
+launch_run() {
+  local line
+  launch_cmd "$@" >/dev/null || return $?
+  line="$(_launch_quote "${LAUNCH_CMD[@]}")"
+  if [[ "${AGPT_DRY_RUN:-0}" == 1 ]]; then
+    printf '%s\n' "$line"
+    return 0
+  fi
+  echo "launch: $line" >&2
+  "${LAUNCH_CMD[@]}"
+}

@@ -1,0 +1,85 @@
+#!/usr/bin/env bats
+# shellcheck disable=SC2016
+# lib/launch.sh: the launcher command for the active hosts, from the site profile (PALS through a recording
+# fake; MPICH hydra for real on this host).
+load helpers
+load joblib
+
+local_setup() {
+  unset PBS_JOBID PBS_NODEFILE SLURM_JOB_ID SLURM_JOB_NODELIST SLURM_NODELIST FAILOVER_HOSTFILE AGPT_SITE
+  export FAKE_PBS_DIR="$BATS_TEST_TMPDIR/pbs"
+  printf '%s\n' x4102c5s2b0n0 x4102c5s3b0n0 >"$BATS_TEST_TMPDIR/active"
+}
+
+@test "sourcing lib/launch.sh changes no caller option" {
+  assert_sourcing_keeps_options launch.sh
+}
+
+@test "pals (Aurora): mpiexec -n --ppn --hostfile --cpu-bind list, site flags, then the program" {
+  FAILOVER_HOSTFILE="$BATS_TEST_TMPDIR/active" AGPT_DRY_RUN=1 run_strict 'env_site_load aurora; launch_run agpt train --config "a b.yaml"'
+  assert_success
+  assert_output "mpiexec -n 24 --ppn 12 --hostfile $BATS_TEST_TMPDIR/active --cpu-bind list:1-8:9-16:17-24:25-32:33-40:41-48:53-60:61-68:69-76:77-84:85-92:93-100 --genvall agpt train --config a\\ b.yaml"
+}
+
+@test "pals: launch_run runs PALS mpiexec with exactly that argv and returns its status" {
+  PATH="$FAKE_BIN:$PATH" FAILOVER_HOSTFILE="$BATS_TEST_TMPDIR/active" FAKE_MPIEXEC_RC=3 \
+    run_strict 'env_site_load polaris; launch_run python3 train.py --x 1'
+  assert_failure 3
+  assert_output --partial "launch: mpiexec -n 8 --ppn 4 --hostfile"
+  run cat "$FAKE_PBS_DIR/calls.log"
+  assert_output "mpiexec -n 8 --ppn 4 --hostfile $BATS_TEST_TMPDIR/active --cpu-bind depth --depth=8 --env OMP_NUM_THREADS=8 python3 train.py --x 1"
+}
+
+@test "the host list is honoured: a swapped FAILOVER_HOSTFILE moves the ranks" {
+  FAILOVER_HOSTFILE="$BATS_TEST_TMPDIR/active" run_strict 'env_site_load perlmutter
+    launch_cmd prog
+    printf "%s\n" n3 n6 >"$FAILOVER_HOSTFILE"
+    launch_cmd prog'
+  assert_success
+  assert_line --index 0 --partial "srun --nodelist=x4102c5s2b0n0,x4102c5s3b0n0 -N 2"
+  assert_line --index 1 "srun --nodelist=n3,n6 -N 2 --ntasks-per-node=4 -n 8 --cpu-bind=cores --cpus-per-task=32 --gpus-per-node=4 prog"
+}
+
+@test "without a failover host file: the allocation's hosts (PBS_NODEFILE, de-duplicated)" {
+  printf '%s\n' h1 h1 h2 h2 >"$BATS_TEST_TMPDIR/nodefile"
+  PBS_JOBID=1.x PBS_NODEFILE="$BATS_TEST_TMPDIR/nodefile" run_strict 'env_site_load frontier; launch_cmd prog; cat "$(launch_hostfile)"'
+  assert_success
+  assert_line --index 0 "srun --nodelist=h1,h2 -N 2 --ntasks-per-node=8 -n 16 --cpu-bind=threads --cpus-per-task=7 --gpus-per-task=1 --gpu-bind=closest prog"
+  assert_line --index 1 h1
+  assert_line --index 2 h2
+}
+
+@test "openmpi and overrides: LAUNCH_LAUNCHER, LAUNCH_PPN, LAUNCH_CPU_BIND" {
+  FAILOVER_HOSTFILE="$BATS_TEST_TMPDIR/active" LAUNCH_LAUNCHER=openmpi LAUNCH_PPN=2 LAUNCH_CPU_BIND=core \
+    run_strict 'env_site_load generic; launch_cmd prog'
+  assert_output "mpirun -np 4 --hostfile $BATS_TEST_TMPDIR/active --map-by ppr:2:node --bind-to core prog"
+}
+
+@test "hydra (generic site): two real MPICH ranks on this host" {
+  LAUNCH_PPN=2 run_strict 'env_site_load generic
+    launch_run python3 -c "import os; print(\"rank\", os.environ[\"PMI_RANK\"], \"of\", os.environ[\"PMI_SIZE\"])" | sort'
+  assert_success
+  assert_line "rank 0 of 2"
+  assert_line "rank 1 of 2"
+}
+
+@test "bad input: unknown launcher is exit 2, an empty or unreadable host file is exit 1" {
+  : >"$BATS_TEST_TMPDIR/empty"
+  LAUNCH_LAUNCHER=mpirun2 run_strict 'env_site_load generic; launch_cmd prog'
+  assert_failure 2
+  assert_output --partial "unknown launcher 'mpirun2'"
+  FAILOVER_HOSTFILE="$BATS_TEST_TMPDIR/empty" run_strict 'env_site_load generic; launch_cmd prog'
+  assert_failure 1
+  assert_output --partial "is empty"
+  FAILOVER_HOSTFILE="$BATS_TEST_TMPDIR/nope" run_strict 'env_site_load generic; launch_run prog'
+  assert_failure 1
+  assert_output --partial "not readable"
+  run_strict 'launch_cmd'
+  assert_failure 2
+}
+
+@test "a lax caller (no options) gets the same command" {
+  FAILOVER_HOSTFILE="$BATS_TEST_TMPDIR/active" run_lax 'env_site_load sunspot; launch_cmd prog'
+  assert_success
+  assert_output --partial "mpiexec -n 24 --ppn 12 --hostfile"
+}
