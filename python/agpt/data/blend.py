@@ -1,0 +1,436 @@
+"""`agpt blend`: token shards + a weighted file list -> a pinned index of `L+1`-token training samples.
+
+How a blend is built (every step is deterministic, so the bytes depend only on the inputs):
+
+1. The file list (`WEIGHT PREFIX CORPUS` lines) groups shards into corpora; a corpus' weight is the
+   sum of its files' weights, a file's share inside its corpus is its weight over that sum.
+2. Corpus first: the largest-deficit rule (`greedy`) picks the corpus of each of the N positions, so
+   every window of G consecutive samples holds each corpus within two of `w * G` for any G. Then the
+   same rule, inside each corpus, picks which file serves each of that corpus' positions. (Blending
+   thousands of files flat lets a small corpus drift by many samples per batch; two levels do not.)
+3. Per file, documents are concatenated in a shuffled order per epoch and cut into samples of L+1
+   tokens that overlap by one (sample i is tokens [iL, iL+L]); as many epochs as the file's share of
+   N needs, so a corpus asked for more than it holds is repeated, and the report says so. The file's
+   samples are then shuffled (full epochs together, the last partial epoch separately, as Megatron
+   does) and taken in that order.
+4. Shuffles use `rng.permutation`: SplitMix64 keys of (seed, purpose, file, epoch), stable forever.
+
+Distributed: step 3 is per file, so ranks share the files (longest-first) and write per-file arrays
+to `DIR/.work`; rank 0 concatenates them into the index files and writes `manifest.json` last.
+Index files (numpy `.npy`, memory-mapped by `BlendedDataset`):
+- `blend_file.npy`   int32[N]    file of each sample
+- `blend_sample.npy` int64[N]    row of that file's sample index
+- `doc_order.npy`    int32[...]  per file, its documents in epoch order (file offsets in the manifest)
+- `sample_idx.npy`   int64[...,2] per file, (position in doc order, token offset) of each sample start
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agpt.data import manifest as mf
+from agpt.data import mmidx, rng
+from agpt.data.dist import Comm, world
+from agpt.data.greedy import deficit_sequence
+from agpt.data.tokenizer import load as load_tokenizer
+from agpt.data.tokenizer import sha256_file
+from agpt.errors import AgptError, BadInput, DataError
+
+WORK = ".work"
+
+
+@dataclass(kw_only=True, slots=True)
+class BlendSettings:
+    """Options of `agpt blend`, validated on construction."""
+
+    file_list: str
+    seq_len: int
+    num_samples: int
+    seed: int = 1234
+    output: str
+    tokenizer: str | None = None
+    overwrite: bool = False
+
+    def __post_init__(self) -> None:
+        if self.seq_len < 1:
+            raise BadInput(f"--seq-len {self.seq_len}: must be positive")
+        if self.num_samples < 1:
+            raise BadInput(f"--num-samples {self.num_samples}: must be positive")
+        if not 0 <= self.seed < 2**63:
+            raise BadInput(f"--seed {self.seed}: must be in 0..2^63-1")
+
+
+@dataclass(kw_only=True, slots=True)
+class Entry:
+    """One line of a file list."""
+
+    weight: float
+    prefix: str
+    corpus: str
+    line: int
+
+
+def parse_file_list(path: str | Path) -> list[Entry]:
+    """`WEIGHT PREFIX CORPUS` lines (`#` comments, blank lines ignored); relative prefixes are relative
+    to the list's directory. Errors name the file, line and field."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except FileNotFoundError:
+        raise BadInput(f"--file-list {p}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadInput(f"--file-list {p}: unreadable ({exc})") from None
+    entries: list[Entry] = []
+    seen: dict[str, int] = {}
+    for n, raw in enumerate(text.splitlines(), start=1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        parts = line.split()
+        if len(parts) != 3:
+            raise BadInput(f"{p}:{n}: expected 'WEIGHT PREFIX CORPUS', got {len(parts)} fields")
+        try:
+            weight = float(parts[0])
+        except ValueError:
+            raise BadInput(f"{p}:{n}: weight {parts[0]!r} is not a number") from None
+        if not math.isfinite(weight) or weight <= 0:
+            raise BadInput(f"{p}:{n}: weight {parts[0]!r} must be a positive finite number")
+        prefix = Path(parts[1])
+        if not prefix.is_absolute():
+            prefix = p.parent / prefix
+        prefix_s = str(prefix.resolve())
+        if prefix_s in seen:
+            raise BadInput(f"{p}:{n}: prefix {parts[1]} already listed on line {seen[prefix_s]}")
+        seen[prefix_s] = n
+        entries.append(Entry(weight=weight, prefix=prefix_s, corpus=parts[2], line=n))
+    if not entries:
+        raise BadInput(f"--file-list {p}: no entries")
+    return entries
+
+
+def _find_tokenizer(entries: list[Entry], explicit: str | None) -> tuple[str, str]:
+    """(path, sha256) of the tokenizer: --tokenizer, else the one `agpt tokenize` recorded beside the
+    shards (all shards must agree)."""
+    if explicit:
+        if not Path(explicit).is_file():
+            raise BadInput(f"--tokenizer {explicit}: no such file")
+        return str(Path(explicit).resolve()), sha256_file(explicit)
+    found: dict[str, str] = {}
+    for e in entries:
+        meta = Path(e.prefix).parent / "tokenize.json"
+        try:
+            tok = json.loads(meta.read_text())["tokenizer"]
+        except (OSError, json.JSONDecodeError, KeyError):
+            raise BadInput(f"{meta}: no tokenizer recorded for {e.prefix} (pass --tokenizer MODEL)") from None
+        found.setdefault(tok["sha256"], tok["path"])
+    if len(found) > 1:
+        raise DataError(f"file list mixes shards of {len(found)} different tokenizers")
+    sha, path = next(iter(found.items()))
+    if not Path(path).is_file():
+        raise BadInput(f"tokenizer {path} (recorded by tokenize) is missing: pass --tokenizer")
+    if sha256_file(path) != sha:
+        raise DataError(f"tokenizer {path}: sha256 differs from the one the shards were made with")
+    return path, sha
+
+
+def _file_index(seed: int, f: int, sizes: np.ndarray, n_samples: int, seq_len: int) -> dict[str, Any]:
+    """One file's epochs, doc order, sample starts and shuffled sample order (pure function)."""
+    tokens = int(sizes.sum(dtype=np.int64))
+    docs = int(sizes.size)
+    if n_samples == 0:
+        z = np.zeros(0, dtype=np.int64)
+        return {"epochs": 0, "doc_order": z.astype(np.int32), "sample_idx": z.reshape(0, 2), "shuffle": z}
+    epochs = -(-(n_samples * seq_len + 1) // tokens)
+    order = np.concatenate(
+        [rng.permutation(rng.stream_key(seed, "docs", f, e), docs) for e in range(epochs)]
+    ).astype(np.int32)
+    cum = np.zeros(order.size + 1, dtype=np.int64)
+    np.cumsum(sizes.astype(np.int64)[order], out=cum[1:])
+    n_total = (epochs * tokens - 1) // seq_len
+    starts = np.arange(n_total + 1, dtype=np.int64) * seq_len
+    pos = np.searchsorted(cum, starts, side="right") - 1
+    sample_idx = np.stack([pos, starts - cum[pos]], axis=1).astype(np.int64)
+    full = ((epochs - 1) * tokens - 1) // seq_len if epochs > 1 else 0
+    shuffle = np.concatenate(
+        [
+            rng.permutation(rng.stream_key(seed, "samples", f, "full"), full),
+            full + rng.permutation(rng.stream_key(seed, "samples", f, "last"), n_total - full),
+        ]
+    )[:n_samples]
+    return {"epochs": epochs, "doc_order": order, "sample_idx": sample_idx, "shuffle": shuffle}
+
+
+def _work(out: Path, f: int, what: str) -> Path:
+    return out / WORK / f"f{f:06d}.{what}.npy"
+
+
+def _save(path: Path, array: np.ndarray) -> None:
+    tmp = path.with_suffix(".tmp.npy")
+    np.save(tmp, array, allow_pickle=False)
+    os.replace(tmp, path)
+
+
+def _concat(path: Path, parts: list[Path], dtype: np.dtype, width: int | None) -> dict[str, Any]:
+    """Concatenate per-file arrays into one `.npy` (deterministic header) without holding them all."""
+    arrays = [np.load(p, mmap_mode="r") for p in parts]
+    total = sum(int(a.shape[0]) for a in arrays)
+    shape: tuple[int, ...] = (total,) if width is None else (total, width)
+    tmp = path.with_suffix(".tmp.npy")
+    out = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=shape)
+    at = 0
+    for a in arrays:
+        out[at : at + a.shape[0]] = a
+        at += int(a.shape[0])
+    out.flush()
+    del out
+    os.replace(tmp, path)
+    return {"bytes": path.stat().st_size}
+
+
+def _inspect_files(entries: list[Entry], comm: Comm) -> list[dict[str, Any]]:
+    """Open, check and hash every shard, ranks sharing the work; errors name the shard."""
+    mine: dict[int, dict[str, Any]] = {}
+    err: BaseException | None = None
+    try:
+        for i, e in enumerate(entries):
+            if i % comm.size != comm.rank:
+                continue
+            shard = mmidx.Shard(e.prefix)
+            if len(shard) == 0:
+                raise DataError(f"{mmidx.idx_path(e.prefix)}: shard has no documents")
+            mine[i] = {
+                "idx_sha256": sha256_file(mmidx.idx_path(e.prefix)),
+                "bin_bytes": mmidx.bin_path(e.prefix).stat().st_size,
+                "docs": len(shard),
+                "tokens": int(shard.index.sizes.sum(dtype=np.int64)),
+                "dtype": shard.dtype.name,
+            }
+    except AgptError as exc:
+        err = exc
+    err = comm.first_error(err)
+    if err is not None:
+        raise err
+    merged: dict[int, dict[str, Any]] = {}
+    for part in comm.allgather(mine):
+        merged.update(part)
+    return [merged[i] for i in range(len(entries))]
+
+
+def plan(entries: list[Entry], num_samples: int) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """(corpora, file of each position, weights per corpus): corpus first, then files."""
+    corpora: list[str] = []
+    for e in entries:
+        if e.corpus not in corpora:
+            corpora.append(e.corpus)
+    cw = np.array([sum(e.weight for e in entries if e.corpus == c) for c in corpora], dtype=np.float64)
+    cw_norm = cw / cw.sum()
+    corpus_seq = deficit_sequence(cw_norm, num_samples)
+    file_of = np.zeros(num_samples, dtype=np.int32)
+    for k, c in enumerate(corpora):
+        members = [i for i, e in enumerate(entries) if e.corpus == c]
+        fw = np.array([entries[i].weight for i in members], dtype=np.float64)
+        where = np.flatnonzero(corpus_seq == k)
+        choice = deficit_sequence(fw / fw.sum(), int(where.size))
+        file_of[where] = np.asarray(members, dtype=np.int32)[choice]
+    return corpora, file_of, cw_norm
+
+
+def build(s: BlendSettings, comm: Comm | None = None, log: Any = None) -> dict[str, Any]:
+    """Build the blend into `s.output`; every rank calls this; rank 0 returns the report."""
+    comm = comm or world()
+    t0 = time.monotonic()
+    out = Path(s.output).resolve()
+    entries = parse_file_list(s.file_list)
+    err: BaseException | None = None
+    tok: tuple[str, str] | None = None
+    if comm.rank == 0:
+        try:
+            tok = _find_tokenizer(entries, s.tokenizer)
+        except AgptError as exc:
+            err = exc
+    err = comm.first_error(err)
+    if err is not None:
+        raise err
+    tok = comm.bcast(tok)
+    assert tok is not None
+    infos = _inspect_files(entries, comm)
+    dtypes = {i["dtype"] for i in infos}
+    if len(dtypes) > 1:
+        raise DataError(f"file list mixes token dtypes {sorted(dtypes)} (shards of different tokenizers?)")
+    files = [
+        {"prefix": e.prefix, "corpus": e.corpus, "weight": e.weight, "line": e.line, **info}
+        for e, info in zip(entries, infos, strict=True)
+    ]
+    key = mf.cache_key(
+        tokenizer_sha256=tok[1], files=files, seq_len=s.seq_len, num_samples=s.num_samples, seed=s.seed
+    )
+    status = "run"
+    if comm.rank == 0:
+        try:
+            status = _prepare(out, key, s.overwrite)
+        except AgptError as exc:
+            err = exc
+    err = comm.first_error(err)
+    if err is not None:
+        raise err
+    status = comm.bcast(status)
+    if status == "done":
+        done = mf.load(out)
+        done["up_to_date"] = True
+        return done
+
+    corpora: list[str] = []
+    file_of = np.zeros(0, dtype=np.int32)
+    cw = np.zeros(0)
+    if comm.rank == 0:
+        corpora, file_of, cw = plan(entries, s.num_samples)
+        counts = np.bincount(file_of, minlength=len(files)).tolist()
+    else:
+        counts = None
+    counts = comm.bcast(counts)
+    assert counts is not None
+
+    # Per-file indices, shared across ranks (largest first).
+    from agpt.data.tokenize import _assign
+
+    owner = _assign([int(f["docs"]) * max(1, c) for f, c in zip(files, counts, strict=True)], comm.size)
+    epochs_mine: dict[int, int] = {}
+    for f, finfo in enumerate(files):
+        if owner[f] != comm.rank:
+            continue
+        sizes = np.asarray(mmidx.Index(finfo["prefix"]).sizes, dtype=np.int64)
+        res = _file_index(s.seed, f, sizes, counts[f], s.seq_len)
+        for what in ("doc_order", "sample_idx", "shuffle"):
+            _save(_work(out, f, what), res[what])
+        epochs_mine[f] = res["epochs"]
+    epochs: dict[int, int] = {}
+    for part in comm.allgather(epochs_mine):
+        epochs.update(part)
+    comm.barrier()
+    report: dict[str, Any] = {}
+    if comm.rank == 0:
+        report = _write(s, out, key, tok, files, counts, epochs, corpora, cw, file_of, t0)
+    comm.barrier()
+    return report
+
+
+def _prepare(out: Path, key: str, overwrite: bool) -> str:
+    """Rank 0: 'done' when `out` already holds this exact blend; refuse to clobber another one."""
+    if (out / mf.MANIFEST).exists():
+        try:
+            old = mf.load(out)
+        except DataError:
+            old = {}
+        if old.get("cache_key") == key and mf.first_mismatch(out, old, "idx") is None:
+            return "done"
+        if not overwrite:
+            raise BadInput(
+                f"--output {out}: holds another blend (cache key {str(old.get('cache_key'))[:12]}...); "
+                "pass --overwrite or use a new dir"
+            )
+        (out / mf.MANIFEST).unlink()
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(out / WORK, ignore_errors=True)
+    (out / WORK).mkdir()
+    return "run"
+
+
+def _write(
+    s: BlendSettings,
+    out: Path,
+    key: str,
+    tok: tuple[str, str],
+    files: list[dict[str, Any]],
+    counts: list[int],
+    epochs: dict[int, int],
+    corpora: list[str],
+    cw: np.ndarray,
+    file_of: np.ndarray,
+    t0: float,
+) -> dict[str, Any]:
+    """Rank 0: concatenate per-file arrays, map positions to file sample rows, write the manifest."""
+    nf = len(files)
+    # Positions grouped by file, in order: the j-th use of file f takes its j-th shuffled sample.
+    by_file = np.argsort(file_of, kind="stable")
+    starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    blend_sample = np.zeros(s.num_samples, dtype=np.int64)
+    doc_off = sample_off = 0
+    for f in range(nf):
+        shuffle = np.load(_work(out, f, "shuffle"))
+        blend_sample[by_file[starts[f] : starts[f + 1]]] = shuffle
+        n_doc = int(np.load(_work(out, f, "doc_order"), mmap_mode="r").shape[0])
+        n_smp = int(np.load(_work(out, f, "sample_idx"), mmap_mode="r").shape[0])
+        files[f].update(
+            samples=counts[f],
+            epochs=epochs[f],
+            doc_order_offset=doc_off,
+            doc_order_count=n_doc,
+            sample_idx_offset=sample_off,
+            sample_idx_count=n_smp,
+        )
+        doc_off += n_doc
+        sample_off += n_smp
+    index: dict[str, Any] = {}
+    for name, arr in (("blend_file.npy", file_of.astype(np.int32)), ("blend_sample.npy", blend_sample)):
+        _save(out / name, arr)
+        index[name] = {"bytes": (out / name).stat().st_size}
+    index["doc_order.npy"] = _concat(
+        out / "doc_order.npy", [_work(out, f, "doc_order") for f in range(nf)], np.dtype(np.int32), None
+    )
+    index["sample_idx.npy"] = _concat(
+        out / "sample_idx.npy", [_work(out, f, "sample_idx") for f in range(nf)], np.dtype(np.int64), 2
+    )
+    for name in index:
+        index[name]["sha256"] = sha256_file(out / name)
+    sp = load_tokenizer(tok[0])
+    corpus_rows = []
+    for k, c in enumerate(corpora):
+        members = [f for f in range(nf) if files[f]["corpus"] == c]
+        n_c = sum(counts[f] for f in members)
+        tokens = sum(int(files[f]["tokens"]) for f in members)
+        corpus_rows.append(
+            {
+                "name": c,
+                "weight_requested": float(cw[k]),
+                "weight_effective": n_c / s.num_samples,
+                "samples": n_c,
+                "tokens": tokens,
+                "epochs": n_c * s.seq_len / max(tokens, 1),
+                "max_file_epochs": max((epochs[f] for f in members), default=0),
+            }
+        )
+    manifest = {
+        "format": mf.FORMAT,
+        "cache_key": key,
+        "tokenizer": {
+            "path": tok[0],
+            "sha256": tok[1],
+            "vocab_size": sp.GetPieceSize(),
+            "eod_id": sp.eos_id(),
+        },
+        "dtype": files[0]["dtype"],
+        "seq_len": s.seq_len,
+        "num_samples": s.num_samples,
+        "seed": s.seed,
+        "shuffle": "splitmix64 counter keys, stable argsort (agpt.data.rng)",
+        "file_list": {"path": str(Path(s.file_list).resolve()), "sha256": sha256_file(s.file_list)},
+        "corpora": corpus_rows,
+        "files": [{k: v for k, v in f.items() if k != "dtype"} for f in files],
+        "index_files": index,
+    }
+    tmp = out / (mf.MANIFEST + ".tmp")
+    tmp.write_text(json.dumps(manifest, indent=1) + "\n")
+    os.replace(tmp, out / mf.MANIFEST)
+    shutil.rmtree(out / WORK, ignore_errors=True)
+    manifest["up_to_date"] = False
+    manifest["seconds"] = round(time.monotonic() - t0, 3)
+    return manifest

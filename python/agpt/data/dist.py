@@ -1,0 +1,70 @@
+"""MPI when launched by mpiexec/srun, a single process otherwise (mpi4py is imported only then).
+
+Importing mpi4py initializes MPI, which some launchers forbid outside a job step; so we look for the
+environment that MPI launchers set before touching it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+_LAUNCH_VARS = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PALS_RANKID", "MPI_LOCALRANKID")
+
+
+@dataclass(kw_only=True, slots=True)
+class Comm:
+    """The few collectives the data tools need; a size-1 stand-in when not under MPI."""
+
+    rank: int = 0
+    size: int = 1
+    mpi: Any = None
+
+    def barrier(self) -> None:
+        if self.mpi is not None:
+            self.mpi.Barrier()
+
+    def allgather(self, value: Any) -> list[Any]:
+        if self.mpi is None:
+            return [value]
+        result: list[Any] = self.mpi.allgather(value)
+        return result
+
+    def bcast(self, value: Any) -> Any:
+        if self.mpi is None:
+            return value
+        return self.mpi.bcast(value, root=0)
+
+    def first_error(self, error: BaseException | None) -> BaseException | None:
+        """Every rank learns the lowest rank's error, so all ranks stop together with the same message."""
+        if self.mpi is None:
+            return error
+        from agpt.errors import AgptError
+
+        code = getattr(error, "exit_code", 1)
+        errors = self.allgather(None if error is None else (code, str(error)))
+        for i, item in enumerate(errors):
+            if item is not None:
+                if i == self.rank and error is not None:
+                    return error
+                remote = AgptError(item[1])
+                remote.exit_code = item[0]
+                return remote
+        return None
+
+
+def under_mpi() -> bool:
+    return any(v in os.environ for v in _LAUNCH_VARS)
+
+
+def world() -> Comm:
+    """COMM_WORLD when this process was started by an MPI launcher, else a single-process Comm."""
+    if not under_mpi():
+        return Comm()
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    if comm.Get_size() == 1:
+        return Comm()
+    return Comm(rank=comm.Get_rank(), size=comm.Get_size(), mpi=comm)

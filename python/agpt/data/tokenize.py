@@ -1,0 +1,562 @@
+"""`agpt tokenize`: text in, Megatron `MMIDIDX` shards of a fixed token budget out, in parallel.
+
+Two phases, so the output is byte-identical for any number of workers and ranks:
+
+1. Inputs are cut into chunks (see `readers`) whose boundaries depend only on the files. Ranks take
+   chunks by a deterministic longest-first assignment; each rank's worker processes tokenize them and
+   write `DIR/.work/cNNNNNN.tok` (tokens) and `.len` (document lengths, written last = complete).
+2. Rank 0 lays the documents, in input order, into shards of `shard_tokens` tokens (a shard closes
+   after the document that reaches the budget; documents are never split). Each shard has exactly one
+   writer, which copies its chunks' token bytes in large blocks into `PREFIX.bin.tmp`, writes the
+   index, and renames (`.bin`, then `.idx`: an `.idx` means a complete shard).
+
+A re-run with the same inputs and settings reuses finished chunks and shards; one with different
+ones refuses to touch the directory (unless `overwrite`), so nothing already written is damaged.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import multiprocessing as mp
+import os
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agpt.data import mmidx
+from agpt.data.dist import Comm, world
+from agpt.data.readers import Chunk, expand_inputs, iter_documents, plan_chunks
+from agpt.data.tokenizer import load, sha256_file
+from agpt.errors import AgptError, BadInput, DataError
+
+WORK = ".work"
+META = "tokenize.json"
+FILELIST = "filelist.txt"
+ENCODE_BATCH = 512
+
+
+@dataclass(kw_only=True, slots=True)
+class TokenizeSettings:
+    """Options of `agpt tokenize`; validated on construction so a bad flag fails before any work."""
+
+    model: str
+    inputs: list[str]
+    output: str
+    text_key: str = "text"
+    workers: int = 0
+    shard_tokens: int = 1 << 30
+    append_eod: bool = True
+    bos: bool = False
+    doc_per_file: bool = False
+    chunk_bytes: int = 64 << 20
+    name: str = "data"
+    corpus: str = ""
+    skip_empty: bool = False
+    overwrite: bool = False
+    progress: bool | None = None
+    quiet: bool = False
+
+    def __post_init__(self) -> None:
+        if self.shard_tokens < 1:
+            raise BadInput(f"--shard-tokens {self.shard_tokens}: must be positive")
+        if self.chunk_bytes < 1024:
+            raise BadInput(f"--chunk-bytes {self.chunk_bytes}: must be at least 1024")
+        if self.workers < 0:
+            raise BadInput(f"--workers {self.workers}: must be 0 (auto) or more")
+        if not self.name or "/" in self.name or self.name.startswith("."):
+            raise BadInput(f"--name {self.name!r}: must be a plain file name prefix")
+        if not self.text_key:
+            raise BadInput("--text-key: must not be empty")
+
+
+@dataclass(kw_only=True, slots=True)
+class _Job:
+    """What a worker process needs for one chunk (picklable)."""
+
+    index: int
+    chunk: Chunk
+    work: str
+    model: str
+    text_key: str
+    append_eod: bool
+    bos: bool
+    skip_empty: bool
+    dtype: str
+
+
+@dataclass(kw_only=True, slots=True)
+class _Piece:
+    chunk: int
+    first: int
+    last: int  # exclusive
+
+
+@dataclass(kw_only=True, slots=True)
+class _ShardPlan:
+    index: int
+    prefix: str
+    docs: int
+    tokens: int
+    pieces: list[_Piece] = field(default_factory=list)
+
+
+_SP: dict[str, Any] = {}
+
+
+def _processor(model: str) -> Any:
+    if model not in _SP:
+        _SP[model] = load(model)
+    return _SP[model]
+
+
+def _chunk_paths(work: str, index: int) -> tuple[Path, Path]:
+    return Path(work) / f"c{index:06d}.tok", Path(work) / f"c{index:06d}.len"
+
+
+def tokenize_chunk(job: _Job) -> tuple[int, int, int, int, int]:
+    """Tokenize one chunk into its work files; returns (index, docs, tokens, bytes, skipped)."""
+    sp = _processor(job.model)
+    dtype = np.dtype(job.dtype)
+    tok_path, len_path = _chunk_paths(job.work, job.index)
+    tmp_tok = tok_path.with_suffix(".tok.tmp")
+    lengths: list[int] = []
+    skipped = 0
+    with open(tmp_tok, "wb") as out:
+        batch: list[str] = []
+
+        def flush() -> None:
+            ids = sp.encode(batch, add_bos=job.bos, add_eos=job.append_eod, num_threads=1)
+            sizes = [len(x) for x in ids]
+            flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=dtype, count=sum(sizes))
+            out.write(flat.tobytes())
+            lengths.extend(sizes)
+            batch.clear()
+
+        for text, loc in iter_documents(job.chunk, job.text_key):
+            if not text.strip():
+                if job.skip_empty:
+                    skipped += 1
+                    continue
+                raise DataError(f"{job.chunk.where(loc)}: empty document (pass --skip-empty to drop it)")
+            batch.append(text)
+            if len(batch) >= ENCODE_BATCH:
+                flush()
+        if batch:
+            flush()
+    lens = np.asarray(lengths, dtype=np.int64)
+    if lens.size and lens.min() < 1:
+        bad = int(np.argmin(lens))
+        raise DataError(f"{job.chunk.path}: document {bad} of this chunk encodes to no tokens")
+    os.replace(tmp_tok, tok_path)
+    tmp_len = len_path.with_suffix(".len.tmp")
+    lens.astype("<i8").tofile(tmp_len)
+    os.replace(tmp_len, len_path)
+    return job.index, int(lens.size), int(lens.sum()), job.chunk.nbytes, skipped
+
+
+def _chunk_done(work: str, index: int, itemsize: int) -> bool:
+    tok, ln = _chunk_paths(work, index)
+    if not ln.exists() or not tok.exists():
+        return False
+    lens = np.fromfile(ln, dtype="<i8")
+    return tok.stat().st_size == int(lens.sum()) * itemsize
+
+
+def _assign(weights: list[int], ranks: int) -> list[int]:
+    """Longest-first assignment of items to ranks (deterministic: ties go to the lower index)."""
+    load = [0] * ranks
+    owner = [0] * len(weights)
+    for i in sorted(range(len(weights)), key=lambda i: (-weights[i], i)):
+        r = min(range(ranks), key=lambda r: (load[r], r))
+        owner[i] = r
+        load[r] += max(weights[i], 1)
+    return owner
+
+
+def _plan_shards(work: str, nchunks: int, shard_tokens: int, out: Path, name: str) -> list[_ShardPlan]:
+    """Lay documents in input order into shards that close once they reach `shard_tokens`."""
+    shards: list[_ShardPlan] = []
+    cur: _ShardPlan | None = None
+    for c in range(nchunks):
+        lens = np.fromfile(_chunk_paths(work, c)[1], dtype="<i8")
+        first = 0
+        while first < lens.size:
+            if cur is None:
+                cur = _ShardPlan(
+                    index=len(shards), prefix=str(out / f"{name}_{len(shards):05d}"), docs=0, tokens=0
+                )
+            cum = np.cumsum(lens[first:])
+            need = shard_tokens - cur.tokens
+            k = int(np.searchsorted(cum, need, side="left"))  # first doc reaching the budget
+            last = min(first + k + 1, int(lens.size))
+            cur.pieces.append(_Piece(chunk=c, first=first, last=last))
+            cur.docs += last - first
+            cur.tokens += int(cum[last - first - 1])
+            first = last
+            if cur.tokens >= shard_tokens:
+                shards.append(cur)
+                cur = None
+    if cur is not None and cur.docs:
+        shards.append(cur)
+    return shards
+
+
+def _marker(work: str, plan: _ShardPlan) -> Path:
+    return Path(work) / f"s{plan.index:06d}.done"
+
+
+def _shard_done(plan: _ShardPlan, work: str) -> bool:
+    """A shard is reused only if this run's work dir recorded it (never a stale one of other inputs)."""
+    if not _marker(work, plan).exists():
+        return False
+    try:
+        shard = mmidx.Shard(plan.prefix, check=False)
+    except DataError:
+        return False
+    return len(shard) == plan.docs and int(shard.index.sizes.sum(dtype=np.int64)) == plan.tokens
+
+
+def write_shard(args: tuple[_ShardPlan, str, str]) -> int:
+    """Copy a shard's documents from the work files into its `.bin`/`.idx` (the only writer)."""
+    plan, work, dtype_s = args
+    dtype = np.dtype(dtype_s)
+    writer = mmidx.ShardWriter(plan.prefix, dtype)
+    try:
+        for piece in plan.pieces:
+            tok, ln = _chunk_paths(work, piece.chunk)
+            lens = np.fromfile(ln, dtype="<i8")
+            start = int(lens[: piece.first].sum()) * dtype.itemsize
+            left = int(lens[piece.first : piece.last].sum()) * dtype.itemsize
+            with open(tok, "rb") as fh:
+                fh.seek(start)
+                while left > 0:
+                    block = fh.read(min(left, 64 << 20))
+                    if not block:
+                        raise DataError(f"{tok}: truncated work file")
+                    writer.write_raw(block)
+                    left -= len(block)
+            writer.add_sizes(lens[piece.first : piece.last])
+        writer.close()
+    except BaseException:
+        writer.abort()
+        raise
+    _marker(work, plan).touch()
+    return plan.index
+
+
+class _Progress:
+    """tqdm on a terminal, a plain line every `every` seconds otherwise (batch logs)."""
+
+    def __init__(
+        self, total: int, label: str, enabled: bool | None, quiet: bool, every: float = 10.0
+    ) -> None:
+        self.total, self.label, self.every, self.quiet = total, label, every, quiet
+        self.done = 0
+        self.t0 = self.last = time.monotonic()
+        self.bar: Any = None
+        tty = sys.stderr.isatty() if enabled is None else enabled
+        if tty and not quiet:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, desc=label, unit="B", unit_scale=True, file=sys.stderr)
+
+    def update(self, n: int) -> None:
+        self.done += n
+        if self.bar is not None:
+            self.bar.update(n)
+            return
+        now = time.monotonic()
+        if not self.quiet and now - self.last >= self.every:
+            self.last = now
+            rate = self.done / max(now - self.t0, 1e-9) / 1e6
+            print(
+                f"{self.label}: {self.done / 1e6:.1f}/{self.total / 1e6:.1f} MB ({rate:.2f} MB/s)",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _pool(workers: int, comm: Comm) -> Any:
+    """Worker processes; `spawn` under MPI (forking an MPI process is unsafe on many fabrics)."""
+    ctx = mp.get_context("spawn" if comm.mpi is not None else "fork")
+    return ctx.Pool(workers)
+
+
+def _run_jobs(
+    fn: Any, jobs: list[Any], workers: int, comm: Comm, progress: _Progress | None, weight: Any
+) -> list[Any]:
+    results: list[Any] = []
+    if workers <= 1 or len(jobs) <= 1:
+        for job in jobs:
+            results.append(fn(job))
+            if progress:
+                progress.update(weight(job))
+        return results
+    with _pool(min(workers, len(jobs)), comm) as pool:
+        for res in pool.imap_unordered(fn, jobs):
+            results.append(res)
+            if progress:
+                progress.update(weight(res))
+    return results
+
+
+def _identity(s: TokenizeSettings, files: list[Path], model_sha: str) -> dict[str, Any]:
+    """What the output depends on: a re-run with the same identity may reuse partial results."""
+    inputs = [
+        {"path": str(f.resolve()), "bytes": f.stat().st_size, "mtime_ns": f.stat().st_mtime_ns} for f in files
+    ]
+    opts = {
+        k: getattr(s, k)
+        for k in (
+            "text_key",
+            "shard_tokens",
+            "append_eod",
+            "bos",
+            "doc_per_file",
+            "chunk_bytes",
+            "name",
+            "skip_empty",
+        )
+    }
+    return {"tokenizer_sha256": model_sha, "inputs": inputs, "options": opts}
+
+
+def _default_workers(comm: Comm) -> int:
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cpus)
+
+
+def _prepare(s: TokenizeSettings, out: Path, ident: dict[str, Any]) -> str:
+    """Rank 0: check the output dir; returns 'done' when it already holds this exact result."""
+    out.mkdir(parents=True, exist_ok=True)
+    meta = out / META
+    work = out / WORK
+    if meta.exists():
+        try:
+            old = json.loads(meta.read_text())
+        except (OSError, json.JSONDecodeError):
+            raise DataError(f"{meta}: unreadable; remove it or use another --output") from None
+        if old.get("identity") == ident and all(
+            mmidx.idx_path(x["prefix"]).exists() for x in old.get("shards", [])
+        ):
+            return "done"
+        if not s.overwrite:
+            raise BadInput(
+                f"--output {out}: holds shards of other inputs or settings (pass --overwrite or use a new dir)"
+            )
+    elif any(out.glob(f"{s.name}_*.idx")) and not (work / "identity.json").exists() and not s.overwrite:
+        raise BadInput(
+            f"--output {out}: holds shards this tool did not record (pass --overwrite or use a new dir)"
+        )
+    ident_file = work / "identity.json"
+    if work.exists():
+        try:
+            same = json.loads(ident_file.read_text()) == ident
+        except (OSError, json.JSONDecodeError):
+            same = False
+        if not same:
+            shutil.rmtree(work)
+    work.mkdir(exist_ok=True)
+    tmp = ident_file.with_suffix(".tmp")
+    tmp.write_text(json.dumps(ident, indent=1))
+    os.replace(tmp, ident_file)
+    return "run"
+
+
+def run(s: TokenizeSettings, comm: Comm | None = None) -> dict[str, Any]:
+    """Tokenize `s.inputs` into `s.output`; every rank calls this; rank 0 returns the full report."""
+    comm = comm or world()
+    t0 = time.monotonic()
+    out = Path(s.output).resolve()
+    err: BaseException | None = None
+    state: Any = None
+    if comm.rank == 0:
+        try:
+            sp = load(s.model)
+            if s.append_eod and sp.eos_id() < 0:
+                raise DataError(f"{s.model}: the model has no eos id, so no EOD can be appended")
+            if s.bos and sp.bos_id() < 0:
+                raise DataError(f"{s.model}: the model has no bos id (--bos)")
+            model_sha = sha256_file(s.model)
+            files = expand_inputs(s.inputs)
+            ident = _identity(s, files, model_sha)
+            status = _prepare(s, out, ident)
+            dtype = mmidx.token_dtype(sp.GetPieceSize()).str
+            planned = plan_chunks(files, s.chunk_bytes, s.doc_per_file) if status == "run" else []
+            state = {
+                "status": status,
+                "chunks": planned,
+                "dtype": dtype,
+                "model_sha": model_sha,
+                "ident": ident,
+                "vocab": sp.GetPieceSize(),
+                "eos": sp.eos_id(),
+                "bos": sp.bos_id(),
+            }
+        except AgptError as exc:
+            err = exc
+    err = comm.first_error(err)
+    if err is not None:
+        raise err
+    state = comm.bcast(state)
+    if state["status"] == "done":
+        done: dict[str, Any] = json.loads((out / META).read_text())
+        done["skipped"] = True
+        return done
+    chunks: list[Chunk] = state["chunks"]
+    dtype = np.dtype(state["dtype"])
+    work = str(out / WORK)
+    workers = s.workers or _default_workers(comm)
+
+    # Phase 1: chunks -> work files.
+    owner = _assign([c.nbytes for c in chunks], comm.size)
+    mine = [
+        _Job(
+            index=i,
+            chunk=c,
+            work=work,
+            model=str(Path(s.model).resolve()),
+            text_key=s.text_key,
+            append_eod=s.append_eod,
+            bos=s.bos,
+            skip_empty=s.skip_empty,
+            dtype=dtype.str,
+        )
+        for i, c in enumerate(chunks)
+        if owner[i] == comm.rank and not _chunk_done(work, i, dtype.itemsize)
+    ]
+    total = sum(j.chunk.nbytes for j in mine)
+    label = "tokenize" if comm.size == 1 else f"tokenize[rank {comm.rank}/{comm.size}]"
+    progress = _Progress(total, label, s.progress, s.quiet or comm.rank != 0)
+    results: list[Any] = []
+    try:
+        results = _run_jobs(
+            tokenize_chunk,
+            mine,
+            workers,
+            comm,
+            progress,
+            lambda r: r[3] if isinstance(r, tuple) else r.chunk.nbytes,
+        )
+    except AgptError as exc:
+        err = exc
+    finally:
+        progress.close()
+    err = comm.first_error(err)
+    if err is not None:
+        raise err
+    t1 = time.monotonic()
+    stats = comm.allgather((sum(r[3] for r in results), sum(r[4] for r in results)))
+    bytes_done = sum(x[0] for x in stats)
+    skipped_docs = sum(x[1] for x in stats)
+
+    # Phase 2: shards, one writer each.
+    plans = _plan_shards(work, len(chunks), s.shard_tokens, out, s.name) if comm.rank == 0 else None
+    plans = comm.bcast(plans)
+    assert plans is not None
+    if comm.rank == 0:
+        # Phase 1 succeeded: only now does the previous result's record go (it stops describing DIR).
+        (out / META).unlink(missing_ok=True)
+    comm.barrier()
+    todo = [p for i, p in enumerate(plans) if i % comm.size == comm.rank and not _shard_done(p, work)]
+    try:
+        _run_jobs(write_shard, [(p, work, dtype.str) for p in todo], workers, comm, None, lambda _: 0)
+    except AgptError as exc:
+        err = exc
+    err = comm.first_error(err)
+    if err is not None:
+        raise err
+    comm.barrier()
+    report: dict[str, Any] = {}
+    if comm.rank == 0:
+        report = _finish(s, out, plans, state, bytes_done, skipped_docs, t0, t1)
+    comm.barrier()
+    return report
+
+
+def _finish(
+    s: TokenizeSettings,
+    out: Path,
+    plans: list[_ShardPlan],
+    state: dict[str, Any],
+    bytes_done: int,
+    skipped_docs: int,
+    t0: float,
+    t1: float,
+) -> dict[str, Any]:
+    """Rank 0: the file list, `tokenize.json` (written last), and the work dir removed."""
+    corpus = s.corpus or out.name
+    total_tokens = sum(p.tokens for p in plans)
+    shards = [
+        {
+            "prefix": p.prefix,
+            "docs": p.docs,
+            "tokens": p.tokens,
+            "idx_sha256": sha256_file(mmidx.idx_path(p.prefix)),
+            "bin_bytes": mmidx.bin_path(p.prefix).stat().st_size,
+        }
+        for p in plans
+    ]
+    lines = [f"{p.tokens / max(total_tokens, 1):.12g} {p.prefix} {corpus}\n" for p in plans]
+    tmp = out / (FILELIST + ".tmp")
+    tmp.write_text("".join(lines))
+    os.replace(tmp, out / FILELIST)
+    elapsed = time.monotonic() - t0
+    report = {
+        "identity": state["ident"],
+        "tokenizer": {
+            "path": str(Path(s.model).resolve()),
+            "sha256": state["model_sha"],
+            "vocab_size": state["vocab"],
+            "eod_id": state["eos"],
+            "bos_id": state["bos"],
+        },
+        "dtype": np.dtype(state["dtype"]).name,
+        "corpus": corpus,
+        "shards": shards,
+        "totals": {
+            "docs": sum(p.docs for p in plans),
+            "tokens": total_tokens,
+            "skipped_empty": skipped_docs,
+            "input_bytes": sum(int(i["bytes"]) for i in state["ident"]["inputs"]),
+            "bytes_this_run": bytes_done,
+            "seconds": round(elapsed, 3),
+            "tokenize_seconds": round(t1 - t0, 3),
+        },
+        "settings": {k: v for k, v in asdict(s).items() if k not in {"progress", "quiet", "overwrite"}},
+    }
+    tmp = out / (META + ".tmp")
+    tmp.write_text(json.dumps(report, indent=1) + "\n")
+    os.replace(tmp, out / META)
+    shutil.rmtree(out / WORK, ignore_errors=True)
+    report["skipped"] = False
+    return report
+
+
+def format_table(report: dict[str, Any]) -> str:
+    """The closing table: documents, tokens, MB/s and tokens/s."""
+    t = report["totals"]
+    secs = max(float(t["seconds"]), 1e-9)
+    rows = [
+        ("shards", f"{len(report['shards'])}"),
+        ("documents", f"{t['docs']:,}"),
+        ("tokens", f"{t['tokens']:,}"),
+        ("input MB", f"{t['input_bytes'] / 1e6:,.2f}"),
+        ("seconds", f"{secs:,.2f}"),
+        ("MB/s", f"{t['bytes_this_run'] / 1e6 / secs:,.2f}"),
+        ("tokens/s", f"{t['tokens'] / secs:,.0f}" if t["bytes_this_run"] else "0 (all up to date)"),
+    ]
+    if t.get("skipped_empty"):
+        rows.append(("skipped empty", f"{t['skipped_empty']:,}"))
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
