@@ -71,7 +71,7 @@ class Chunk:
         return count
 
 
-def input_kind(path: Path, doc_per_file: bool) -> tuple[str, str]:
+def input_kind(path: Path, doc_per_file: bool, any_text: bool = False) -> tuple[str, str]:
     """(kind, compression) from the file name; unknown suffixes are a usage error naming the file."""
     name = path.name.lower()
     comp = ""
@@ -88,6 +88,8 @@ def input_kind(path: Path, doc_per_file: bool) -> tuple[str, str]:
             return "json-array", ""
         return "jsonl", comp
     if name.endswith(TEXT_SUFFIXES):
+        return ("txt-file" if doc_per_file else "txt"), comp
+    if any_text:
         return ("txt-file" if doc_per_file else "txt"), comp
     raise BadInput(f"{path}: unknown input type (use .txt, .jsonl, .json, .parquet, optionally .gz/.zst)")
 
@@ -142,11 +144,13 @@ def _line_boundary(fh: IO[bytes], t: int) -> int:
     return fh.tell()
 
 
-def plan_chunks(files: list[Path], chunk_bytes: int, doc_per_file: bool = False) -> list[Chunk]:
+def plan_chunks(
+    files: list[Path], chunk_bytes: int, doc_per_file: bool = False, any_text: bool = False
+) -> list[Chunk]:
     """All chunks of all files, in document order (file order, then offset)."""
     chunks: list[Chunk] = []
     for path in files:
-        kind, comp = input_kind(path, doc_per_file)
+        kind, comp = input_kind(path, doc_per_file, any_text)
         size = path.stat().st_size
         if kind == "parquet":
             import pyarrow.parquet as pq

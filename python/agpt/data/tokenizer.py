@@ -66,11 +66,12 @@ class TrainSettings:
 
 
 def _sentences(settings: TrainSettings) -> Iterator[str]:
-    """Lines of every document of every input (SentencePiece learns from sentences, not documents)."""
+    """Lines of every document of every input (SentencePiece learns from sentences, not documents).
+    Files of unknown type (source code, READMEs) are read as plain text."""
     from agpt.data.readers import expand_inputs, iter_documents, plan_chunks
 
     count = 0
-    for chunk in plan_chunks(expand_inputs(settings.inputs), 1 << 26, doc_per_file=False):
+    for chunk in plan_chunks(expand_inputs(settings.inputs), 1 << 26, any_text=True):
         for text, _ in iter_documents(chunk, settings.text_key):
             for line in text.split("\n"):
                 line = line.strip()
