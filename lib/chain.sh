@@ -1,0 +1,180 @@
+# lib/chain.sh: one submission becomes a chain of jobs that runs until training is done.
+# shellcheck shell=bash
+#
+# Source it after lib/sched.sh:
+#   source "$AGPT_HOME/lib/sched.sh"; source "$AGPT_HOME/lib/chain.sh"
+#   chain_start jobs/agpt_20b.pbs          # at job start: submit the successor (afterany on this job)
+#   rc=0; failover_run ... || rc=$?        # or any command: its exit code is the verdict
+#   chain_end "$rc"                         # done/stuck/repeat cancel the successor; resubmit keeps it
+#
+# Functions
+#   chain_start SCRIPT     submit SCRIPT as this job's successor, under the run directory's lock
+#   chain_end RC           record this job in chain.jsonl; cancel or keep the successor; exclude bad hosts
+#
+# Files (in AGPT_RUN_DIR): chain.jsonl (one record per job), chain.lock (`SUCCESSOR SUBMITTER EPOCH`:
+# the one pending successor; a lock whose successor is no longer queued is stale and is taken over),
+# .chain.mutex/ (held for a moment around lock updates).
+#
+# Settings
+#   AGPT_RUN_DIR            the run directory (required)
+#   CHAIN_MAX_JOBS          jobs a chain may run, this one included (default 50)
+#   CHAIN_MAX_NO_PROGRESS   stop after this many jobs in a row with no new complete checkpoint (default 2)
+#   CHAIN_DISABLE           1: record nothing, submit nothing (default 0)
+#   CHAIN_LOG               where messages go (default: stderr)
+# Globals written: CHAIN_JOB_ID, CHAIN_NEXT_JOB_ID, CHAIN_STARTED, CHAIN_START_STEP, CHAIN_SCRIPT_PATH
+#
+# Why a successor at the start and not at the end: a job killed at walltime never reaches its end, and the
+# afterany dependency still releases the successor.
+
+: "${CHAIN_MAX_JOBS:=50}"
+: "${CHAIN_MAX_NO_PROGRESS:=2}"
+: "${CHAIN_DISABLE:=0}"
+: "${CHAIN_LOG:=/dev/stderr}"
+CHAIN_JOB_ID=""
+CHAIN_NEXT_JOB_ID=""
+CHAIN_STARTED=""
+CHAIN_START_STEP=0
+CHAIN_SCRIPT_PATH=""
+
+_chain_say() {
+  printf 'chain: %s\n' "$*" >>"$CHAIN_LOG"
+}
+
+# The stdlib-only decisions (python/agpt/chain.py), runnable without the training venv.
+_chain_py() {
+  local home
+  home="${AGPT_HOME:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}"
+  PYTHONPATH="$home/python${PYTHONPATH:+:$PYTHONPATH}" "${AGPT_PYTHON:-python3}" -m agpt.chain "$@"
+}
+
+# A short-lived mutex around chain.lock (mkdir is atomic on NFS and Lustre); one older than 60 s belongs
+# to a process that died holding it.
+_chain_mutex() {
+  local m="$AGPT_RUN_DIR/.chain.mutex" tries=0 age
+  while ! mkdir "$m" 2>/dev/null; do
+    age=$(($(date +%s) - $(stat -c %Y "$m" 2>/dev/null || date +%s)))
+    if ((age > 60)); then
+      _chain_say "removing a mutex left by a dead process ($m, ${age}s old)"
+      rmdir "$m" 2>/dev/null || true
+      continue
+    fi
+    tries=$((tries + 1))
+    if ((tries > 150)); then
+      _chain_say "could not take $m"
+      return 1
+    fi
+    sleep 0.2
+  done
+}
+
+_chain_unmutex() {
+  rmdir "$AGPT_RUN_DIR/.chain.mutex" 2>/dev/null || true
+}
+
+# Usage: chain_start SCRIPT
+# Globals read: AGPT_RUN_DIR, CHAIN_MAX_JOBS, CHAIN_DISABLE; written: CHAIN_JOB_ID, CHAIN_NEXT_JOB_ID,
+#   CHAIN_STARTED, CHAIN_START_STEP
+# Returns: 0 (a failed submission is logged: chain_end tries again); 2 on bad arguments
+chain_start() {
+  local script="${1:-}" succ="" submitter="" decision exclude next
+  CHAIN_STARTED="$(date +%s)"
+  CHAIN_NEXT_JOB_ID=""
+  if [[ -z "${AGPT_RUN_DIR:-}" ]]; then
+    _chain_say "AGPT_RUN_DIR is not set"
+    return 2
+  fi
+  mkdir -p "$AGPT_RUN_DIR"
+  CHAIN_START_STEP="$(_chain_py step "$AGPT_RUN_DIR")" || CHAIN_START_STEP=0
+  CHAIN_JOB_ID="$(sched_job_id)"
+  if [[ "$CHAIN_DISABLE" == 1 || -z "$CHAIN_JOB_ID" ]]; then
+    if [[ -z "$CHAIN_JOB_ID" ]]; then
+      _chain_say "not chaining (not in a batch job)"
+    else
+      _chain_say "not chaining (CHAIN_DISABLE=1)"
+    fi
+    return 0
+  fi
+  if [[ -z "$script" || ! -f "$script" ]]; then
+    _chain_say "job script '${script}' not found: no successor will be submitted"
+    return 2
+  fi
+  _chain_mutex || return 0
+  if [[ -f "$AGPT_RUN_DIR/chain.lock" ]]; then
+    read -r succ submitter _ <"$AGPT_RUN_DIR/chain.lock" || true
+  fi
+  if [[ -n "$succ" && "$succ" != "$CHAIN_JOB_ID" ]]; then
+    if sched_job_alive "$succ"; then
+      _chain_say "successor $succ (submitted by $submitter) is already queued; not submitting another"
+      _chain_unmutex
+      return 0
+    fi
+    _chain_say "stale lock: successor $succ (submitted by $submitter) is gone; taking the chain over"
+    submitter=""
+  fi
+  [[ "$succ" == "$CHAIN_JOB_ID" ]] || submitter=""
+  decision="$(_chain_py start "$AGPT_RUN_DIR" --job "$CHAIN_JOB_ID" --predecessor "$submitter" \
+    --max-jobs "$CHAIN_MAX_JOBS")" || decision="submit"
+  if [[ "$decision" != submit ]]; then
+    _chain_say "this is the chain's last job (${decision#last })"
+    rm -f "$AGPT_RUN_DIR/chain.lock"
+    _chain_unmutex
+    return 0
+  fi
+  exclude="$(_chain_py bad-hosts "$AGPT_RUN_DIR")" || exclude=""
+  if next="$(sched_submit --after "$CHAIN_JOB_ID" --exclude "$exclude" "$script")"; then
+    CHAIN_NEXT_JOB_ID="$next"
+    printf '%s %s %s\n' "$next" "$CHAIN_JOB_ID" "$(date +%s)" >"$AGPT_RUN_DIR/chain.lock.tmp.$$"
+    mv -f "$AGPT_RUN_DIR/chain.lock.tmp.$$" "$AGPT_RUN_DIR/chain.lock"
+    _chain_say "successor $next submitted (afterany:$CHAIN_JOB_ID)"
+  else
+    _chain_say "could not submit the successor now; will retry at the end of this job"
+  fi
+  CHAIN_SCRIPT_PATH="$script"
+  _chain_unmutex
+  return 0
+}
+
+# Usage: chain_end RC
+# RC: the failover verdict (CONTRACT.md exit codes) or the job command's own exit code.
+# Globals read: CHAIN_* from chain_start, AGPT_RUN_DIR, CHAIN_MAX_JOBS, CHAIN_MAX_NO_PROGRESS
+# Returns: 0 once recorded; 1 when recording failed
+chain_end() {
+  local rc="${1:?chain_end: exit code}" out decision verdict reason exclude next
+  if [[ "$CHAIN_DISABLE" == 1 || -z "$CHAIN_JOB_ID" ]]; then
+    return 0
+  fi
+  if ! out="$(_chain_py end "$AGPT_RUN_DIR" --job "$CHAIN_JOB_ID" --rc "$rc" --started "$CHAIN_STARTED" \
+    --start-step "$CHAIN_START_STEP" --next "$CHAIN_NEXT_JOB_ID" --max-jobs "$CHAIN_MAX_JOBS" \
+    --max-no-progress "$CHAIN_MAX_NO_PROGRESS")"; then
+    _chain_say "could not record job $CHAIN_JOB_ID in $AGPT_RUN_DIR/chain.jsonl"
+    return 1
+  fi
+  read -r decision verdict reason exclude <<<"$out"
+  next="$CHAIN_NEXT_JOB_ID"
+  if [[ "$decision" == stop ]]; then
+    _chain_say "verdict $verdict (rc $rc): the chain stops${reason:+ ($reason)}"
+    if [[ -n "$next" ]]; then
+      sched_cancel "$next" || _chain_say "cancelling successor $next failed"
+      _chain_say "successor $next cancelled"
+    fi
+    if _chain_mutex; then
+      rm -f "$AGPT_RUN_DIR/chain.lock"
+      _chain_unmutex
+    fi
+    return 0
+  fi
+  _chain_say "verdict $verdict (rc $rc): the chain goes on"
+  if [[ -z "$next" && -n "${CHAIN_SCRIPT_PATH:-}" ]]; then
+    # The submission at start failed: try once more while this job still exists for afterany.
+    if next="$(sched_submit --after "$CHAIN_JOB_ID" "$CHAIN_SCRIPT_PATH")" && _chain_mutex; then
+      printf '%s %s %s\n' "$next" "$CHAIN_JOB_ID" "$(date +%s)" >"$AGPT_RUN_DIR/chain.lock"
+      _chain_unmutex
+      _chain_say "successor $next submitted at the end of job $CHAIN_JOB_ID"
+    fi
+  fi
+  if [[ -n "$next" && "$exclude" != - ]]; then
+    _chain_say "keeping successor $next off hosts proven bad: $exclude"
+    sched_exclude "$next" "$exclude" || _chain_say "could not exclude $exclude from $next"
+  fi
+  return 0
+}

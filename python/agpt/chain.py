@@ -1,0 +1,321 @@
+"""`agpt chain`: the chain of jobs behind one training run (JOB layer).
+
+lib/chain.sh is the glue a job script runs; the decisions are here, in plain Python, so they are unit-
+testable and start in milliseconds with no venv (standard library only).
+
+Subcommands
+  status RUN_DIR [--json]   the chain as a table: job, start, end, steps, verdict, next
+  step RUN_DIR              the newest complete checkpoint's step (0 when none)
+  bad-hosts RUN_DIR         hosts proven bad in hosts/bad (blind evictions excluded), comma separated
+  start RUN_DIR --job ID    at job start: should this job submit a successor?  Prints `submit` or
+                            `last REASON`; records a predecessor that died without an end record
+  end RUN_DIR --job ID --rc RC ...
+                            at job end: verdict and decision; appends one line to chain.jsonl and prints
+                            `keep|stop VERDICT REASON EXCLUDE` (EXCLUDE: comma list or -)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# rc -> (verdict, does the chain go on).  CONTRACT.md's exit codes; anything else is a failure that a
+# fresh allocation may fix (a node died, the job was killed), bounded by the no-progress guard.
+VERDICTS: dict[int, tuple[str, bool]] = {
+    0: ("done", False),
+    2: ("usage", False),
+    3: ("stuck", False),
+    4: ("repeat", False),
+    75: ("resubmit", True),
+    124: ("idle", True),
+}
+
+
+def verdict_of(rc: int) -> tuple[str, bool]:
+    """The verdict name for an exit code and whether the chain should continue after it."""
+    if rc in VERDICTS:
+        return VERDICTS[rc]
+    if rc > 128:
+        return (f"signal{rc - 128}", True)
+    return ("failed", True)
+
+
+def latest_step(run_dir: Path) -> int:
+    """The highest step with a `.complete` marker: the only checkpoints resume trusts (CONTRACT.md)."""
+    best = 0
+    for d in (run_dir / "ckpt").glob("step-*"):
+        try:
+            step = int(d.name.split("-", 1)[1])
+        except ValueError:
+            continue
+        if step > best and (d / ".complete").is_file():
+            best = step
+    return best
+
+
+def read_chain(run_dir: Path) -> list[dict[str, Any]]:
+    """chain.jsonl's records; a torn last line (a job killed mid-write) is skipped, not fatal."""
+    path = run_dir / "chain.jsonl"
+    out: list[dict[str, Any]] = []
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except FileNotFoundError:
+        return out
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(rec, dict):
+            out.append(rec)
+    return out
+
+
+def append_record(run_dir: Path, rec: dict[str, Any]) -> None:
+    """One line per job, written with a single O_APPEND write so concurrent writers never interleave."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    data = (json.dumps(rec, sort_keys=False) + "\n").encode()
+    fd = os.open(run_dir / "chain.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def proven_bad_hosts(run_dir: Path) -> list[str]:
+    """Hosts in hosts/bad with evidence; `blind` evictions (a guess in a rotation) are not excluded."""
+    seen: dict[str, None] = {}
+    try:
+        lines = (run_dir / "hosts" / "bad").read_text(errors="replace").splitlines()
+    except FileNotFoundError:
+        return []
+    for line in lines:
+        parts = line.split("\t")
+        if not parts[0].strip():
+            continue
+        evidence = parts[3].strip() if len(parts) > 3 else ""
+        if evidence and evidence != "blind":
+            seen[parts[0].strip()] = None
+    return list(seen)
+
+
+@dataclass(kw_only=True, slots=True)
+class Limits:
+    """Guard rails: a chain never runs more than max_jobs jobs, nor max_no_progress jobs in a row that
+    made no new complete checkpoint (a chain that cannot progress would otherwise burn an allocation)."""
+
+    max_jobs: int = 50
+    max_no_progress: int = 2
+
+    def __post_init__(self) -> None:
+        if self.max_jobs < 1:
+            raise ValueError("CHAIN_MAX_JOBS must be at least 1")
+        if self.max_no_progress < 1:
+            raise ValueError("CHAIN_MAX_NO_PROGRESS must be at least 1")
+
+
+def decide_start(records: list[dict[str, Any]], limits: Limits) -> tuple[bool, str]:
+    """At job start: submit a successor unless this job is the last the chain may run."""
+    index = len(records) + 1
+    if index >= limits.max_jobs:
+        return (False, f"max_jobs({limits.max_jobs})")
+    return (True, "")
+
+
+def decide_end(
+    records: list[dict[str, Any]], rc: int, start_step: int, end_step: int, limits: Limits
+) -> tuple[str, bool, str]:
+    """At job end: (verdict, keep the successor?, reason when a guard stopped a chain that would go on)."""
+    verdict, go_on = verdict_of(rc)
+    if not go_on:
+        return (verdict, False, verdict)
+    streak = 0 if end_step > start_step else 1
+    if streak:
+        for rec in reversed(records):
+            if rec.get("progress"):
+                break
+            streak += 1
+    if streak >= limits.max_no_progress:
+        return (verdict, False, f"no_progress({streak})")
+    if len(records) + 1 >= limits.max_jobs:
+        return (verdict, False, f"max_jobs({limits.max_jobs})")
+    return (verdict, True, "")
+
+
+def _fmt_time(t: Any) -> str:
+    if not isinstance(t, (int, float)):
+        return "?"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
+def read_lock(run_dir: Path) -> tuple[str, str]:
+    """chain.lock: `SUCCESSOR SUBMITTER EPOCH`, written by lib/chain.sh; ('', '') when absent."""
+    try:
+        words = (run_dir / "chain.lock").read_text().split()
+    except FileNotFoundError:
+        return ("", "")
+    return (words[0] if words else "", words[1] if len(words) > 1 else "")
+
+
+def status_rows(run_dir: Path) -> list[list[str]]:
+    rows = [["JOB", "START", "END", "STEPS", "VERDICT", "NEXT"]]
+    for r in read_chain(run_dir):
+        s0, s1 = r.get("start_step"), r.get("end_step")
+        steps = f"{'?' if s0 is None else s0}->{'?' if s1 is None else s1}"
+        verdict = str(r.get("verdict", "?"))
+        if r.get("reason") and r.get("reason") != verdict:
+            verdict += f" ({r['reason']})"
+        nxt = r.get("next_jobid") or (
+            f"cancelled {r['cancelled_jobid']}" if r.get("cancelled_jobid") else "-"
+        )
+        rows.append(
+            [
+                str(r.get("jobid", "?")),
+                _fmt_time(r.get("started")),
+                _fmt_time(r.get("ended")),
+                steps,
+                verdict,
+                nxt,
+            ]
+        )
+    return rows
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    run_dir = Path(args.run_dir)
+    if not run_dir.is_dir():
+        sys.stderr.write(f"agpt chain: {run_dir}: no such run directory\n")
+        return 2
+    records = read_chain(run_dir)
+    pending, _ = read_lock(run_dir)
+    if args.json:
+        json.dump(
+            {"jobs": records, "pending": pending or None, "step": latest_step(run_dir)}, sys.stdout, indent=2
+        )
+        sys.stdout.write("\n")
+        return 0
+    rows = status_rows(run_dir)
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        sys.stdout.write(
+            "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() + "\n"
+        )
+    last = records[-1]["verdict"] if records else "none yet"
+    tail = (
+        f", successor {pending} pending" if pending and (not records or records[-1].get("next_jobid")) else ""
+    )
+    sys.stdout.write(
+        f"chain: {len(records)} job(s), last verdict {last}, checkpoint step {latest_step(run_dir)}{tail}\n"
+    )
+    return 0
+
+
+def cmd_start(args: argparse.Namespace) -> int:
+    run_dir = Path(args.run_dir)
+    records = read_chain(run_dir)
+    pred = args.predecessor
+    if pred and pred != args.job and not any(str(r.get("jobid")) == pred for r in records):
+        # The predecessor was killed before chain_end could run (walltime SIGKILL, node crash): say so.
+        rec = {
+            "jobid": pred,
+            "index": len(records) + 1,
+            "started": None,
+            "ended": None,
+            "start_step": None,
+            "end_step": latest_step(run_dir),
+            "rc": None,
+            "verdict": "lost",
+            "reason": "no end record: killed before it could write one",
+            "progress": None,
+            "next_jobid": args.job,
+        }
+        append_record(run_dir, rec)
+        records.append(rec)
+    submit, reason = decide_start(records, Limits(max_jobs=args.max_jobs, max_no_progress=1))
+    print("submit" if submit else f"last {reason}")
+    return 0
+
+
+def cmd_end(args: argparse.Namespace) -> int:
+    run_dir = Path(args.run_dir)
+    records = read_chain(run_dir)
+    limits = Limits(max_jobs=args.max_jobs, max_no_progress=args.max_no_progress)
+    end_step = latest_step(run_dir)
+    verdict, keep, reason = decide_end(records, args.rc, args.start_step, end_step, limits)
+    exclude = proven_bad_hosts(run_dir) if keep and args.next else []
+    rec = {
+        "jobid": args.job,
+        "index": len(records) + 1,
+        "started": args.started,
+        "ended": args.ended if args.ended is not None else int(time.time()),
+        "start_step": args.start_step,
+        "end_step": end_step,
+        "rc": args.rc,
+        "verdict": verdict,
+        "decision": "keep" if keep else "stop",
+        "reason": reason,
+        "progress": end_step > args.start_step,
+        "next_jobid": (args.next or None) if keep else None,
+        "cancelled_jobid": None if keep else (args.next or None),
+        "excluded": exclude,
+        "host": os.uname().nodename,
+    }
+    append_record(run_dir, rec)
+    print(f"{'keep' if keep else 'stop'} {verdict} {reason or '-'} {','.join(exclude) or '-'}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="agpt chain", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = ap.add_subparsers(dest="cmd", required=True, metavar="SUBCOMMAND")
+    p = sub.add_parser("status", help="the chain as a table (job, start, end, steps, verdict, next)")
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("--json", action="store_true", help="print the records as JSON")
+    p.set_defaults(fn=cmd_status)
+    p = sub.add_parser("step", help="the newest complete checkpoint's step")
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.set_defaults(fn=lambda a: print(latest_step(Path(a.run_dir))) or 0)
+    p = sub.add_parser("bad-hosts", help="hosts proven bad (not blind), comma separated")
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.set_defaults(fn=lambda a: print(",".join(proven_bad_hosts(Path(a.run_dir)))) or 0)
+    p = sub.add_parser("start", help="at job start: submit a successor or not")
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("--job", required=True)
+    p.add_argument("--predecessor", default="", help="the job that submitted this one (from chain.lock)")
+    p.add_argument("--max-jobs", type=int, default=50)
+    p.set_defaults(fn=cmd_start)
+    p = sub.add_parser("end", help="at job end: record the verdict and decide")
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("--job", required=True)
+    p.add_argument("--rc", type=int, required=True)
+    p.add_argument("--started", type=int, required=True)
+    p.add_argument("--ended", type=int)
+    p.add_argument("--start-step", type=int, required=True)
+    p.add_argument("--next", default="")
+    p.add_argument("--max-jobs", type=int, default=50)
+    p.add_argument("--max-no-progress", type=int, default=2)
+    p.set_defaults(fn=cmd_end)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        rc: int = args.fn(args)
+    except ValueError as exc:
+        sys.stderr.write(f"agpt chain: {exc}\n")
+        return 2
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
