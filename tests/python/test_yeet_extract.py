@@ -22,6 +22,8 @@ EVIL = {
     "symlink_escape": [entry("lnk", tarfile.SYMTYPE, "../../.."), entry("lnk/escaped.txt")],
     "symlink_absolute": [entry("etc", tarfile.SYMTYPE, "/etc")],
     "write_through_link": [entry("d", tarfile.DIRTYPE), entry("d", tarfile.SYMTYPE, "/tmp"), entry("d/x")],
+    "duplicate_file": [entry("twice"), entry("twice")],
+    "file_over_symlink": [entry("l", tarfile.SYMTYPE, "target"), entry("l")],
     "device": [entry("null", tarfile.CHRTYPE)],
     "fifo": [entry("pipe", tarfile.FIFOTYPE)],
     "hardlink_escape": [entry("h", tarfile.LNKTYPE, "../../etc/passwd")],

@@ -25,7 +25,9 @@ import socket
 import stat
 import subprocess
 import tarfile
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, Any
 
@@ -33,6 +35,7 @@ from agpt.errors import AgptError, BadInput
 
 INTERPRETER_LINK = re.compile(r"^(bin|Scripts)/(python|pypy)[0-9.]*$")
 COPY_BUF = 1 << 20
+STREAM_BUF = 64 << 10  # tarfile slices its stream buffer per header: keep it small
 
 JANITOR = r"""
 IFS= read -r verdict || verdict=
@@ -241,6 +244,14 @@ class _Guard:
                 raise UnsafeArchive(f"{what} {rel!r} goes through {d!r}, which is not a directory")
             self.dirs.add(d)
 
+    def make_parent(self, rel: str) -> None:
+        parent = posixpath.dirname(rel)
+        if parent not in self.dirs:
+            os.makedirs(self.root / parent, mode=0o755, exist_ok=True)
+            while parent not in self.dirs:
+                self.dirs.add(parent)
+                parent = posixpath.dirname(parent)
+
     def check(self, m: tarfile.TarInfo) -> str:
         rel = _normalize(m.name)
         if not (m.isreg() or m.isdir() or m.issym() or m.islnk()):
@@ -286,13 +297,72 @@ def open_tar_stream(raw: IO[bytes], compression: str) -> tarfile.TarFile:
         import zstandard
 
         reader = zstandard.ZstdDecompressor().stream_reader(raw, read_size=COPY_BUF)
-        return tarfile.open(fileobj=reader, mode="r|", bufsize=COPY_BUF)
+        return tarfile.open(fileobj=reader, mode="r|", bufsize=STREAM_BUF)
     if compression == "gzip":
-        return tarfile.open(fileobj=raw, mode="r|gz", bufsize=COPY_BUF)
-    return tarfile.open(fileobj=raw, mode="r|", bufsize=COPY_BUF)
+        return tarfile.open(fileobj=raw, mode="r|gz", bufsize=STREAM_BUF)
+    return tarfile.open(fileobj=raw, mode="r|", bufsize=STREAM_BUF)
 
 
-def safe_extract(raw: IO[bytes], root: Path, compression: str) -> tuple[int, int]:
+FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+SMALL_FILE = 4 << 20  # files up to this size are read whole and written by the pool
+IN_FLIGHT = 64 << 20  # bytes read but not yet written, at most
+
+
+def _write(path: Path, chunks: Iterable[bytes], mode: int, mtime: float) -> None:
+    """Create one regular file exclusively (O_EXCL|O_NOFOLLOW: never through a link, never twice).
+
+    fd-based mode and times, no chown; mtimes are kept because Python checks each `.pyc` against its
+    source's mtime, and without them every import on the node would recompile.
+    """
+    fd = os.open(path, FLAGS, 0o600)
+    try:
+        for data in chunks:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        os.fchmod(fd, mode)
+        os.utime(fd, (mtime, mtime))
+    finally:
+        os.close(fd)
+
+
+def _chunks(src: IO[bytes]) -> Iterator[bytes]:
+    while data := src.read(COPY_BUF):
+        yield data
+
+
+class _Writers:
+    """Small files go to a few threads: creating a file costs a metadata round trip (the GIL is released
+    while the kernel works), so several in flight keep the disk busy while this thread parses headers."""
+
+    def __init__(self, n: int) -> None:
+        self.pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="yeet-write") if n > 1 else None
+        self.budget = threading.BoundedSemaphore(IN_FLIGHT // SMALL_FILE)
+        self.futures: list[Future[None]] = []
+
+    def submit(self, path: Path, data: bytes, mode: int, mtime: float) -> None:
+        if self.pool is None:
+            _write(path, [data], mode, mtime)
+            return
+        self.budget.acquire()
+        fut = self.pool.submit(_write, path, [data], mode, mtime)
+        fut.add_done_callback(lambda _f: self.budget.release())
+        self.futures.append(fut)
+        if len(self.futures) > 4096:
+            self.flush()
+
+    def flush(self) -> None:
+        """Wait for every pending write (before a hard link to one of them, and at the end)."""
+        futures, self.futures = self.futures, []
+        for fut in futures:
+            fut.result()
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def safe_extract(raw: IO[bytes], root: Path, compression: str, *, writers: int = 4) -> tuple[int, int]:
     """Extract a tar stream into ROOT refusing unsafe entries; return (members, bytes of file data)."""
     guard = _Guard(root)
     count = nbytes = 0
@@ -302,6 +372,7 @@ def safe_extract(raw: IO[bytes], root: Path, compression: str) -> tuple[int, int
         raise AgptError(f"not a readable tarball: {exc}") from exc
     tf.copybufsize = COPY_BUF  # type: ignore[attr-defined]
     tf.errorlevel = 2  # every extraction error is fatal: a half tree must never look finished
+    pool = _Writers(writers)
     try:
         for m in tf:
             rel = guard.check(m)
@@ -309,12 +380,27 @@ def safe_extract(raw: IO[bytes], root: Path, compression: str) -> tuple[int, int
             if rel == "":
                 continue
             clean = _sanitize(m, rel)
-            tf.extract(clean, path=str(root), set_attrs=True, filter="fully_trusted")
             if m.isreg():
+                guard.make_parent(rel)
+                src = tf.extractfile(m)
+                if src is None:
+                    raise UnsafeArchive(f"entry {m.name!r} has no data")
+                if m.size <= SMALL_FILE:
+                    pool.submit(root / rel, src.read(), clean.mode, m.mtime)
+                else:
+                    _write(root / rel, _chunks(src), clean.mode, m.mtime)
                 nbytes += m.size
+            else:
+                if m.islnk():
+                    pool.flush()
+                tf.extract(clean, path=str(root), set_attrs=True, filter="fully_trusted")
+        pool.flush()
     except (tarfile.TarError, EOFError) as exc:
         raise AgptError(f"corrupt tarball stream: {exc}") from exc
+    except FileExistsError as exc:
+        raise UnsafeArchive(f"entry {exc.filename!r} appears twice") from exc
     finally:
+        pool.close()
         tf.close()
     verify_links(root)
     return count, nbytes

@@ -136,7 +136,7 @@ def pack(src: Path, out: Path, *, level: int = 3, progress: Progress = _quiet) -
             cctx = zstandard.ZstdCompressor(level=level, threads=-1, write_checksum=True)
             with (
                 cctx.stream_writer(hw, closefd=False) as zw,  # type: ignore[arg-type]
-                tarfile.open(fileobj=zw, mode="w|", format=tarfile.PAX_FORMAT, bufsize=READ_CHUNK) as tf,
+                tarfile.open(fileobj=zw, mode="w|", format=tarfile.GNU_FORMAT, bufsize=READ_CHUNK) as tf,
             ):
                 for rel, _st in _walk(src):
                     try:
