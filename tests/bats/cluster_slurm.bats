@@ -59,8 +59,8 @@ _job_time() {  # Usage: _job_time JOBID StartTime|EndTime -> epoch seconds
 
 @test "sbatch runs a script; squeue lists it; scancel cancels it" {
   printf '#!/bin/bash\n#SBATCH -N 2\nsrun bash -c %s\n' "'echo step on \$SLURMD_NODENAME'" >job.sh
-  run sbatch --parsable --wait -o out.txt job.sh
-  assert_success
+  id="$(sbatch --parsable -o out.txt job.sh)"
+  _wait_state "$id" COMPLETED
   assert_equal "$(sort out.txt | tr '\n' ' ')" "step on n1 step on n2 "
 
   id="$(sbatch --parsable -o /dev/null --wrap 'sleep 300')"

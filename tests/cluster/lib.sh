@@ -1,9 +1,10 @@
 # shellcheck shell=bash
 # Shared helpers for tests/cluster/{up,down,node}: the local Slurm cluster's files and daemons.
 # Source it: `source "$(dirname "$0")/lib.sh"` (from an executable next to it).
-# Functions: cluster_conf DIR, cluster_env DIR, cluster_start_slurmd DIR NODE, cluster_wait_nodes DIR STATE SECS
-#            NODE..., cluster_node_state DIR NODE, cluster_stepds DIR [NODE], cluster_tree PID...,
-#            cluster_kill_pids SIGNAL_WAIT_SECS PID..., cluster_logs DIR.
+# Functions: cluster_conf DIR, cluster_env DIR, cluster_start_slurmd DIR NODE, cluster_node_state DIR NODE,
+#   cluster_node_scontrol_state DIR NODE, cluster_wait_nodes DIR STATE SECS NODE..., cluster_pid_of DIR NAME,
+#   cluster_alive DIR PID NAME, cluster_stepds DIR [NODE], cluster_tree PID..., _cluster_running PID,
+#   cluster_kill_pids WAIT_SECS PID..., cluster_logs DIR.
 # Settings: CLUSTER_WAIT (seconds `up` and `node restore` wait for nodes to be idle, default 60).
 # Files under DIR: slurm.conf, plugstack.conf, pids (lines `NAME PID`), log/, state/, spool/NODE/, run/.
 : "${CLUSTER_WAIT:=60}"
@@ -64,12 +65,14 @@ cluster_pid_of() {
   awk -v n="$2" '$1 == n { p = $2 } END { if (p) print p }' "$1/pids"
 }
 
-# Usage: cluster_alive PID NAME -> 0 when PID runs a process whose command name is NAME (guards against pid reuse);
-# a zombie (dead, not yet reaped by init) counts as not running.
+# Usage: cluster_alive DIR PID NAME -> 0 when PID is a live NAME (slurmctld, slurmd) of the cluster in DIR: its
+# command name is NAME and its environment holds SLURM_CONF=DIR/slurm.conf (so a reused pid, or a daemon of
+# another cluster, never matches).  A zombie (dead, not yet reaped by init) counts as not running.
 cluster_alive() {
   local comm
-  comm="$(cat "/proc/$1/comm" 2>/dev/null)" || return 1
-  [[ "$comm" == "$2" ]] && _cluster_running "$1"
+  comm="$(cat "/proc/$2/comm" 2>/dev/null)" || return 1
+  [[ "$comm" == "$3" ]] && _cluster_running "$2" || return 1
+  tr '\0' '\n' <"/proc/$2/environ" 2>/dev/null | grep -qxF "SLURM_CONF=$1/slurm.conf"
 }
 
 # Usage: cluster_stepds DIR [NODE] -> prints pids of the slurmstepd processes of the cluster in DIR (on NODE).
