@@ -1,0 +1,187 @@
+#!/usr/bin/env bats
+# shellcheck disable=SC2016
+# agpt jobgen: the committed job scripts equal a fresh generation; every site value is marked; bad configs
+# are exit 2 naming the field; a generated script runs end to end on this host (no scheduler).
+load helpers
+load joblib
+
+# committed file -> site scheduler config (regenerate: agpt jobgen --site S --scheduler X --portable -o FILE CONFIG)
+GOLDEN=(
+  "jobs/agpt_2b.pbs aurora pbs jobs/configs/2b.yaml"
+  "jobs/agpt_20b.pbs aurora pbs jobs/configs/20b.yaml"
+  "jobs/agpt_80b.pbs aurora pbs jobs/configs/80b.yaml"
+  "jobs/smoke.pbs aurora pbs jobs/configs/smoke.yaml"
+  "jobs/agpt_2b.slurm perlmutter slurm jobs/configs/2b.yaml"
+  "jobs/agpt_20b.slurm perlmutter slurm jobs/configs/20b.yaml"
+  "jobs/agpt_80b.slurm perlmutter slurm jobs/configs/80b.yaml"
+  "jobs/smoke.slurm perlmutter slurm jobs/configs/smoke.yaml"
+)
+
+conf() {  # conf NAME YAML-BODY: a config file holding only a job: section
+  printf '%s\n' "$2" >"$BATS_TEST_TMPDIR/$1.yaml"
+  echo "$BATS_TEST_TMPDIR/$1.yaml"
+}
+
+@test "golden: every committed job script equals a fresh generation" {
+  cd "$AGPT_ROOT"
+  for row in "${GOLDEN[@]}"; do
+    read -r file site sched config <<<"$row"
+    run agpt jobgen --site "$site" --scheduler "$sched" --portable --job-script "$file" -o "$BATS_TEST_TMPDIR/fresh" "$config"
+    assert_success
+    run diff -u "$file" "$BATS_TEST_TMPDIR/fresh"
+    if ((status)); then
+      echo "$file is stale; regenerate: agpt jobgen --site $site --scheduler $sched --portable -o $file $config"
+    fi
+    assert_success
+  done
+}
+
+@test "every scheduler directive says where its value comes from (SITE_*, job.*, or EDIT)" {
+  cd "$AGPT_ROOT"
+  for f in jobs/*.pbs jobs/*.slurm; do
+    prev=""
+    while IFS= read -r line; do
+      case "$line" in
+        "#PBS -N "* | "#SBATCH --job-name="* | "#SBATCH --output="*) ;;
+        "#PBS "* | "#SBATCH "*)
+          [[ "$prev" =~ (SITE_[A-Z_]+|job\.[a-z_]+|EDIT) ]] || { echo "$f: unmarked: $line"; return 1; } ;;
+      esac
+      [[ "$line" == "# "* ]] && prev="$line"
+    done <"$f"
+  done
+  run grep -c '^# EDIT' jobs/agpt_20b.pbs
+  assert_output 1
+}
+
+@test "the PBS script: select = nodes + spares, walltime, queue, filesystems, directives, afterany chain" {
+  cd "$AGPT_ROOT"
+  run cat jobs/agpt_20b.pbs
+  assert_line "#PBS -l select=36"
+  assert_line "#PBS -l walltime=06:00:00"
+  assert_line "#PBS -q prod"
+  assert_line "#PBS -l filesystems=flare:home"
+  assert_line "#PBS -l place=scatter"
+  assert_line "export FAILOVER_SPARES=4"
+  assert_line 'chain_start "$AGPT_JOB_SCRIPT"'
+  assert_line '  failover_run agpt launch agpt train --config "$AGPT_CONFIG" --run-dir "$AGPT_RUN_DIR" || rc=$?'
+  assert_line 'chain_end "$rc"'
+  run cat jobs/agpt_80b.slurm
+  assert_line "#SBATCH --nodes=262"
+  assert_line "#SBATCH --time=12:00:00"
+  assert_line "#SBATCH --constraint=gpu"
+  assert_line "#SBATCH --licenses=scratch"
+}
+
+@test "without --portable the toolkit and config paths are embedded (a spool copy cannot find them)" {
+  cd "$BATS_TEST_TMPDIR"
+  cp "$AGPT_ROOT/jobs/configs/tiny.yaml" .
+  run agpt jobgen --site polaris --scheduler pbs -o my.pbs tiny.yaml
+  assert_success
+  run cat my.pbs
+  assert_line "export AGPT_HOME=\"\${AGPT_HOME:-$AGPT_ROOT}\""
+  assert_line "export AGPT_CONFIG=$BATS_TEST_TMPDIR/tiny.yaml"
+  assert_line "export AGPT_JOB_SCRIPT=$BATS_TEST_TMPDIR/my.pbs"
+  assert_line "#PBS -l walltime=00:01:00"
+  refute_line --partial "#PBS -A"
+  [[ -x my.pbs ]]
+  run agpt jobgen --site polaris --scheduler pbs tiny.yaml
+  assert_line --partial "# EDIT: this script's path"
+}
+
+@test "walltimes: D-HH:MM:SS for Slurm, hours past 24 for PBS; minutes; defaults from the site" {
+  c="$(conf long 'job: {nodes: 100, walltime: "1-12:00:00"}')"
+  run agpt jobgen --site frontier --scheduler slurm "$c"
+  assert_line "#SBATCH --time=1-12:00:00"
+  assert_line "#SBATCH --nodes=102"
+  assert_line "#SBATCH --partition=batch"
+  run agpt jobgen --site aurora --scheduler pbs "$c"
+  assert_line "#PBS -l walltime=36:00:00"
+  c="$(conf mins 'job: {walltime: 90, queue: debug, account: proj1, spares: 0, filesystems: home}')"
+  run agpt jobgen --site sunspot "$c"
+  assert_line "#PBS -l walltime=01:30:00"
+  assert_line "#PBS -q debug"
+  assert_line "#PBS -A proj1"
+  assert_line "#PBS -l filesystems=home"
+  assert_line "#PBS -l select=1"
+}
+
+@test "command, env, launcher and failover/chain switches are rendered" {
+  c="$(conf cmd 'job:
+  command: ["python3", "train.py", "--cfg={config}", "--out", "{run_dir}/x y", "--hosts", "{hostfile}"]
+  failover: false
+  chain: false
+  launcher: srun
+  ranks_per_node: 2
+  env: {FAKE_TRAINER_FAULTS: "die@5:n2", FAILOVER_MIN_ATTEMPT_S: 5}')"
+  run agpt jobgen --site generic --scheduler slurm "$c"
+  assert_success
+  assert_line 'launch_run python3 train.py "--cfg=$AGPT_CONFIG" --out "$AGPT_RUN_DIR/x y" --hosts {hostfile} || rc=$?'
+  assert_line "export LAUNCH_LAUNCHER=srun  # job.launcher"
+  assert_line "export LAUNCH_PPN=2  # job.ranks_per_node"
+  assert_line "export FAKE_TRAINER_FAULTS=die@5:n2"
+  refute_line --partial "chain_start"
+  refute_line --partial "failover_run"
+}
+
+@test "bad config: unknown key, nodes <= 0, spares < 0, walltime that does not parse: exit 2 naming the field" {
+  c="$(conf a 'job: {nodse: 2}')"
+  run agpt jobgen --site aurora "$c"
+  assert_failure 2
+  assert_output "agpt jobgen: $c: job.nodse: unknown key (did you mean nodes?)"
+  c="$(conf b 'job: {nodes: 0}')"
+  run agpt jobgen --site aurora "$c"
+  assert_failure 2
+  assert_output "agpt jobgen: $c: job.nodes: must be a whole number > 0 (got 0)"
+  c="$(conf c 'job: {nodes: 2, spares: -1}')"
+  run agpt jobgen --site aurora "$c"
+  assert_failure 2
+  assert_output "agpt jobgen: $c: job.spares: must be a whole number >= 0 (got -1)"
+  c="$(conf d 'job: {walltime: 6h}')"
+  run agpt jobgen --site aurora "$c"
+  assert_failure 2
+  assert_output --partial "$c: job.walltime: '6h' does not parse"
+  c="$(conf e 'job: {walltime: "01:75:00"}')"
+  run agpt jobgen --site aurora "$c"
+  assert_failure 2
+  c="$(conf f 'job: [1, 2')"
+  run agpt jobgen --site aurora "$c"
+  assert_failure 2
+  assert_output --partial "not valid YAML"
+}
+
+@test "bad flags: unknown site lists the known ones; bad scheduler; no config" {
+  run agpt jobgen --site auroa "$AGPT_ROOT/jobs/configs/tiny.yaml"
+  assert_failure 2
+  assert_output "agpt jobgen: --site: unknown site 'auroa' (known: aurora, frontier, generic, perlmutter, polaris, sunspot)"
+  run agpt jobgen --site aurora --scheduler lsf "$AGPT_ROOT/jobs/configs/tiny.yaml"
+  assert_failure 2
+  assert_output "agpt jobgen: --scheduler: 'lsf' is not pbs or slurm"
+  run agpt jobgen --site generic "$AGPT_ROOT/jobs/configs/tiny.yaml"
+  assert_failure 2
+  assert_output --partial "site generic has no scheduler"
+  run agpt jobgen --site aurora
+  assert_failure 2
+  run agpt jobgen --site aurora /nope.yaml
+  assert_output "agpt jobgen: /nope.yaml: no such config"
+  run agpt jobgen --keys
+  assert_success
+  assert_line --partial "walltime"
+}
+
+@test "a generated script runs end to end here: failover loop, hydra launch, the trainer finishes" {
+  c="$(conf local "job:
+  nodes: 1
+  spares: 0
+  account: ''
+  run_dir: $BATS_TEST_TMPDIR/run
+  command: [python3, $AGPT_ROOT/tests/fixtures/fake_trainer.py, --steps, '6', --step-time, '0.05', --ckpt-interval, '3']
+  env: {FAILOVER_BACKOFF: '0'}")"
+  run agpt jobgen --site generic --scheduler slurm -o "$BATS_TEST_TMPDIR/job.sh" "$c"
+  assert_success
+  cd "$BATS_TEST_TMPDIR"
+  run env -u SLURM_JOB_ID -u PBS_JOBID bash job.sh
+  assert_success
+  assert_output --partial "fake_trainer: done at step 6"
+  assert_output --partial "chain: not chaining (not in a batch job)"
+  [[ -f run/ckpt/step-6/.complete && -s run/events.jsonl && -s run/hosts/active ]]
+}
