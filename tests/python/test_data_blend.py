@@ -383,3 +383,13 @@ def test_sample_indices_partition_each_global_batch_and_resume() -> None:
     )
     with pytest.raises(Exception, match="multiple"):
         sample_indices(0, 0, 3, 2, 16)
+
+
+def test_dataset_pickles_by_path(blended: Path) -> None:
+    import pickle
+
+    ds = BlendedDataset(blended)
+    blob = pickle.dumps(ds)
+    assert len(blob) < 2000
+    again = pickle.loads(blob)
+    assert len(again) == len(ds) and again[17]["tokens"].tolist() == ds[17]["tokens"].tolist()

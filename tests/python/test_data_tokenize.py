@@ -289,3 +289,36 @@ def test_missing_model_and_input(tmp_path: Path, sp_model: Path) -> None:
         str(tmp_path / "o"),
     )
     assert r.returncode == 2 and "none.txt" in r.stderr
+
+
+def test_bad_input_under_mpi_is_one_line(tmp_path: Path, sp_model: Path) -> None:
+    good = tmp_path / "good.txt"
+    good.write_text("\n\n".join(stdlib_documents(30)))
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "ok"}\n{"txt": "typo"}\n')
+    r = run_agpt(
+        "tokenize", "--model", str(sp_model), "--input", str(good), "--input", str(bad),
+        "--output", str(tmp_path / "o"), "--workers", "1", "--chunk-bytes", "1024", mpi=3,
+    )  # fmt: skip
+    assert r.returncode == 2
+    errors = [line for line in r.stderr.splitlines() if line.startswith("agpt: error:")]
+    assert errors == [f"agpt: error: {bad}:2: no 'text' field (set --text-key)"], r.stderr
+
+
+def test_plain_progress_lines_when_not_a_terminal(
+    tmp_path: Path, sp_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    src = tmp_path / "a.txt"
+    src.write_text("\n\n".join(stdlib_documents(100)))
+    monkeypatch.setenv("AGPT_PROGRESS_SECONDS", "0")
+    import subprocess
+
+    from conftest import ROOT, agpt_env
+
+    r = subprocess.run(
+        [str(ROOT / "bin" / "agpt"), "tokenize", "--model", str(sp_model), "--input", str(src), "--output", str(tmp_path / "o"), "--chunk-bytes", "2048", "--workers", "1"],
+        capture_output=True, text=True, env=agpt_env(), timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    lines = [line for line in r.stderr.splitlines() if line.startswith("tokenize: ")]
+    assert len(lines) > 3 and "MB/s" in lines[-1] and "\r" not in r.stderr

@@ -29,19 +29,19 @@ def cli(
     """Blend corpora first, then files within each corpus, by the largest-deficit rule; `mpiexec -n R`
     shares the per-file index work across ranks (the output is byte-identical for any R)."""
     from agpt.data.blend import BlendSettings, build
+    from agpt.data.dist import root_reports
     from agpt.data.report import format_report
 
-    manifest = build(
-        BlendSettings(
-            file_list=file_list,
-            seq_len=seq_len,
-            num_samples=num_samples,
-            seed=seed,
-            output=output,
-            tokenizer=tokenizer,
-            overwrite=overwrite,
-        )
+    settings = BlendSettings(
+        file_list=file_list,
+        seq_len=seq_len,
+        num_samples=num_samples,
+        seed=seed,
+        output=output,
+        tokenizer=tokenizer,
+        overwrite=overwrite,
     )
+    manifest = root_reports(lambda: build(settings))
     if not manifest:
         return  # not rank 0
     if as_json:

@@ -49,6 +49,7 @@ def cli(
     """Tokenize --input into fixed-size MMIDIDX shards; `mpiexec -n R agpt tokenize ...` spreads the
     work across ranks. Output is identical for any number of workers and ranks; a re-run skips
     finished work."""
+    from agpt.data.dist import root_reports
     from agpt.data.tokenize import TokenizeSettings, format_table, run
 
     settings = TokenizeSettings(
@@ -68,7 +69,7 @@ def cli(
         overwrite=overwrite,
         progress=progress,
     )
-    report = run(settings)
+    report = root_reports(lambda: run(settings))
     if not report:
         return  # not rank 0
     if as_json:

@@ -284,6 +284,8 @@ def build(s: BlendSettings, comm: Comm | None = None, log: Any = None) -> dict[s
         raise err
     status = comm.bcast(status)
     if status == "done":
+        if comm.rank != 0:
+            return {}
         done = mf.load(out)
         done["up_to_date"] = True
         return done

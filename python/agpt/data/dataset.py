@@ -90,6 +90,13 @@ class BlendedDataset:
     def __len__(self) -> int:
         return self.num_samples
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle by path (DataLoader workers): memory maps are reopened, never copied."""
+        return {"directory": str(self.directory)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["directory"], verify="sizes")  # type: ignore[misc]
+
     def _shard(self, f: int) -> mmidx.Shard:
         shard = self._shards.get(f)
         if shard is None:

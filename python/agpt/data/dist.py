@@ -7,8 +7,12 @@ environment that MPI launchers set before touching it.
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 _LAUNCH_VARS = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PALS_RANKID", "MPI_LOCALRANKID")
 
@@ -54,6 +58,33 @@ class Comm:
         return None
 
 
+_RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PALS_RANKID")
+_LOCAL_SIZE_VARS = (
+    "MPI_LOCALNRANKS",
+    "OMPI_COMM_WORLD_LOCAL_SIZE",
+    "PALS_LOCAL_SIZE",
+    "SLURM_NTASKS_PER_NODE",
+)
+
+
+def launcher_rank() -> int:
+    """This process' rank as the launcher told it (0 when not under MPI), without initializing MPI."""
+    for v in _RANK_VARS:
+        value = os.environ.get(v, "")
+        if value.isdigit():
+            return int(value)
+    return 0
+
+
+def local_ranks() -> int:
+    """Ranks sharing this node (so worker pools do not oversubscribe its CPUs)."""
+    for v in _LOCAL_SIZE_VARS:
+        value = os.environ.get(v, "").split("(")[0]
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+    return 1
+
+
 def under_mpi() -> bool:
     return any(v in os.environ for v in _LAUNCH_VARS)
 
@@ -68,3 +99,16 @@ def world() -> Comm:
     if comm.Get_size() == 1:
         return Comm()
     return Comm(rank=comm.Get_rank(), size=comm.Get_size(), mpi=comm)
+
+
+def root_reports(fn: Callable[[], T]) -> T:
+    """Run `fn`; on an AgptError, only rank 0 prints it (every rank exits with its code), so a bad
+    input under `mpiexec -n 64` is one line, not 64."""
+    from agpt.errors import AgptError
+
+    try:
+        return fn()
+    except AgptError as exc:
+        if launcher_rank() != 0:
+            sys.exit(exc.exit_code)
+        raise

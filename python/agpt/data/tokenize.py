@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from agpt.data import mmidx
-from agpt.data.dist import Comm, world
+from agpt.data.dist import Comm, local_ranks, world
 from agpt.data.readers import Chunk, expand_inputs, iter_documents, plan_chunks
 from agpt.data.tokenizer import load, sha256_file
 from agpt.errors import AgptError, BadInput, DataError
@@ -253,9 +253,8 @@ def write_shard(args: tuple[_ShardPlan, str, str]) -> int:
 class _Progress:
     """tqdm on a terminal, a plain line every `every` seconds otherwise (batch logs)."""
 
-    def __init__(
-        self, total: int, label: str, enabled: bool | None, quiet: bool, every: float = 10.0
-    ) -> None:
+    def __init__(self, total: int, label: str, enabled: bool | None, quiet: bool) -> None:
+        every = float(os.environ.get("AGPT_PROGRESS_SECONDS", "10"))
         self.total, self.label, self.every, self.quiet = total, label, every, quiet
         self.done = 0
         self.t0 = self.last = time.monotonic()
@@ -333,7 +332,7 @@ def _identity(s: TokenizeSettings, files: list[Path], model_sha: str) -> dict[st
 
 def _default_workers(comm: Comm) -> int:
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, cpus)
+    return max(1, cpus // (local_ranks() if comm.mpi is not None else 1))
 
 
 def _prepare(s: TokenizeSettings, out: Path, ident: dict[str, Any]) -> str:
@@ -410,6 +409,8 @@ def run(s: TokenizeSettings, comm: Comm | None = None) -> dict[str, Any]:
         raise err
     state = comm.bcast(state)
     if state["status"] == "done":
+        if comm.rank != 0:
+            return {}
         done: dict[str, Any] = json.loads((out / META).read_text())
         done["skipped"] = True
         return done
@@ -556,6 +557,8 @@ def format_table(report: dict[str, Any]) -> str:
         ("MB/s", f"{t['bytes_this_run'] / 1e6 / secs:,.2f}"),
         ("tokens/s", f"{t['tokens'] / secs:,.0f}" if t["bytes_this_run"] else "0 (all up to date)"),
     ]
+    if report.get("skipped"):
+        rows = rows[:3]
     if t.get("skipped_empty"):
         rows.append(("skipped empty", f"{t['skipped_empty']:,}"))
     width = max(len(k) for k, _ in rows)
