@@ -275,6 +275,7 @@ sched_submit() {
     _sched_say "submit printed no job id: ${cmd[*]} $*"
     return 1
   fi
+  _sched_say "submitted $id: ${cmd[*]} $*"
   printf '%s\n' "$id"
 }
 
