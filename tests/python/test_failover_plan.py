@@ -160,6 +160,28 @@ def test_repeat_same_class_same_step() -> None:
     assert (p.verdict, p.exit) == ("repeat", 4)
 
 
+def test_a_failure_right_after_resume_repeats_at_the_checkpoint_step() -> None:
+    # Attempt 1 reached step 4 (checkpoint 4) and died at 5; later ones die at 5 before printing a step.
+    h = [ev(1, "app", last=4), {**ev(2, "app", first=None, last=None), "ckpt_step": 4}]
+    a = att(3, "app", first=None, last=None)
+    a.ckpt_step = 4
+    p = decide(a, h)
+    assert (p.verdict, p.exit) == ("repeat", 4)
+
+
+def test_blind_rows_without_progress_get_the_whole_rotation_before_stuck() -> None:
+    row = [ev(1, "hang", first=None, last=None)]
+    assert decide(att(2, "hang", rc=124, first=None, last=None), row).action == "relaunch"
+    row = [ev(n, "hang", first=None, last=None) for n in range(1, 5)]
+    p = decide(att(5, "hang", rc=124, first=None, last=None), row)
+    assert (p.verdict, p.exit) == ("stuck", 3)
+
+
+def test_an_app_error_in_a_row_without_progress_is_stuck_at_two() -> None:
+    p = decide(att(2, "app", first=None, last=None), [ev(1, "hang", first=None, last=None)])
+    assert p.verdict == "stuck"
+
+
 def test_different_steps_are_no_repeat() -> None:
     h = [ev(1, "app", last=6), ev(2, "app", last=9)]
     assert decide(att(3, "app", last=6), h).action == "relaunch"

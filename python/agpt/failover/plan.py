@@ -10,13 +10,15 @@ and the earlier attempts of this job (events.jsonl), and returns
 The rules, in order (why in brackets):
 1. rc 0 -> stop `done` (0).  Class `walltime`, or rc 75 (the trainer itself asked to be resubmitted) -> stop
    `resubmit` (75).
-2. The same class at the same last step for FAILOVER_MAX_REPEAT attempts in a row -> stop `repeat` (4) [a
+2. The same class at the same step (the last progress line, else the checkpoint resumed from) for FAILOVER_MAX_REPEAT attempts in a row -> stop `repeat` (4) [a
    deterministic bug: more attempts only burn hours].  Not for `node`: each named host is evidence of its own,
    and the spares and FAILOVER_MAX_ATTEMPTS bound it.  For `hang`/`crash` the limit is at least one more than the
    blind rotation needs (min(active, FAILOVER_MAX_BLIND) + 1), so a rotation can reach every original host
    before the failure is called deterministic.
 3. Two attempts in a row with no progress line, neither of them `node` or `system` -> stop `stuck` (3) [a config
-   or environment bug; a swap of a host proven bad is a real fix, and a site-wide fault is waited out].
+   or environment bug; a swap of a host proven bad is a real fix, and a site-wide fault is waited out].  When
+   every attempt of the row is a `hang`/`crash`, the row must be as long as the blind rotation (min(active,
+   FAILOVER_MAX_BLIND) + 1): a bad host that hangs the first collective after a resume looks the same.
 4. FAILOVER_MAX_ATTEMPTS reached -> stop: `resubmit` (75) after progress in this job, else `failed` (1).
 5. `node`: swap exactly the named active hosts.  `hang`/`crash`: a rotating blind swap of one host: never a
    spare this rotation added, the hosts the evidence points at first (`suspects`, `last_heard`, `rank_hosts`
@@ -84,10 +86,16 @@ class Attempt:
     suspects: list[str] = field(default_factory=list)
     first_step: int | None = None
     last_step: int | None = None
+    ckpt_step: int | None = None
 
     @property
     def progress(self) -> bool:
         return self.first_step is not None
+
+    @property
+    def where(self) -> int | None:
+        """Where it failed: the last progress line, else the checkpoint it resumed from (it wrote no newer one)."""
+        return self.last_step if self.last_step is not None else self.ckpt_step
 
 
 @dataclass(kw_only=True, slots=True)
@@ -126,8 +134,13 @@ def _progress(ev: dict[str, Any]) -> bool:
     return ev.get("first_step") is not None
 
 
+def _where(ev: dict[str, Any]) -> int | None:
+    last = ev.get("last_step")
+    return last if last is not None else ev.get("ckpt_step")
+
+
 def _same_failure(ev: dict[str, Any], cls: str, step: int | None) -> bool:
-    return ev.get("class") == cls and step is not None and ev.get("last_step") == step
+    return ev.get("class") == cls and step is not None and _where(ev) == step
 
 
 def _time_left(now: float, deadline: float | None) -> float | None:
@@ -189,8 +202,8 @@ def _blind_swap(
     if episode:
         prev = episode[-1]
         sw = prev.get("swapped") or {}
-        # The failure came back unchanged with the last suspect gone: that suspect was innocent.
-        if sw.get("blind") and prev.get("class") == att.cls and prev.get("last_step") == att.last_step:
+        # The same failure came back with the last suspect gone: that suspect was innocent.
+        if sw.get("blind") and prev.get("class") == att.cls:
             returned = [h for h in sw.get("out") or [] if h not in active and h not in spare]
     pointed = [h for h in att.suspects if h in active and h not in added]
     candidates = list(dict.fromkeys(pointed + [h for h in active if h not in added]))
@@ -226,30 +239,35 @@ def decide(
     if att.rc == 75:
         return _stop("resubmit", "the trainer asked to be resubmitted (rc 75)", mark_bad=named)
 
-    # repeat: the same class at the same last step, attempts in a row (this one included)
+    rotation = min(len(active), settings.max_blind) + 1  # attempts a blind rotation needs to try every host
+
+    # repeat: the same class at the same step, attempts in a row (this one included)
+    where = att.where
     same = 1
     for ev in reversed(history):
-        if not _same_failure(ev, cls, att.last_step):
+        if not _same_failure(ev, cls, where):
             break
         same += 1
-    limit = settings.max_repeat
-    if cls in BLIND_CLASSES:
-        limit = max(limit, min(len(active), settings.max_blind) + 1)
-    if cls != "node" and att.last_step is not None and same >= limit:
+    limit = max(settings.max_repeat, rotation) if cls in BLIND_CLASSES else settings.max_repeat
+    if cls != "node" and where is not None and same >= limit:
         return _stop(
             "repeat",
-            f"'{cls}' at step {att.last_step} {same} times in a row (limit {limit}): a deterministic failure",
+            f"'{cls}' at step {where} {same} times in a row (limit {limit}): a deterministic failure",
         )
 
-    # stuck: two attempts in a row without a progress line (not counting swaps of proven-bad hosts)
-    if not att.progress and history:
-        prev = history[-1]
-        if (
-            not _progress(prev)
-            and cls not in ("node", "system")
-            and prev.get("class") not in ("node", "system")
-        ):
-            return _stop("stuck", f"two attempts in a row made no progress ('{prev.get('class')}', '{cls}')")
+    # stuck: attempts in a row without a progress line (swaps of proven-bad hosts and site faults break the row)
+    if not att.progress and cls not in ("node", "system"):
+        row = [cls]
+        for ev in reversed(history):
+            if _progress(ev) or ev.get("class") in ("node", "system"):
+                break
+            row.append(str(ev.get("class")))
+        limit = rotation if all(c in BLIND_CLASSES for c in row) else 2
+        if len(row) >= limit:
+            return _stop(
+                "stuck",
+                f"{len(row)} attempts in a row made no progress ({', '.join(reversed(row))})",
+            )
 
     if att.attempt >= settings.max_attempts:
         return _stop(
@@ -318,6 +336,19 @@ def scan_steps(log: Path, pattern: str = DEFAULT_PROGRESS_RE) -> tuple[int | Non
     except OSError:
         return None, None, 0
     return first, last, count
+
+
+def latest_checkpoint(run_dir: Path) -> int | None:
+    """The highest N of RUN_DIR/ckpt/step-N/.complete (CONTRACT.md), None when there is none."""
+    best: int | None = None
+    for marker in (run_dir / "ckpt").glob("step-*/.complete"):
+        try:
+            n = int(marker.parent.name.split("-", 1)[1])
+        except ValueError:
+            continue
+        if best is None or n > best:
+            best = n
+    return best
 
 
 def read_events(path: Path) -> list[dict[str, Any]]:
@@ -488,8 +519,7 @@ def run(args: argparse.Namespace) -> Plan:
         raise BadInput("failover plan: --rc is required after an attempt (or pass --before)")
     c = load_classification(args.classification, rc=args.rc, now=now, deadline=deadline)
     first, last, _count = scan_steps(Path(args.log), args.progress_re) if args.log else (None, None, 0)
-    if last is None and isinstance(c.get("last_step"), int):
-        last = c["last_step"]
+    ckpt = latest_checkpoint(run_dir)
     att = Attempt(
         attempt=args.attempt,
         rc=args.rc,
@@ -499,6 +529,7 @@ def run(args: argparse.Namespace) -> Plan:
         suspects=_suspects(c),
         first_step=first,
         last_step=last,
+        ckpt_step=ckpt,
     )
     plan = decide(
         att, active=active, spare=spare, history=history, settings=settings, now=now, deadline=deadline
@@ -531,6 +562,7 @@ def run(args: argparse.Namespace) -> Plan:
         "swapped": swapped,
         "first_step": first,
         "last_step": last,
+        "ckpt_step": ckpt,
         "started": args.started,
         "ended": args.ended if args.ended is not None else round(now, 3),
         "hosts": list(active),
