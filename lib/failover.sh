@@ -49,6 +49,9 @@
 #   FAILOVER_JOBID            names attempts/JOBID.N.log (default: the scheduler's job id, else local-EPOCH)
 #   FAILOVER_LOG              a file for the loop's own messages (default "": standard error)
 #
+# Needs bash 4.4 (RHEL 8, SLES 15).  CMD is run by `agpt watch`, so it must be a program, not a shell function:
+# `failover_run agpt launch agpt train ...` runs lib/launch.sh's launcher on hosts/active.
+#
 # Returns (failover_run): 0 done, 1 failed (or the loop itself broke), 2 bad input, 3 stuck, 4 repeat,
 # 75 resubmit.  The function never runs `exit`: under `set -e` call it as `failover_run ... || rc=$?`.
 
@@ -108,7 +111,7 @@ _failover_jobid() {
     else
       FAILOVER_JOBID="${SLURM_JOB_ID:-${PBS_JOBID:-}}"
     fi
-    [[ -n "$FAILOVER_JOBID" ]] || FAILOVER_JOBID="local-$EPOCHSECONDS"
+    [[ -n "$FAILOVER_JOBID" ]] || FAILOVER_JOBID="local-$(date +%s)"
   fi
   FAILOVER_JOBID="${FAILOVER_JOBID//\//_}"
 }
@@ -272,10 +275,10 @@ failover_run() {
     [[ -n "$deadline" ]] && envs+=(AGPT_DEADLINE_EPOCH="$deadline")
     _failover_say "attempt $n on $nhosts host(s) ($hosts): ${argv[*]}"
     : >"$log"
-    started="$EPOCHREALTIME"
+    started="$(date +%s.%N)"
     rc=0
     env "${envs[@]}" "${watch[@]}" --log "$log" -- "${argv[@]}" || rc=$?
-    ended="$EPOCHREALTIME"
+    ended="$(date +%s.%N)"
     _failover_py classify --rc "$rc" --hostfile "$AGPT_RUN_DIR/hosts/active" --ipmap "$AGPT_RUN_DIR/hosts/ip" \
       ${deadline:+--deadline "$deadline"} --now "${ended%%.*}" --progress-re "$FAILOVER_PROGRESS_RE" \
       "${patterns[@]}" "$log" >"$cls" ||

@@ -134,6 +134,12 @@ def test_app_does_not_swap() -> None:
     assert (p.action, p.swap_out, p.swap_in) == ("relaunch", [], [])
 
 
+@pytest.mark.parametrize("rc", [2, 126, 127])
+def test_bad_input_or_missing_command_is_no_reason_to_evict_a_host(rc: int) -> None:
+    p = decide(att(1, "crash", rc=rc, first=None, last=None))
+    assert p.action == "relaunch" and p.swap_out == [] and "'app'" in p.reason
+
+
 def test_stuck_after_two_attempts_without_progress() -> None:
     p = decide(att(2, "app", first=None, last=None), [ev(1, "app", first=None, last=None)])
     assert (p.verdict, p.exit, p.swap_out) == ("stuck", 3, [])

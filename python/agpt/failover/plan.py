@@ -47,6 +47,7 @@ from agpt.errors import BadInput
 
 CLASSES = ("success", "walltime", "node", "hang", "crash", "system", "app")
 BLIND_CLASSES = ("hang", "crash")
+NO_SUCH_COMMAND = (2, 126, 127)  # CONTRACT.md bad input; the shell's "cannot execute" and "not found"
 EXIT_CODES = {"done": 0, "failed": 1, "stuck": 3, "repeat": 4, "resubmit": 75}
 DEFAULT_PROGRESS_RE = r"\bstep[=:] ?[0-9]+"
 
@@ -230,6 +231,9 @@ def decide(
     """The next step after attempt `att`; `history` holds this job's earlier attempt events, oldest first."""
     progressed = att.progress or any(_progress(e) for e in history)
     cls = att.cls if att.cls in CLASSES else "crash"
+    if cls in BLIND_CLASSES and att.rc in NO_SUCH_COMMAND:
+        # Bad input (2) or a command that cannot run (126, 127) fails on every host: no host is to blame.
+        cls = "app"
     # Only a `node` verdict makes a named host bad; other classes may name hosts only as context.
     named = [h for h in dict.fromkeys(att.bad_hosts) if h in active] if cls == "node" else []
     if att.rc == 0 or cls == "success":
