@@ -33,6 +33,17 @@ _wait_state() {
   return 1
 }
 
+# Usage: _wait_step JOBID.STEP [SECS] -> waits until squeue lists the step (default 30 s).
+_wait_step() {
+  local i
+  for ((i = 0; i < ${2:-30} * 5; i++)); do
+    squeue -h -s -o %i | grep -qxF "$1" && return 0
+    sleep 0.2
+  done
+  echo "step $1 not running" >&2
+  return 1
+}
+
 _job_time() {  # Usage: _job_time JOBID StartTime|EndTime -> epoch seconds
   date -d "$(scontrol show job "$1" | sed -n "s/.*[[:space:]]$2=\([^ ]*\).*/\1/p")" +%s
 }
@@ -156,6 +167,25 @@ SH
   assert_success
 }
 
+@test "node fail under sbatch: a plain job ends NODE_FAIL (no requeue); --no-kill keeps running on the rest" {
+  printf '#!/bin/bash\nsrun bash -c "sleep 120"\necho "step rc=$?"\nsrun -N 2 -w n1,n2 bash -c %s\n' \
+    "'echo after \$SLURMD_NODENAME'" >nk.sh
+  plain="$(sbatch --parsable -N 2 -w n3,n4 -o plain.out --wrap 'srun sleep 120')"
+  kept="$(sbatch --parsable --no-kill -N 3 -w n1,n2,n4 -o kept.out nk.sh)"
+  _wait_step "$plain.0"
+  _wait_step "$kept.0"
+  run "$AGPT_ROOT/tests/cluster/node" --dir "$AGPT_CLUSTER_DIR" fail n4
+  assert_success
+  _wait_state "$plain" NODE_FAIL
+  _wait_state "$kept" COMPLETED
+  run cat kept.out
+  assert_line "srun: error: Node failure on n4"
+  assert_line --regexp '^step rc=[1-9]'
+  assert_equal "$(grep '^after ' kept.out | sort | tr '\n' ' ')" "after n1 after n2 "
+  run "$AGPT_ROOT/tests/cluster/node" --dir "$AGPT_CLUSTER_DIR" restore n4
+  assert_success
+}
+
 @test "down stops exactly what up started (by pid), also with a job running; idempotent" {
   dir="$BATS_TEST_TMPDIR/small"
   run --separate-stderr "$AGPT_ROOT/tests/cluster/up" --dir "$dir" --nodes 2
@@ -164,10 +194,12 @@ SH
   SLURM_CONF="$dir/slurm.conf" sbatch -N 2 -o /dev/null --wrap 'srun sleep 300' >/dev/null
   source "$AGPT_ROOT/tests/cluster/lib.sh"
   for _ in $(seq 1 50); do [[ "$(cluster_stepds "$dir" | wc -l)" -ge 3 ]] && break; sleep 0.2; done
-  mapfile -t pids < <(awk '{print $2}' "$dir/pids")
+  mapfile -t pids < <(awk '{print $2}' "$dir/pids"; cluster_daemons "$dir")
+  run grep -c slurmscriptd < <(for p in "${pids[@]}"; do cat "/proc/$p/comm"; done)
+  assert_output 1
   mapfile -t stepds < <(cluster_stepds "$dir")
   mapfile -t -O "${#pids[@]}" pids < <(cluster_tree "${stepds[@]}")
-  (( ${#pids[@]} >= 3 + 3 ))
+  (( ${#pids[@]} >= 3 + 3 + 3 ))
   run "$AGPT_ROOT/tests/cluster/down" --dir "$dir"
   assert_success
   for p in "${pids[@]}"; do

@@ -3,7 +3,7 @@
 # Source it: `source "$(dirname "$0")/lib.sh"` (from an executable next to it).
 # Functions: cluster_conf DIR, cluster_env DIR, cluster_start_slurmd DIR NODE, cluster_node_state DIR NODE,
 #   cluster_node_scontrol_state DIR NODE, cluster_wait_nodes DIR STATE SECS NODE..., cluster_pid_of DIR NAME,
-#   cluster_alive DIR PID NAME, cluster_stepds DIR [NODE], cluster_tree PID..., _cluster_running PID,
+#   cluster_alive DIR PID NAME, cluster_stepds DIR [NODE], cluster_daemons DIR, cluster_tree PID..., _cluster_running PID,
 #   cluster_kill_pids WAIT_SECS PID..., cluster_logs DIR.
 # Settings: CLUSTER_WAIT (seconds `up` and `node restore` wait for nodes to be idle, default 60).
 # Files under DIR: slurm.conf, plugstack.conf, pids (lines `NAME PID`), log/, state/, spool/NODE/, run/.
@@ -69,19 +69,21 @@ cluster_pid_of() {
 # command name is NAME and its environment holds SLURM_CONF=DIR/slurm.conf (so a reused pid, or a daemon of
 # another cluster, never matches).  A zombie (dead, not yet reaped by init) counts as not running.
 cluster_alive() {
-  local comm
-  comm="$(cat "/proc/$2/comm" 2>/dev/null)" || return 1
+  local comm=""
+  read -r comm 2>/dev/null <"/proc/$2/comm" || true
   [[ "$comm" == "$3" ]] && _cluster_running "$2" || return 1
-  tr '\0' '\n' <"/proc/$2/environ" 2>/dev/null | grep -qxF "SLURM_CONF=$1/slurm.conf"
+  tr '\0' '\n' 2>/dev/null <"/proc/$2/environ" | grep -qxF "SLURM_CONF=$1/slurm.conf"
 }
 
 # Usage: cluster_stepds DIR [NODE] -> prints pids of the slurmstepd processes of the cluster in DIR (on NODE).
 # A slurmstepd clears its environment but keeps its node's SlurmdLogFile (DIR/log/slurmd-NODE.log) open, and
 # that path names both the cluster and the node.
 cluster_stepds() {
-  local dir="$1" node="${2:-}" p fd target
+  local dir="$1" node="${2:-}" p fd target comm
   for p in /proc/[0-9]*; do
-    [[ "$(cat "$p/comm" 2>/dev/null)" == slurmstepd ]] || continue
+    comm=""
+    read -r comm 2>/dev/null <"$p/comm" || true
+    [[ "$comm" == slurmstepd ]] || continue
     for fd in "$p"/fd/*; do
       target="$(readlink "$fd" 2>/dev/null)" || continue
       if [[ "$target" == "$dir/log/slurmd-$node.log" ]] || [[ -z "$node" && "$target" == "$dir/log/slurmd-"*.log ]]
@@ -93,6 +95,20 @@ cluster_stepds() {
   done
 }
 
+# Usage: cluster_daemons DIR -> prints pids of every slurmctld, slurmscriptd (slurmctld's helper) and slurmd whose
+# environment holds SLURM_CONF=DIR/slurm.conf: the cluster's daemons, whether or not DIR/pids lists them.
+cluster_daemons() {
+  local p comm
+  for p in /proc/[0-9]*; do
+    comm=""
+    read -r comm 2>/dev/null <"$p/comm" || true
+    case "$comm" in
+      slurmctld|slurmscriptd|slurmd) cluster_alive "$1" "${p#/proc/}" "$comm" && printf '%s\n' "${p#/proc/}" ;;
+    esac
+  done
+  return 0
+}
+
 # Usage: cluster_tree PID... -> prints each PID and all its descendants (by /proc/*/stat parent links).
 cluster_tree() {
   local -a todo=("$@")
@@ -100,7 +116,7 @@ cluster_tree() {
   local -A kids=()
   local stat pid ppid rest
   for stat in /proc/[0-9]*/stat; do
-    read -r pid rest <"$stat" 2>/dev/null || continue
+    read -r pid rest 2>/dev/null <"$stat" || continue
     rest="${rest##*) }"
     read -r _ ppid _ <<<"$rest"
     kids[$ppid]+="$pid "
@@ -117,7 +133,7 @@ cluster_tree() {
 # Usage: _cluster_running PID -> 0 when PID exists and is not a zombie.
 _cluster_running() {
   local stat
-  stat="$(cat "/proc/$1/stat" 2>/dev/null)" || return 1
+  read -r stat 2>/dev/null <"/proc/$1/stat" || return 1
   stat="${stat##*) }"
   [[ "${stat:0:1}" != Z ]]
 }
