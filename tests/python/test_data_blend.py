@@ -206,6 +206,8 @@ def _key(out: Path) -> str:
 
 def test_changes_change_the_key_and_verify_names_them(shards: Path, sp_model: Path, tmp_path: Path) -> None:
     lst = _copy_shards(shards, tmp_path)
+    for name in CORPORA:  # shards without a tokenize record: --tokenizer is the only word on it
+        (tmp_path / name / "tokenize.json").unlink()
     model = tmp_path / "tok.model"
     shutil.copy(sp_model, model)
     base = tmp_path / "base"
@@ -260,6 +262,12 @@ def test_changes_change_the_key_and_verify_names_them(shards: Path, sp_model: Pa
     # The trainer can insist on its own tokenizer.
     with pytest.raises(DataError, match="tokenizer"):
         BlendedDataset(tmp_path / "s", tokenizer=str(model))
+    # Shards that recorded their tokenizer refuse another one.
+    r = run_agpt(
+        "blend", "--file-list", str(shards / "list.txt"), "--seq-len", "8", "--num-samples", "10",
+        "--output", str(tmp_path / "x"), "--tokenizer", str(model),
+    )  # fmt: skip
+    assert r.returncode == 2 and "made with another tokenizer" in r.stderr
 
 
 def _corrupt(kind: str, lst: Path) -> str:
@@ -334,7 +342,7 @@ def test_bad_input_exit_2_naming_it_and_nothing_damaged(shards: Path, tmp_path: 
             "--overwrite",
         )
         assert r.returncode == 2, r.stderr
-        lines = r.stderr.strip().splitlines()
+        lines = [x for x in r.stderr.splitlines() if x.startswith("agpt: error:")]
         assert len(lines) == 1 and needle in lines[0], r.stderr
     assert tree_bytes(out, ("*.npy", "manifest.json")) == before
     assert not (tmp_path / "new" / "manifest.json").exists()
@@ -393,3 +401,16 @@ def test_dataset_pickles_by_path(blended: Path) -> None:
     assert len(blob) < 2000
     again = pickle.loads(blob)
     assert len(again) == len(ds) and again[17]["tokens"].tolist() == ds[17]["tokens"].tolist()
+
+
+def test_micro_batches_resume_where_they_stopped(blended: Path) -> None:
+    from agpt.data import micro_batches
+
+    ds = BlendedDataset(blended)
+    world, micro, gbs = 2, 2, 8
+    full = micro_batches(ds, 0, 1, world, micro, gbs)
+    first = [next(full) for _ in range(6)]  # 3 global batches (2 accumulation steps each)
+    resumed = micro_batches(ds, 2 * gbs, 1, world, micro, gbs)
+    assert np.array_equal(next(resumed), first[4]) and np.array_equal(next(resumed), first[5])
+    assert first[0].shape == (micro, L + 1)
+    assert np.array_equal(first[0][0], ds[gbs // world]["tokens"])  # rank 1 starts half way

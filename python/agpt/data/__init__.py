@@ -6,6 +6,6 @@ used by `agpt tokenizer`, `agpt tokenize`, `agpt blend` and `agpt data`.
 
 from __future__ import annotations
 
-from agpt.data.dataset import BlendedDataset, global_sample_index, sample_indices
+from agpt.data.dataset import BlendedDataset, global_sample_index, micro_batches, sample_indices
 
-__all__ = ["BlendedDataset", "global_sample_index", "sample_indices"]
+__all__ = ["BlendedDataset", "global_sample_index", "micro_batches", "sample_indices"]

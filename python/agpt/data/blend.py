@@ -30,6 +30,7 @@ import json
 import math
 import os
 import shutil
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,6 +60,7 @@ class BlendSettings:
     output: str
     tokenizer: str | None = None
     overwrite: bool = False
+    quiet: bool = False
 
     def __post_init__(self) -> None:
         if self.seq_len < 1:
@@ -120,18 +122,31 @@ def parse_file_list(path: str | Path) -> list[Entry]:
 def _find_tokenizer(entries: list[Entry], explicit: str | None) -> tuple[str, str]:
     """(path, sha256) of the tokenizer: --tokenizer, else the one `agpt tokenize` recorded beside the
     shards (all shards must agree)."""
+    found: dict[str, str] = {}
+    recorded: dict[Path, dict[str, str] | None] = {}
+    for e in entries:
+        meta = Path(e.prefix).parent / "tokenize.json"
+        if meta not in recorded:
+            try:
+                recorded[meta] = json.loads(meta.read_text())["tokenizer"]
+            except (OSError, json.JSONDecodeError, KeyError):
+                recorded[meta] = None
+        tok = recorded[meta]
+        if tok is None:
+            if explicit:
+                continue
+            raise BadInput(f"{meta}: no tokenizer recorded for {e.prefix} (pass --tokenizer MODEL)")
+        found.setdefault(tok["sha256"], tok["path"])
     if explicit:
         if not Path(explicit).is_file():
             raise BadInput(f"--tokenizer {explicit}: no such file")
-        return str(Path(explicit).resolve()), sha256_file(explicit)
-    found: dict[str, str] = {}
-    for e in entries:
-        meta = Path(e.prefix).parent / "tokenize.json"
-        try:
-            tok = json.loads(meta.read_text())["tokenizer"]
-        except (OSError, json.JSONDecodeError, KeyError):
-            raise BadInput(f"{meta}: no tokenizer recorded for {e.prefix} (pass --tokenizer MODEL)") from None
-        found.setdefault(tok["sha256"], tok["path"])
+        sha = sha256_file(explicit)
+        for other, path in found.items():
+            if other != sha:
+                raise DataError(
+                    f"--tokenizer {explicit}: the shards were made with another tokenizer ({path})"
+                )
+        return str(Path(explicit).resolve()), sha
     if len(found) > 1:
         raise DataError(f"file list mixes shards of {len(found)} different tokenizers")
     sha, path = next(iter(found.items()))
@@ -244,7 +259,7 @@ def plan(entries: list[Entry], num_samples: int) -> tuple[list[str], np.ndarray,
     return corpora, file_of, cw_norm
 
 
-def build(s: BlendSettings, comm: Comm | None = None, log: Any = None) -> dict[str, Any]:
+def build(s: BlendSettings, comm: Comm | None = None) -> dict[str, Any]:
     """Build the blend into `s.output`; every rank calls this; rank 0 returns the report."""
     comm = comm or world()
     t0 = time.monotonic()
@@ -262,6 +277,13 @@ def build(s: BlendSettings, comm: Comm | None = None, log: Any = None) -> dict[s
         raise err
     tok = comm.bcast(tok)
     assert tok is not None
+
+    def say(msg: str) -> None:
+        """Plain stage lines on stderr (rank 0): a blend of millions of samples takes a while."""
+        if comm.rank == 0 and not s.quiet:
+            print(f"blend: {msg} ({time.monotonic() - t0:.1f}s)", file=sys.stderr, flush=True)
+
+    say(f"checking {len(entries)} shards on {comm.size} rank(s)")
     infos = _inspect_files(entries, comm)
     dtypes = {i["dtype"] for i in infos}
     if len(dtypes) > 1:
@@ -294,7 +316,9 @@ def build(s: BlendSettings, comm: Comm | None = None, log: Any = None) -> dict[s
     file_of = np.zeros(0, dtype=np.int32)
     cw = np.zeros(0)
     if comm.rank == 0:
+        say("shards ok; choosing corpus then file for each sample")
         corpora, file_of, cw = plan(entries, s.num_samples)
+        say("per-file sample indices")
         counts = np.bincount(file_of, minlength=len(files)).tolist()
     else:
         counts = None
@@ -320,6 +344,7 @@ def build(s: BlendSettings, comm: Comm | None = None, log: Any = None) -> dict[s
     comm.barrier()
     report: dict[str, Any] = {}
     if comm.rank == 0:
+        say("writing index files and manifest")
         report = _write(s, out, key, tok, files, counts, epochs, corpora, cw, file_of, t0)
     comm.barrier()
     return report

@@ -12,6 +12,7 @@ no sampler state needs checkpointing. See `sample_indices`.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +63,24 @@ def global_sample_index(
     """One entry of `sample_indices`: the sample at `position` of micro-batch `micro_step`."""
     table = sample_indices(consumed_samples, rank, world_size, micro_batch_size, global_batch_size)
     return int(table[micro_step, position])
+
+
+def micro_batches(
+    ds: BlendedDataset,
+    consumed_samples: int,
+    rank: int,
+    world_size: int,
+    micro_batch_size: int,
+    global_batch_size: int,
+) -> Iterator[np.ndarray]:
+    """This rank's micro-batches from `consumed_samples` on, each int64 (micro_batch_size, L+1):
+    accumulation steps of one global batch, then the next global batch. Stops at the blend's end."""
+    consumed = consumed_samples
+    while consumed + global_batch_size <= len(ds):
+        table = sample_indices(consumed, rank, world_size, micro_batch_size, global_batch_size)
+        for row in table:
+            yield np.stack([ds[int(i)]["tokens"] for i in row])
+        consumed += global_batch_size
 
 
 class BlendedDataset:

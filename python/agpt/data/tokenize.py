@@ -185,19 +185,20 @@ def _plan_shards(work: str, nchunks: int, shard_tokens: int, out: Path, name: st
     cur: _ShardPlan | None = None
     for c in range(nchunks):
         lens = np.fromfile(_chunk_paths(work, c)[1], dtype="<i8")
+        cum = np.cumsum(lens)  # tokens through document i of this chunk
         first = 0
         while first < lens.size:
             if cur is None:
                 cur = _ShardPlan(
                     index=len(shards), prefix=str(out / f"{name}_{len(shards):05d}"), docs=0, tokens=0
                 )
-            cum = np.cumsum(lens[first:])
+            before = int(cum[first - 1]) if first else 0
             need = shard_tokens - cur.tokens
-            k = int(np.searchsorted(cum, need, side="left"))  # first doc reaching the budget
-            last = min(first + k + 1, int(lens.size))
+            k = int(np.searchsorted(cum, before + need, side="left"))  # first doc reaching the budget
+            last = min(k + 1, int(lens.size))
             cur.pieces.append(_Piece(chunk=c, first=first, last=last))
             cur.docs += last - first
-            cur.tokens += int(cum[last - first - 1])
+            cur.tokens += int(cum[last - 1]) - before
             first = last
             if cur.tokens >= shard_tokens:
                 shards.append(cur)
