@@ -223,3 +223,17 @@ SH
   assert_failure 2
   [[ "$stderr" == *n9* ]]
 }
+
+@test "up: a daemon that cannot start fails fast, names it with the logs' tails, and leaves nothing running" {
+  mkdir -p bin
+  printf '#!/bin/sh\necho "slurmd: cannot start here" >&2\nexit 1\n' >bin/slurmd
+  chmod +x bin/slurmd
+  dir="$BATS_TEST_TMPDIR/broken"
+  PATH="$BATS_TEST_TMPDIR/bin:$PATH" run --separate-stderr "$AGPT_ROOT/tests/cluster/up" --dir "$dir" --nodes 2
+  assert_failure 1
+  assert_output ""
+  [[ "$stderr" == *"up: slurmd:n1 (pid "*") exited during start-up"* ]]
+  [[ "$stderr" == *"slurmd: cannot start here"* ]]
+  source "$AGPT_ROOT/tests/cluster/lib.sh"
+  assert_equal "$(cluster_daemons "$dir")" ""
+}
