@@ -1,0 +1,288 @@
+"""Failure patterns are data: one JSON file per set, loaded and checked here.
+
+Why data: a site that meets a new failure message adds a pattern (with a line that must match and one that must
+not) and a test proves it; no code changes, and no machine's knowledge leaks into the loop.
+
+A set file `NAME.json` holds `{"set": NAME, "description": ..., "patterns": [PATTERN, ...]}`; a pattern is
+    id           unique, `SET.name`
+    class        node | crash | system | app | hang-hint | cascade-ignore | info
+                 node: this host is faulty (swap it); crash: something died, no proof of which host;
+                 system: a site-wide fault no swap fixes; app: a bug every rank hits; hang-hint: a collective
+                 timed out; cascade-ignore: an innocent rank killed after the first death (never evidence);
+                 info: not a failure, only feeds the rank->host map
+    regex        Python `re` syntax, searched in the message after launcher labels (`nid001: `, `3: `,
+                 `[1,3]<stderr>:`, `[rank3]:`, NCCL's `host:pid:tid [dev] `) are taken off, so `^` anchors at the
+                 message; named groups `host` (a host name, address or Slurm hostlist: the culprit) and `rank`
+    flags        optional, "i" for case-insensitive
+    blame        optional, "reporter" (default for node patterns without a host or rank group: the host that
+                 printed the line is the faulty one) or "none"
+    weak         optional bool: a launcher's exit notice, evidence only when nothing better explains the failure
+    min_reporters optional int (app): distinct ranks/hosts that must print it before it is an app error
+    rank_hosts   optional bool: the match's rank lives on its host (feeds the rank->host map)
+    fallback     optional bool: counts only when no other pattern matches the line (a generic Python exception
+                 line loses to the NCCL, CUDA or I/O pattern that explains it)
+    needles      optional lowercase substrings one of which every matching line holds (derived from the regex
+                 when absent; they let a gigabyte log be scanned without running every regex on every line)
+    description  why this line means what the class says
+    positive     example lines that must match: strings, or {"line", "host", "rank"} with the expected captures
+    negative     example lines that must not match
+Extra set directories come first from FAILOVER_PATTERN_PATH (colon-separated): a site file overrides a built-in
+set of the same name.  Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agpt.errors import BadInput
+
+BUILTIN_DIR = Path(__file__).resolve().parent / "patterns"
+PATTERN_CLASSES = ("node", "crash", "system", "app", "hang-hint", "cascade-ignore", "info")
+DEFAULT_SETS = (
+    "pals",
+    "hydra",
+    "openmpi",
+    "srun",
+    "cuda",
+    "level_zero",
+    "rocm",
+    "gloo",
+    "system",
+    "app",
+    "cascade",
+)
+
+
+class PatternError(Exception):
+    """A pattern file is broken: the classifier degrades to "no evidence" and says so."""
+
+
+@dataclass(kw_only=True, slots=True)
+class Example:
+    line: str
+    host: str | None = None
+    rank: int | None = None
+
+
+@dataclass(kw_only=True, slots=True)
+class Pattern:
+    id: str
+    set_name: str
+    cls: str
+    source: str
+    regex: re.Pattern[str]
+    description: str = ""
+    blame: str = "none"
+    weak: bool = False
+    min_reporters: int = 1
+    rank_hosts: bool = False
+    fallback: bool = False
+    needles: tuple[str, ...] | None = None
+    positive: list[Example] = field(default_factory=list)
+    negative: list[str] = field(default_factory=list)
+
+    @property
+    def groups(self) -> set[str]:
+        return set(self.regex.groupindex)
+
+
+def search_path() -> list[Path]:
+    """Directories searched for `NAME.json`, site ones (FAILOVER_PATTERN_PATH) before the built-in one."""
+    extra = [Path(p) for p in os.environ.get("FAILOVER_PATTERN_PATH", "").split(":") if p.strip()]
+    return [*extra, BUILTIN_DIR]
+
+
+def available_sets() -> list[str]:
+    """Every set name found on the search path, built-in order first."""
+    names = list(DEFAULT_SETS)
+    for d in search_path():
+        if d.is_dir():
+            for f in sorted(d.glob("*.json")):
+                if f.stem not in names:
+                    names.append(f.stem)
+    return names
+
+
+def select_sets(spec: str | None, *, source: str = "--patterns") -> list[str]:
+    """Set names from a `a,b` / `a b` spec (None: FAILOVER_PATTERN_SETS, else all); unknown names are bad input."""
+    where = source
+    if spec is None:
+        spec = os.environ.get("FAILOVER_PATTERN_SETS", "")
+        where = "FAILOVER_PATTERN_SETS"
+    words = [w.strip().replace("-", "_").lower() for w in re.split(r"[\s,]+", spec) if w.strip()]
+    if not words or words == ["all"]:
+        return available_sets()
+    known = available_sets()
+    out: list[str] = []
+    for w in words:
+        if w == "all":
+            out.extend(n for n in known if n not in out)
+        elif w not in known:
+            raise BadInput(f"{where}: unknown pattern set '{w}' (known: {', '.join(known)})")
+        elif w not in out:
+            out.append(w)
+    return out
+
+
+def load(names: Iterable[str]) -> list[Pattern]:
+    """The patterns of the named sets, in set order then file order.  Raises PatternError on a broken file."""
+    patterns: list[Pattern] = []
+    ids: set[str] = set()
+    for name in names:
+        path = _find(name)
+        for p in load_file(path, name):
+            if p.id in ids:
+                raise PatternError(f"{path}: duplicate pattern id '{p.id}'")
+            ids.add(p.id)
+            patterns.append(p)
+    return patterns
+
+
+def _find(name: str) -> Path:
+    for d in search_path():
+        f = d / f"{name}.json"
+        if f.is_file():
+            return f
+    raise PatternError(f"pattern set '{name}' not found in {':'.join(map(str, search_path()))}")
+
+
+def load_file(path: Path, name: str) -> list[Pattern]:
+    """Parse and check one set file."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise PatternError(f"{path}: {e}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("patterns"), list):
+        raise PatternError(f"{path}: expected an object with a 'patterns' list")
+    return [_pattern(path, name, i, raw) for i, raw in enumerate(doc["patterns"])]
+
+
+def _pattern(path: Path, set_name: str, i: int, raw: Any) -> Pattern:
+    where = f"{path}: patterns[{i}]"
+    if not isinstance(raw, dict):
+        raise PatternError(f"{where}: not an object")
+    pid = raw.get("id")
+    cls = raw.get("class")
+    src = raw.get("regex")
+    if not isinstance(pid, str) or not pid:
+        raise PatternError(f"{where}: missing 'id'")
+    where = f"{path}: {pid}"
+    if cls not in PATTERN_CLASSES:
+        raise PatternError(f"{where}: class '{cls}' is not one of {', '.join(PATTERN_CLASSES)}")
+    if not isinstance(src, str) or not src:
+        raise PatternError(f"{where}: missing 'regex'")
+    if re.search(r"\(\?P=|\\[1-9]", src):
+        raise PatternError(f"{where}: back-references are not allowed")
+    flags = re.IGNORECASE if "i" in str(raw.get("flags", "")) else 0
+    try:
+        rx = re.compile(src, flags)
+    except re.error as e:
+        raise PatternError(f"{where}: bad regex: {e}") from None
+    unknown = set(rx.groupindex) - {"host", "rank", "code", "signal"}
+    if unknown:
+        raise PatternError(
+            f"{where}: unknown named group(s) {sorted(unknown)} (use host, rank, code, signal)"
+        )
+    blame = raw.get("blame")
+    if blame is None:
+        blame = "reporter" if cls == "node" and not ({"host", "rank"} & set(rx.groupindex)) else "none"
+    if blame not in ("reporter", "none"):
+        raise PatternError(f"{where}: blame must be 'reporter' or 'none'")
+    needles_raw = raw.get("needles")
+    if needles_raw is not None:
+        if not isinstance(needles_raw, list) or not all(isinstance(n, str) and n for n in needles_raw):
+            raise PatternError(f"{where}: needles must be a list of strings")
+        needles: tuple[str, ...] | None = tuple(n.lower() for n in needles_raw)
+    else:
+        needles = derive_needles(src, flags)
+    positive: list[Example] = []
+    for ex in raw.get("positive", []):
+        if isinstance(ex, str):
+            positive.append(Example(line=ex))
+        elif isinstance(ex, dict) and isinstance(ex.get("line"), str):
+            rank = ex.get("rank")
+            positive.append(
+                Example(line=ex["line"], host=ex.get("host"), rank=int(rank) if rank is not None else None)
+            )
+        else:
+            raise PatternError(f"{where}: bad positive example {ex!r}")
+    negative = raw.get("negative", [])
+    if not isinstance(negative, list) or not all(isinstance(n, str) for n in negative):
+        raise PatternError(f"{where}: negative must be a list of strings")
+    return Pattern(
+        id=pid,
+        set_name=set_name,
+        cls=cls,
+        source=src,
+        regex=rx,
+        description=str(raw.get("description", "")),
+        blame=blame,
+        weak=bool(raw.get("weak", False)),
+        min_reporters=int(raw.get("min_reporters", 1)),
+        rank_hosts=bool(raw.get("rank_hosts", False)),
+        fallback=bool(raw.get("fallback", False)),
+        needles=needles,
+        positive=positive,
+        negative=list(negative),
+    )
+
+
+# --- needles: literal substrings a match must contain -------------------------------------------------------
+MIN_NEEDLE = 3
+
+
+def derive_needles(src: str, flags: int = 0) -> tuple[str, ...] | None:
+    """Lowercase literals one of which any match must contain, or None when the regex has no usable literal.
+
+    Read from the parsed regex (a required run of literal characters, or one per branch of an alternation),
+    choosing the candidate whose shortest needle is longest.  A prefilter only: it may let a line through that
+    the regex then rejects, never the other way round.
+    """
+    try:
+        try:
+            import re._parser as sre_parse  # type: ignore[import-not-found,unused-ignore]
+        except ImportError:  # Python < 3.11
+            import sre_parse  # type: ignore[import-not-found,no-redef,unused-ignore]
+        parsed = sre_parse.parse(src, flags)
+        found = _seq_needles(sre_parse, list(parsed))
+    except Exception:
+        return None
+    return tuple(sorted(set(found))) if found else None
+
+
+def _seq_needles(sp: Any, items: list[Any]) -> list[str] | None:
+    candidates: list[list[str]] = []
+    run: list[str] = []
+
+    def flush() -> None:
+        if len(run) >= MIN_NEEDLE:
+            candidates.append(["".join(run).lower()])
+        run.clear()
+
+    repeats = {sp.MAX_REPEAT, sp.MIN_REPEAT, getattr(sp, "POSSESSIVE_REPEAT", sp.MAX_REPEAT)}
+    for op, av in items:
+        if op is sp.LITERAL and av < 128:
+            run.append(chr(av))
+            continue
+        flush()
+        sub: list[str] | None = None
+        if op is sp.SUBPATTERN:
+            sub = _seq_needles(sp, list(av[-1]))
+        elif op is sp.BRANCH:
+            alts = [_seq_needles(sp, list(a)) for a in av[1]]
+            if all(alts):
+                sub = [n for a in alts if a for n in a]
+        elif op in repeats and av[0] >= 1:
+            sub = _seq_needles(sp, list(av[2]))
+        if sub:
+            candidates.append(sub)
+    flush()
+    if not candidates:
+        return None
+    return max(candidates, key=lambda c: (min(len(n) for n in c), -len(c)))
