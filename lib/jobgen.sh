@@ -191,6 +191,12 @@ EOF
   echo "export FAILOVER_PROGRESS_FILE=\"\$AGPT_RUN_DIR/progress\""
   echo "export CHAIN_MAX_JOBS=$JOB_MAX_JOBS"
   echo "export CHAIN_MAX_NO_PROGRESS=$JOB_MAX_NO_PROGRESS"
+  if [[ -f "$(_env_site_dir)/$site/hooks/cleanup.sh" ]]; then
+    echo "# Between failover attempts, once on each of the next attempt's hosts: site/$site/hooks/cleanup.sh"
+    echo "# (single quotes: \$AGPT_HOME is expanded when the hook runs)"
+    echo "# shellcheck disable=SC2016"
+    echo "export FAILOVER_CLEANUP_HOOK='LAUNCH_PPN=1 agpt launch \"\$AGPT_HOME/site/$site/hooks/cleanup.sh\"'"
+  fi
   [[ -n "$JOB_LAUNCHER" ]] && echo "export LAUNCH_LAUNCHER=$JOB_LAUNCHER  # job.launcher"
   [[ -n "$JOB_RANKS_PER_NODE" ]] && echo "export LAUNCH_PPN=$JOB_RANKS_PER_NODE  # job.ranks_per_node"
   if ((${#JOB_ENV[@]})); then

@@ -22,6 +22,10 @@ conf() {  # conf NAME YAML-BODY: a config file holding only a job: section
   echo "$BATS_TEST_TMPDIR/$1.yaml"
 }
 
+@test "sourcing lib/jobgen.sh changes no caller option" {
+  assert_sourcing_keeps_options jobgen.sh
+}
+
 @test "golden: every committed job script equals a fresh generation" {
   cd "$AGPT_ROOT"
   for row in "${GOLDEN[@]}"; do
@@ -65,7 +69,9 @@ conf() {  # conf NAME YAML-BODY: a config file holding only a job: section
   assert_line 'chain_start "$AGPT_JOB_SCRIPT"'
   assert_line '  failover_run agpt launch agpt train --config "$AGPT_CONFIG" --run-dir "$AGPT_RUN_DIR" || rc=$?'
   assert_line 'chain_end "$rc"'
+  assert_line "export FAILOVER_CLEANUP_HOOK='LAUNCH_PPN=1 agpt launch \"\$AGPT_HOME/site/aurora/hooks/cleanup.sh\"'"
   run cat jobs/agpt_80b.slurm
+  refute_line --partial "FAILOVER_CLEANUP_HOOK"
   assert_line "#SBATCH --nodes=262"
   assert_line "#SBATCH --time=12:00:00"
   assert_line "#SBATCH --constraint=gpu"

@@ -83,3 +83,18 @@ local_setup() {
   assert_success
   assert_output --partial "mpiexec -n 24 --ppn 12 --hostfile"
 }
+
+@test "agpt launch: the executable face for the failover loop (exec), --dry-run, and the cleanup-hook form" {
+  PATH="$FAKE_BIN:$PATH" FAILOVER_HOSTFILE="$BATS_TEST_TMPDIR/active" AGPT_SITE=aurora \
+    run bash -c 'LAUNCH_PPN=1 agpt launch "$AGPT_ROOT/site/aurora/hooks/cleanup.sh"'
+  assert_success
+  run cat "$FAKE_PBS_DIR/calls.log"
+  assert_output "mpiexec -n 2 --ppn 1 --hostfile $BATS_TEST_TMPDIR/active --cpu-bind list:1-8:9-16:17-24:25-32:33-40:41-48:53-60:61-68:69-76:77-84:85-92:93-100 --genvall $AGPT_ROOT/site/aurora/hooks/cleanup.sh"
+  FAILOVER_HOSTFILE="$BATS_TEST_TMPDIR/active" run agpt launch --site perlmutter --dry-run -- agpt train
+  assert_output "srun --nodelist=x4102c5s2b0n0,x4102c5s3b0n0 -N 2 --ntasks-per-node=4 -n 8 --cpu-bind=cores --cpus-per-task=32 --gpus-per-node=4 agpt train"
+  run agpt launch --site generic
+  assert_failure 2
+  run agpt launch --site nowhere prog
+  assert_failure 2
+  assert_output --partial "unknown site 'nowhere'"
+}
