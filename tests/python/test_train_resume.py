@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from conftest import agpt_env
 from train_util import (
     ckpt_steps,
     copy_ckpt,
@@ -22,6 +21,7 @@ from train_util import (
     run_train,
     step_lines,
     train_cmd,
+    train_env,
     wait_for,
 )
 
@@ -56,7 +56,7 @@ def test_kill_9_mid_async_save_then_exact_resume(straight: tuple[Path, str], tmp
     _, ref = straight
     run = tmp_path / "run"
     log = tmp_path / "first.log"
-    env = agpt_env({"AGPT_TEST_CKPT_WRITE_DELAY": "30:120"})
+    env = train_env({"AGPT_TEST_CKPT_WRITE_DELAY": "30:120"})
     with open(log, "w") as fh:
         proc = subprocess.Popen(
             train_cmd(2, run, "--steps", "40", "--ckpt-interval", "10"), env=env, stdout=fh, stderr=fh
@@ -117,7 +117,7 @@ def test_corrupt_newest_falls_back_and_marker_goes_first(straight: tuple[Path, s
     copy_ckpt(src, run, 30, 40)
     data = run / "ckpt/step-40/__0_0.distcp"
     data.write_bytes(data.read_bytes()[:1000])
-    env = agpt_env({"AGPT_TEST_CKPT_WRITE_DELAY": "40:5"})
+    env = train_env({"AGPT_TEST_CKPT_WRITE_DELAY": "40:5"})
     log = tmp_path / "log"
     with open(log, "w") as fh:
         proc = subprocess.Popen(

@@ -18,6 +18,11 @@ AGPT = ROOT / "bin" / "agpt"
 STEP_RE = re.compile(r"^step=(\d+) ")
 
 
+def train_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """agpt_env with one OpenMP thread per rank: the test machine's cores are shared and loaded."""
+    return agpt_env({"OMP_NUM_THREADS": "1", **(extra or {})})
+
+
 def train_cmd(ranks: int, run_dir: Path, *args: str) -> list[str]:
     base = [str(AGPT), "train", "--config", str(TINY), "--run-dir", str(run_dir), *args]
     if ranks == 1:
@@ -28,7 +33,7 @@ def train_cmd(ranks: int, run_dir: Path, *args: str) -> list[str]:
 def run_train(ranks: int, run_dir: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 300):
     return subprocess.run(
         train_cmd(ranks, run_dir, *args),
-        env=agpt_env(env),
+        env=train_env(env),
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -121,8 +121,8 @@ class OptimConfig:
     def validate(self) -> None:
         if self.lr <= 0:
             raise ConfigError(f"optim.lr: must be positive (got {self.lr})")
-        if not 0 <= self.min_lr <= self.lr:
-            raise ConfigError(f"optim.min_lr: must be between 0 and optim.lr (got {self.min_lr})")
+        if self.min_lr < 0:
+            raise ConfigError(f"optim.min_lr: must be >= 0 (got {self.min_lr})")
         for key in ("warmup_steps", "decay_steps"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"optim.{key}: must be >= 0 (got {getattr(self, key)})")

@@ -14,9 +14,15 @@ import traceback
 from collections.abc import Callable
 from typing import NoReturn
 
-from agpt.errors import AgptError, ConfigError
+from agpt.errors import AgptError, CheckpointError, ConfigError
 
-_COLLECTIVE_ERRORS: tuple[type[BaseException], ...] = (ConfigError,)
+
+class NonFinite(AgptError):
+    """A NaN/Inf loss or gradient: every rank would hit it again (the `app` failure class)."""
+
+
+# Raised alike on every rank (same config, same shared checkpoint, globally reduced numbers).
+_COLLECTIVE_ERRORS: tuple[type[BaseException], ...] = (ConfigError, CheckpointError, NonFinite)
 
 
 def _rank() -> int:
@@ -31,10 +37,7 @@ def run_and_exit(
     fn: Callable[[], int], *, same_on_all_ranks: tuple[type[BaseException], ...] = ()
 ) -> NoReturn:
     """Run fn; print an AgptError as `agpt: error: ...`; leave the process group; os._exit(code)."""
-    from agpt.train.checkpoint import CheckpointError
-    from agpt.train.trainer import NonFinite
-
-    quiet = (*_COLLECTIVE_ERRORS, CheckpointError, NonFinite, *same_on_all_ranks)
+    quiet = (*_COLLECTIVE_ERRORS, *same_on_all_ranks)
     clean = True
     try:
         code = fn()
@@ -50,7 +53,7 @@ def run_and_exit(
         clean = False  # another rank may sit in a collective: do not wait on it, let the launcher reap us
     sys.stdout.flush()
     sys.stderr.flush()
-    if clean:
+    if clean and "torch.distributed" in sys.modules:  # config errors end before torch is imported
         from agpt.train import dist
 
         dist.finish()

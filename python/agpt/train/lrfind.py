@@ -85,7 +85,8 @@ def lr_find(
     if steps < 3:
         raise BadInput(f"--steps {steps}: need at least 3 steps")
     cfg = load_config(config, list(sets), flags={"train.steps": steps})
-    from agpt.train.trainer import NonFinite, Trainer
+    from agpt.train.entry import NonFinite
+    from agpt.train.trainer import Trainer
 
     run_dir = Path(cfg.train.run_dir) if cfg.train.run_dir else None
     png = Path(out) if out else (run_dir or Path(".")) / "lr_find.png"

@@ -64,6 +64,10 @@ def smoke(
         raise BadInput(f"--baseline {base}: holds {len(want)} steps, --steps is {steps}")
     cfg = load_config(config or DEFAULT_CONFIG, list(sets), flags={"train.steps": steps})
     cfg.train.deterministic = True
+    os.environ["OMP_NUM_THREADS"] = "1"  # CPU reductions split by thread count; pin it so bits repeat
+    import torch
+
+    torch.set_num_threads(1)
     from agpt.train.trainer import Trainer
 
     trainer = Trainer(cfg, None, checkpoints=False)
@@ -74,11 +78,11 @@ def smoke(
         got.append(line)
         if trainer.rank == 0:
             print(line, flush=True)
+        if not record and want.get(rec.step) != line:
+            break  # every rank sees the same global numbers, so all stop at the same step
     if trainer.rank != 0:
         return 0 if record or first_difference(got, want) is None else 1
     if record:
-        import torch
-
         header = (
             f"# agpt smoke baseline: config={Path(config or DEFAULT_CONFIG).name} steps={steps} "
             f"world={trainer.world} device={trainer.device.type} torch={torch.__version__}\n"

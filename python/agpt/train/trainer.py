@@ -33,14 +33,11 @@ from agpt.train import checkpoint as ck
 from agpt.train import data as tdata
 from agpt.train import dist as tdist
 from agpt.train.config import Config
+from agpt.train.entry import NonFinite
 from agpt.train.model import Transformer
 
 DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 FULL_INIT_MAX_PARAMS = 1_000_000_000  # above this, build on the meta device and initialise shards
-
-
-class NonFinite(AgptError):
-    """A NaN/Inf loss or gradient: every rank would hit it again (the `app` failure class)."""
 
 
 class ModelMismatch(CheckpointError):
@@ -87,6 +84,9 @@ class Trainer:
             torch.use_deterministic_algorithms(True)
         self.device_str, backend = tdist.pick_device(tc.device, self.info.local_rank)
         self.device = torch.device(self.device_str)
+        if self.device.type == "cpu" and not os.environ.get("OMP_NUM_THREADS"):
+            # Ranks sharing a node's cores: oversubscribed OpenMP threads spin and slow everyone.
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, self.info.local_world_size)))
         tdist.init(self.info, backend, self.device_str, tc.dist_timeout_s)
         self.source = tdata.make_source(cfg.data.path, cfg.model.vocab_size, tc.seq_len, cfg.data.seed)
         self.model = self._build_model()
