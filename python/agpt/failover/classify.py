@@ -501,7 +501,7 @@ def classify(
     if not log.is_file():
         raise BadInput(f"log not found: {log}")
     sets = pattern_sets if pattern_sets is not None else pat.select_sets(None)
-    if progress_re is None:
+    if not progress_re:  # unset or empty: an empty regex would match everywhere
         progress = compile_progress(
             os.environ.get("FAILOVER_PROGRESS_RE") or DEFAULT_PROGRESS_RE, "FAILOVER_PROGRESS_RE"
         )

@@ -1,0 +1,457 @@
+"""`agpt failover report RUN_DIR [--json]`: what the failover loop did to a run, as a timeline.
+
+Why: after a night of failures the operator asks three questions: which hosts did we evict and on what grounds
+(evidence or a blind guess), how much training did we lose, and did the run stop for a reason that needs a
+human.  The answers are spread over events.jsonl, hosts/bad, chain.jsonl and the checkpoints; this puts them on
+one screen.  Lines a killed writer left half-written are skipped and counted, never fatal.
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NoReturn
+
+from agpt.errors import BadInput
+
+
+@dataclass(kw_only=True, slots=True)
+class AttemptRow:
+    """One attempt, as the timeline shows it."""
+
+    jobid: str
+    attempt: int
+    rc: int | None
+    cls: str
+    started: float | None
+    ended: float | None
+    first_step: int | None
+    last_step: int | None
+    ckpt_step: int | None
+    swapped_out: list[str] = field(default_factory=list)
+    swapped_in: list[str] = field(default_factory=list)
+    blind: bool = False
+    bad_hosts: list[str] = field(default_factory=list)
+    evidence: str = ""
+    reason: str = ""
+    steps_made: int = 0
+    lost_s: float | None = None
+
+    @property
+    def duration_s(self) -> float | None:
+        if self.started is None or self.ended is None:
+            return None
+        return max(0.0, self.ended - self.started)
+
+    @property
+    def why(self) -> str:
+        if not self.swapped_out:
+            return ""
+        return "blind" if self.blind else "evidence"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "jobid": self.jobid,
+            "attempt": self.attempt,
+            "rc": self.rc,
+            "class": self.cls,
+            "started": self.started,
+            "ended": self.ended,
+            "duration_s": _round(self.duration_s),
+            "first_step": self.first_step,
+            "last_step": self.last_step,
+            "ckpt_step": self.ckpt_step,
+            "steps_made": self.steps_made,
+            "lost_s": _round(self.lost_s),
+            "swapped_out": self.swapped_out,
+            "swapped_in": self.swapped_in,
+            "swap_why": self.why or None,
+            "bad_hosts": self.bad_hosts,
+            "evidence": self.evidence,
+            "reason": self.reason,
+        }
+
+
+@dataclass(kw_only=True, slots=True)
+class Report:
+    run_dir: str
+    attempts: list[AttemptRow]
+    stops: list[dict[str, Any]]
+    jobs: list[dict[str, Any]]
+    bad: list[dict[str, Any]]
+    notes: list[str]
+
+    def totals(self) -> dict[str, Any]:
+        proven = sum(len(a.swapped_out) for a in self.attempts if a.swapped_out and not a.blind)
+        blind = sum(len(a.swapped_out) for a in self.attempts if a.blind)
+        lost = [a.lost_s for a in self.attempts if a.lost_s is not None]
+        starts = [a.started for a in self.attempts if a.started is not None]
+        ends = [a.ended for a in self.attempts if a.ended is not None]
+        busy = sum(a.duration_s or 0.0 for a in self.attempts)
+        wall = (max(ends) - min(starts)) if starts and ends else None
+        last = self.stops[-1] if self.stops else {}
+        classes: dict[str, int] = {}
+        for a in self.attempts:
+            classes[a.cls] = classes.get(a.cls, 0) + 1
+        return {
+            "jobs": len({a.jobid for a in self.attempts} | {str(j.get("jobid")) for j in self.jobs}),
+            "attempts": len(self.attempts),
+            "classes": classes,
+            "swaps_proven": proven,
+            "swaps_blind": blind,
+            "steps_made": sum(a.steps_made for a in self.attempts),
+            "last_step": max((a.last_step for a in self.attempts if a.last_step is not None), default=None),
+            "lost_s": _round(sum(lost)) if lost else None,
+            "between_attempts_s": _round(wall - busy) if wall is not None else None,
+            "wall_s": _round(wall),
+            "verdict": last.get("verdict"),
+            "exit": last.get("exit"),
+            "reason": last.get("reason"),
+        }
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "run_dir": self.run_dir,
+            "attempts": [a.as_dict() for a in self.attempts],
+            "stops": self.stops,
+            "jobs": self.jobs,
+            "bad_hosts": self.bad,
+            "totals": self.totals(),
+            "notes": self.notes,
+        }
+
+
+def _round(v: float | None) -> float | None:
+    return None if v is None else round(v, 1)
+
+
+def _num(v: Any) -> float | None:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if f == f else None
+
+
+def _int(v: Any) -> int | None:
+    f = _num(v)
+    return None if f is None else int(f)
+
+
+def read_jsonl(path: Path, notes: list[str]) -> list[dict[str, Any]]:
+    """Objects of a JSON-lines file; a line that is not an object (a half-written tail) is skipped and noted."""
+    out: list[dict[str, Any]] = []
+    skipped = 0
+    for line in path.read_bytes().decode("utf-8", errors="replace").splitlines():
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            skipped += 1
+            continue
+        if isinstance(obj, dict):
+            out.append(obj)
+        else:
+            skipped += 1
+    if skipped:
+        notes.append(f"{path.name}: {skipped} unreadable line(s) skipped")
+    return out
+
+
+def read_bad(path: Path) -> list[dict[str, Any]]:
+    """hosts/bad: `host<TAB>time<TAB>jobid<TAB>evidence|blind` (malformed lines skipped)."""
+    out: list[dict[str, Any]] = []
+    if not path.is_file():
+        return out
+    for line in path.read_bytes().decode("utf-8", errors="replace").splitlines():
+        parts = line.rstrip("\n").split("\t", 3)
+        if not parts[0].strip() or parts[0].startswith("#"):
+            continue
+        why = parts[3] if len(parts) > 3 else ""
+        out.append(
+            {
+                "host": parts[0].strip(),
+                "time": _num(parts[1]) if len(parts) > 1 else None,
+                "jobid": parts[2] if len(parts) > 2 else "",
+                "blind": why == "blind",
+                "evidence": "" if why == "blind" else why,
+            }
+        )
+    return out
+
+
+def checkpoint_times(run_dir: Path) -> dict[int, float]:
+    """step -> time of each complete checkpoint (`ckpt/step-N/.complete`), to date the work an attempt saved."""
+    times: dict[int, float] = {}
+    ckpt = run_dir / "ckpt"
+    if not ckpt.is_dir():
+        return times
+    for d in ckpt.glob("step-*"):
+        marker = d / ".complete"
+        if not marker.is_file():
+            continue
+        try:
+            doc = json.loads(marker.read_text(errors="replace") or "{}")
+        except (OSError, ValueError):
+            doc = {}
+        step = _int(doc.get("step")) if isinstance(doc, dict) else None
+        if step is None:
+            step = _int(d.name.removeprefix("step-"))
+        when = _num(doc.get("time")) if isinstance(doc, dict) else None
+        if when is None:
+            try:
+                when = marker.stat().st_mtime
+            except OSError:
+                continue
+        if step is not None:
+            times[step] = when
+    return times
+
+
+def _row(ev: dict[str, Any]) -> AttemptRow:
+    sw = ev.get("swapped")
+    out: list[str] = []
+    inn: list[str] = []
+    blind = False
+    if isinstance(sw, dict):
+        out = [str(h) for h in sw.get("out") or []]
+        inn = [str(h) for h in sw.get("in") or []]
+        blind = bool(sw.get("blind")) and bool(out)
+    elif isinstance(sw, list):  # a plain list of hosts swapped out
+        out = [str(h) for h in sw]
+        blind = bool(ev.get("blind")) or ev.get("class") in ("hang", "crash")
+    evidence = ev.get("evidence")
+    if isinstance(evidence, list):
+        evidence = evidence[0] if evidence else ""
+    return AttemptRow(
+        jobid=str(ev.get("jobid", "")),
+        attempt=_int(ev.get("attempt")) or 0,
+        rc=_int(ev.get("rc")),
+        cls=str(ev.get("class") or "?"),
+        started=_num(ev.get("started")),
+        ended=_num(ev.get("ended")),
+        first_step=_int(ev.get("first_step")),
+        last_step=_int(ev.get("last_step")),
+        ckpt_step=_int(ev.get("ckpt_step")),
+        swapped_out=out,
+        swapped_in=inn,
+        blind=blind,
+        bad_hosts=[str(h) for h in ev.get("bad_hosts") or []],
+        evidence=str(evidence or ""),
+        reason=str(ev.get("reason") or ""),
+    )
+
+
+def _account(rows: list[AttemptRow], ckpts: dict[int, float]) -> None:
+    """Steps each attempt made, and the time it lost: from its last saved checkpoint (or its start) to its end."""
+    saved: int | None = None  # the newest checkpoint before this attempt
+    for a in rows:
+        if a.last_step is not None:
+            base = (
+                a.first_step - 1
+                if a.first_step is not None
+                else (saved if saved is not None else a.last_step)
+            )
+            a.steps_made = max(0, a.last_step - base)
+        if a.cls == "success" or a.duration_s is None:
+            a.lost_s = 0.0 if a.cls == "success" else None
+        else:
+            assert a.started is not None and a.ended is not None
+            in_attempt = [t for s, t in ckpts.items() if a.started <= t <= a.ended]
+            new_ckpt = a.ckpt_step is not None and (saved is None or a.ckpt_step > saved)
+            if in_attempt:
+                a.lost_s = a.ended - max(in_attempt)
+            elif new_ckpt and a.last_step is not None and a.steps_made and a.ckpt_step is not None:
+                # no checkpoint times: estimate from the attempt's step rate
+                per_step = a.duration_s / a.steps_made
+                a.lost_s = min(a.duration_s, max(0.0, (a.last_step - a.ckpt_step) * per_step))
+            else:
+                a.lost_s = a.duration_s
+        if a.ckpt_step is not None:
+            saved = a.ckpt_step if saved is None else max(saved, a.ckpt_step)
+
+
+def build(run_dir: str | Path) -> Report:
+    """Read a run directory.  BadInput when it is missing or holds no events at all."""
+    d = Path(run_dir)
+    if not d.is_dir():
+        raise BadInput(f"run directory not found: {d}")
+    events_path = d / "events.jsonl"
+    if not events_path.is_file():
+        raise BadInput(f"{events_path}: missing (not a failover run directory, or no attempt has ended yet)")
+    notes: list[str] = []
+    try:
+        events = read_jsonl(events_path, notes)
+    except OSError as e:
+        raise BadInput(f"{events_path}: unreadable: {e.strerror or e}") from None
+    rows: list[AttemptRow] = []
+    stops: list[dict[str, Any]] = []
+    for ev in events:
+        kind = ev.get("event")
+        if kind == "stop" or (kind is None and "verdict" in ev and "class" not in ev):
+            stops.append(ev)
+        elif kind in (None, "attempt") and ("class" in ev or "rc" in ev):
+            rows.append(_row(ev))
+    if not rows and not stops:
+        raise BadInput(f"{events_path}: no attempt or stop events in it")
+    rows.sort(key=lambda a: (a.started if a.started is not None else float("inf"), a.jobid, a.attempt))
+    _account(rows, checkpoint_times(d))
+    jobs: list[dict[str, Any]] = []
+    chain = d / "chain.jsonl"
+    if chain.is_file():
+        try:
+            jobs = read_jsonl(chain, notes)
+        except OSError as e:
+            notes.append(f"chain.jsonl unreadable: {e.strerror or e}")
+    if not stops:
+        notes.append(
+            "no stop event yet: the run is still going, or its job was killed before the loop stopped"
+        )
+    return Report(
+        run_dir=str(d), attempts=rows, stops=stops, jobs=jobs, bad=read_bad(d / "hosts" / "bad"), notes=notes
+    )
+
+
+# --- text ----------------------------------------------------------------------------------------------------
+def fmt_duration(s: float | None) -> str:
+    if s is None:
+        return "-"
+    n = round(s)
+    h, rem = divmod(n, 3600)
+    m, sec = divmod(rem, 60)
+    if h:
+        return f"{h}h{m:02d}m"
+    if m:
+        return f"{m}m{sec:02d}s"
+    return f"{sec}s"
+
+
+def fmt_time(t: float | None) -> str:
+    if t is None:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t))
+
+
+def _steps(a: AttemptRow) -> str:
+    if a.last_step is None:
+        return "none"
+    if a.first_step is None:
+        return f"..{a.last_step}"
+    return f"{a.first_step}-{a.last_step} (+{a.steps_made})"
+
+
+def _swap(a: AttemptRow) -> str:
+    if not a.swapped_out:
+        return "-"
+    text = f"{','.join(a.swapped_out)} -> {','.join(a.swapped_in) or '(none)'} [{a.why}]"
+    if not a.blind and a.evidence:
+        ev = a.evidence if len(a.evidence) <= 70 else a.evidence[:67] + "..."
+        text += f" {ev}"
+    return text
+
+
+def render(rep: Report) -> str:
+    t = rep.totals()
+    lines = [
+        f"failover report: {rep.run_dir}",
+        f"{t['jobs']} job(s), {t['attempts']} attempt(s)",
+        "",
+    ]
+    header = ("JOB", "#", "START (UTC)", "DURATION", "RC", "CLASS", "STEPS", "LOST", "SWAP")
+    table = [header]
+    for a in rep.attempts:
+        table.append(
+            (
+                a.jobid,
+                str(a.attempt),
+                fmt_time(a.started),
+                fmt_duration(a.duration_s),
+                "-" if a.rc is None else str(a.rc),
+                a.cls,
+                _steps(a),
+                fmt_duration(a.lost_s),
+                _swap(a),
+            )
+        )
+    widths = [max(len(row[i]) for row in table) for i in range(len(header) - 1)]
+    stops = list(rep.stops)
+    for i, row in enumerate(table):
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row[:-1], widths, strict=True)) + "  " + row[-1])
+        if i == 0:
+            continue
+        a = rep.attempts[i - 1]
+        for s in [
+            s for s in stops if str(s.get("jobid", "")) == a.jobid and _int(s.get("attempt")) == a.attempt
+        ]:
+            lines.append(_stop_line(s))
+            stops.remove(s)
+    lines += [_stop_line(s) for s in stops]
+    if rep.jobs:
+        lines += ["", "chain:"]
+        for j in rep.jobs:
+            lines.append(
+                f"  job {j.get('jobid')}: {fmt_time(_num(j.get('started')))} -> {fmt_time(_num(j.get('ended')))}"
+                f"  {j.get('verdict', '?')}" + (f", next {j['next_jobid']}" if j.get("next_jobid") else "")
+            )
+    if rep.bad:
+        lines += ["", "hosts/bad:"]
+        for b in rep.bad:
+            why = "blind (a suspect, still usable)" if b["blind"] else f"evidence: {b['evidence'] or '?'}"
+            lines.append(f"  {b['host']}  {fmt_time(b['time'])}  job {b['jobid'] or '?'}  {why}")
+    lines += [
+        "",
+        f"attempts: {t['attempts']}  ({', '.join(f'{k} {v}' for k, v in t['classes'].items()) or 'none'})",
+        f"swaps: {t['swaps_proven']} proven, {t['swaps_blind']} blind",
+        f"steps made: {t['steps_made']}"
+        + (f" (last step {t['last_step']})" if t["last_step"] is not None else ""),
+        f"time lost: {fmt_duration(t['lost_s'])} after the last checkpoints"
+        + (f", {fmt_duration(t['between_attempts_s'])} between attempts" if t["between_attempts_s"] else "")
+        + (f", wall {fmt_duration(t['wall_s'])}" if t["wall_s"] is not None else ""),
+        f"verdict: {t['verdict'] or 'none yet'}" + (f" (exit {t['exit']})" if t["exit"] is not None else ""),
+    ]
+    for n in rep.notes:
+        lines.append(f"note: {n}")
+    return "\n".join(lines) + "\n"
+
+
+def _stop_line(s: dict[str, Any]) -> str:
+    return (
+        f"  stop after {s.get('jobid', '?')}.{s.get('attempt', '?')}: {s.get('verdict')} (exit {s.get('exit')})"
+        + (f": {s['reason']}" if s.get("reason") else "")
+    )
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise BadInput(message)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = _Parser(
+        prog="agpt failover report",
+        description="A timeline of a run's failover: attempts, swaps (evidence or blind), steps made, time lost.",
+    )
+    p.add_argument("run_dir", metavar="RUN_DIR", help="the run directory (AGPT_RUN_DIR)")
+    p.add_argument("--json", action="store_true", help="print the same as one JSON object")
+    try:
+        args = p.parse_args(argv)
+        rep = build(args.run_dir)
+    except BadInput as e:
+        sys.stderr.write(f"agpt failover report: error: {e}\n")
+        return 2
+    if args.json:
+        sys.stdout.write(json.dumps(rep.as_dict(), indent=2) + "\n")
+    else:
+        sys.stdout.write(render(rep))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
