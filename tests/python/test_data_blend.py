@@ -414,3 +414,12 @@ def test_micro_batches_resume_where_they_stopped(blended: Path) -> None:
     assert np.array_equal(next(resumed), first[4]) and np.array_equal(next(resumed), first[5])
     assert first[0].shape == (micro, L + 1)
     assert np.array_equal(first[0][0], ds[gbs // world]["tokens"])  # rank 1 starts half way
+
+
+def test_shuffle_stream_is_pinned() -> None:
+    """SplitMix64's published first outputs for seed 0, and one permutation, fixed forever (a numpy
+    upgrade must not reshuffle a blend)."""
+    from agpt.data.rng import permutation, random_u64, stream_key
+
+    assert [int(x) for x in random_u64(0, 3)] == [0xE220A8397B1DCDAF, 0x6E789E6AA1B965F4, 0x06C45D188009454F]
+    assert permutation(stream_key(1, "docs", 0, 0), 12).tolist() == [11, 4, 6, 0, 8, 7, 1, 9, 3, 5, 2, 10]

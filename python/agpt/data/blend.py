@@ -41,7 +41,7 @@ import numpy as np
 from agpt.data import manifest as mf
 from agpt.data import mmidx, rng
 from agpt.data.dist import Comm, world
-from agpt.data.greedy import deficit_sequence
+from agpt.data.greedy import deficit_with_occurrence
 from agpt.data.tokenizer import load as load_tokenizer
 from agpt.data.tokenizer import sha256_file
 from agpt.errors import AgptError, BadInput, DataError
@@ -240,23 +240,32 @@ def _inspect_files(entries: list[Entry], comm: Comm) -> list[dict[str, Any]]:
     return [merged[i] for i in range(len(entries))]
 
 
-def plan(entries: list[Entry], num_samples: int) -> tuple[list[str], np.ndarray, np.ndarray]:
-    """(corpora, file of each position, weights per corpus): corpus first, then files."""
+def plan(entries: list[Entry], num_samples: int) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
+    """(corpora, file of each position, its occurrence in that file, corpus weights): corpus first,
+    then files within the corpus; O(N) numpy after the two sequential deficit passes."""
     corpora: list[str] = []
     for e in entries:
         if e.corpus not in corpora:
             corpora.append(e.corpus)
     cw = np.array([sum(e.weight for e in entries if e.corpus == c) for c in corpora], dtype=np.float64)
     cw_norm = cw / cw.sum()
-    corpus_seq = deficit_sequence(cw_norm, num_samples)
-    file_of = np.zeros(num_samples, dtype=np.int32)
+    corpus_seq, corpus_occ = deficit_with_occurrence(cw_norm, num_samples)
+    n_c = np.bincount(corpus_seq, minlength=len(corpora))
+    files_by_pick: list[np.ndarray] = []
+    occ_by_pick: list[np.ndarray] = []
     for k, c in enumerate(corpora):
-        members = [i for i, e in enumerate(entries) if e.corpus == c]
+        members = np.asarray([i for i, e in enumerate(entries) if e.corpus == c], dtype=np.int32)
         fw = np.array([entries[i].weight for i in members], dtype=np.float64)
-        where = np.flatnonzero(corpus_seq == k)
-        choice = deficit_sequence(fw / fw.sum(), int(where.size))
-        file_of[where] = np.asarray(members, dtype=np.int32)[choice]
-    return corpora, file_of, cw_norm
+        choice, occ = deficit_with_occurrence(fw / fw.sum(), int(n_c[k]))
+        files_by_pick.append(members[choice])
+        occ_by_pick.append(occ)
+    offsets = np.zeros(len(corpora), dtype=np.int64)
+    np.cumsum(n_c[:-1], out=offsets[1:])
+    # The r-th pick of corpus k is served by the r-th entry of that corpus' file sequence.
+    at = offsets[corpus_seq] + corpus_occ
+    file_of = np.concatenate(files_by_pick)[at].astype(np.int32)
+    file_occ = np.concatenate(occ_by_pick)[at]
+    return corpora, file_of, file_occ, cw_norm
 
 
 def build(s: BlendSettings, comm: Comm | None = None) -> dict[str, Any]:
@@ -314,10 +323,11 @@ def build(s: BlendSettings, comm: Comm | None = None) -> dict[str, Any]:
 
     corpora: list[str] = []
     file_of = np.zeros(0, dtype=np.int32)
+    file_occ = np.zeros(0, dtype=np.int64)
     cw = np.zeros(0)
     if comm.rank == 0:
         say("shards ok; choosing corpus then file for each sample")
-        corpora, file_of, cw = plan(entries, s.num_samples)
+        corpora, file_of, file_occ, cw = plan(entries, s.num_samples)
         say("per-file sample indices")
         counts = np.bincount(file_of, minlength=len(files)).tolist()
     else:
@@ -345,7 +355,7 @@ def build(s: BlendSettings, comm: Comm | None = None) -> dict[str, Any]:
     report: dict[str, Any] = {}
     if comm.rank == 0:
         say("writing index files and manifest")
-        report = _write(s, out, key, tok, files, counts, epochs, corpora, cw, file_of, t0)
+        report = _write(s, out, key, tok, files, counts, epochs, corpora, cw, file_of, file_occ, t0)
     comm.barrier()
     return report
 
@@ -382,18 +392,19 @@ def _write(
     corpora: list[str],
     cw: np.ndarray,
     file_of: np.ndarray,
+    file_occ: np.ndarray,
     t0: float,
 ) -> dict[str, Any]:
     """Rank 0: concatenate per-file arrays, map positions to file sample rows, write the manifest."""
     nf = len(files)
-    # Positions grouped by file, in order: the j-th use of file f takes its j-th shuffled sample.
-    by_file = np.argsort(file_of, kind="stable")
-    starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    blend_sample = np.zeros(s.num_samples, dtype=np.int64)
+    # The j-th use of file f takes the j-th sample of f's shuffled order.
+    shuffles = [np.load(_work(out, f, "shuffle")) for f in range(nf)]
+    shuffle_off = np.zeros(nf, dtype=np.int64)
+    np.cumsum([a.size for a in shuffles[:-1]], out=shuffle_off[1:])
+    blend_sample = np.concatenate(shuffles).astype(np.int64)[shuffle_off[file_of] + file_occ]
+    del shuffles
     doc_off = sample_off = 0
     for f in range(nf):
-        shuffle = np.load(_work(out, f, "shuffle"))
-        blend_sample[by_file[starts[f] : starts[f + 1]]] = shuffle
         n_doc = int(np.load(_work(out, f, "doc_order"), mmap_mode="r").shape[0])
         n_smp = int(np.load(_work(out, f, "sample_idx"), mmap_mode="r").shape[0])
         files[f].update(
