@@ -25,14 +25,14 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, NoReturn
 
 from agpt.errors import EXIT_IDLE, EXIT_USAGE, BadInput
 
+TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs start-up time
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping, Sequence
     from types import FrameType
+    from typing import NoReturn
 
 DEFAULT_TIMEOUT = 600.0
 DEFAULT_GRACE = 10.0
@@ -62,32 +62,54 @@ def _check_seconds(flag: str, value: float) -> float:
     return float(value)
 
 
-@dataclass(kw_only=True, slots=True)
 class WatchSettings:
-    """How long silence may last and what to do then.  Validates itself: bad values raise BadInput (exit 2)."""
+    """How long silence may last and what to do then.  Validates itself: bad values raise BadInput (exit 2).
 
-    timeout: float = DEFAULT_TIMEOUT  # idle seconds on stdout+stderr (and the progress file); 0 disables
-    startup_timeout: float | None = None  # idle limit until the first progress line; None: same as timeout
-    grace: float = DEFAULT_GRACE  # SIGTERM, then this long, then SIGKILL
-    retries: int = 0
-    backoff: tuple[float, ...] = DEFAULT_BACKOFF
-    progress_re: str = DEFAULT_PROGRESS_RE
-    progress_file: str | None = None
+    A plain slotted class rather than a dataclass: `dataclasses` pulls in `inspect`, a fifth of our start-up.
+    """
 
-    def __post_init__(self) -> None:
-        self.timeout = _check_seconds("--timeout", self.timeout)
-        if self.startup_timeout is not None:
-            self.startup_timeout = _check_seconds("--startup-timeout", self.startup_timeout)
-        self.grace = _check_seconds("--grace", self.grace)
-        if not isinstance(self.retries, int) or self.retries < 0:
-            raise BadInput(f"--retries: must be an integer >= 0, got {self.retries!r}")
-        if not self.backoff:
+    __slots__ = (
+        "backoff",
+        "grace",
+        "progress_file",
+        "progress_re",
+        "retries",
+        "startup_timeout",
+        "timeout",
+    )
+
+    def __init__(
+        self,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,  # idle seconds on stdout+stderr (and the progress file); 0 disables
+        startup_timeout: float | None = None,  # idle limit until the first progress line; None: timeout
+        grace: float = DEFAULT_GRACE,  # SIGTERM, then this long, then SIGKILL
+        retries: int = 0,
+        backoff: Sequence[float] = DEFAULT_BACKOFF,  # before each retry; the last value repeats
+        progress_re: str = DEFAULT_PROGRESS_RE,
+        progress_file: str | None = None,
+    ) -> None:
+        self.timeout = _check_seconds("--timeout", timeout)
+        self.startup_timeout = (
+            None if startup_timeout is None else _check_seconds("--startup-timeout", startup_timeout)
+        )
+        self.grace = _check_seconds("--grace", grace)
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+            raise BadInput(f"--retries: must be an integer >= 0, got {retries!r}")
+        self.retries = retries
+        if not backoff:
             raise BadInput("--backoff: needs at least one number of seconds")
-        self.backoff = tuple(_check_seconds("--backoff", b) for b in self.backoff)
+        self.backoff = tuple(_check_seconds("--backoff", b) for b in backoff)
         try:
-            re.compile(self.progress_re)
+            re.compile(progress_re)
         except re.error as e:
-            raise BadInput(f"FAILOVER_PROGRESS_RE / --progress-re {self.progress_re!r}: {e}") from None
+            raise BadInput(f"FAILOVER_PROGRESS_RE / --progress-re {progress_re!r}: {e}") from None
+        self.progress_re = progress_re
+        self.progress_file = progress_file
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in sorted(self.__slots__))
+        return f"WatchSettings({fields})"
 
     def limit(self, progressed: bool) -> float:
         """The idle limit in force: the startup one until the first progress is seen."""
@@ -96,16 +118,30 @@ class WatchSettings:
         return self.startup_timeout
 
 
-@dataclass(kw_only=True, slots=True)
 class Outcome:
     """How one attempt ended; `rc` is what `agpt watch` exits with."""
 
-    rc: int
-    reason: str  # one line: "exit 3", "killed by SIGSEGV", "idle: no output ...", "SIGTERM received"
-    idle: bool = False
-    stop_signal: int | None = None  # a SIGTERM/SIGINT sent to watch itself: never retried
-    spawn_failed: bool = False  # command not found / not executable: never retried
-    last_progress: str | None = None
+    __slots__ = ("idle", "last_progress", "rc", "reason", "spawn_failed", "stop_signal")
+
+    def __init__(
+        self,
+        *,
+        rc: int,
+        reason: str,  # one line: "exit 3", "killed by SIGSEGV", "idle: no output ...", "SIGTERM received"
+        idle: bool = False,
+        stop_signal: int | None = None,  # a SIGTERM/SIGINT sent to watch itself: never retried
+        spawn_failed: bool = False,  # command not found / not executable: never retried
+        last_progress: str | None = None,
+    ) -> None:
+        self.rc = rc
+        self.reason = reason
+        self.idle = idle
+        self.stop_signal = stop_signal
+        self.spawn_failed = spawn_failed
+        self.last_progress = last_progress
+
+    def __repr__(self) -> str:
+        return f"Outcome(rc={self.rc!r}, reason={self.reason!r})"
 
 
 def _signame(num: int) -> str:
@@ -548,17 +584,20 @@ class _Attempt:
         if num == signal.SIGCHLD:
             self._reap(now)
             return
+        if num not in STOPPING:
+            if self.phase not in (KILLED, DONE):
+                self._signal_group(num)
+                self.say(f"forwarded {_signame(num)} to process group {self.pgid}")
+            return
+        if self.stop_signal is not None:  # asked twice: stop waiting out the grace period
+            if self.phase == TERM:
+                self.say(f"{_signame(num)} again: SIGKILL to process group {self.pgid} now")
+                self.kill_at = now
+            return
+        self.stop_signal = num  # recorded even while killing: no retry may follow
         if self.phase in (KILLED, DONE):
             return
         self._signal_group(num)
-        if num not in STOPPING:
-            self.say(f"forwarded {_signame(num)} to process group {self.pgid}")
-            return
-        if self.stop_signal is not None and self.phase == TERM:  # asked twice: stop waiting
-            self.say(f"{_signame(num)} again: SIGKILL to process group {self.pgid}")
-            self.kill_at = now
-            return
-        self.stop_signal = num
         self.say(
             f"{_signame(num)} received: forwarded to process group {self.pgid}, SIGKILL after {self.s.grace:g} s"
         )
@@ -864,7 +903,7 @@ def _parser() -> _Parser:
         type=_seconds,
         default=None,
         metavar="S",
-        help="idle limit until the first progress line (default: --timeout)",
+        help="idle limit until the first progress line; 0 disables (default: --timeout)",
     )
     p.add_argument(
         "--grace",
