@@ -364,3 +364,29 @@ def test_tokenizer_train_bad_input(tmp_path: Path) -> None:
     )
     assert r.returncode == 2 and "none" in r.stderr
     assert not (tmp_path / "m.model").exists()
+
+
+def test_bos_no_eod_and_directory_input(tmp_path: Path, sp_model: Path) -> None:
+    docs = stdlib_documents(30)
+    d = tmp_path / "in"
+    (d / "sub").mkdir(parents=True)
+    (d / ".hidden").mkdir()
+    (d / "sub" / "b.txt").write_text("\n\n".join(docs[10:]))
+    (d / "a.txt").write_text("\n\n".join(docs[:10]))
+    (d / ".hidden" / "junk.bin").write_bytes(b"\xff\xfe")
+    out = tmp_path / "o"
+    r = run_agpt(
+        "tokenize",
+        "--model",
+        str(sp_model),
+        "--input",
+        str(d),
+        "--output",
+        str(out),
+        "--bos",
+        "--no-append-eod",
+    )
+    assert r.returncode == 0, r.stderr
+    sp = load(sp_model)
+    got = [a.tolist() for p in shard_prefixes(out) for a in independent_read(p)]
+    assert got == [[sp.bos_id(), *sp.encode(t)] for t in docs]  # a.txt before sub/b.txt; hidden skipped

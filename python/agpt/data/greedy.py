@@ -143,15 +143,3 @@ def deficit_with_occurrence(weights: np.ndarray, n: int, use_c: bool = True) -> 
     out[:] = res
     occ[:] = oc
     return out, occ
-
-
-def occurrence(ids: np.ndarray, k: int) -> np.ndarray:
-    """For each position, how many earlier positions hold the same id (0 for the first)."""
-    ids = np.asarray(ids)
-    order = np.argsort(ids, kind="stable")
-    counts = np.bincount(ids, minlength=k)
-    starts = np.zeros(k, dtype=np.int64)
-    np.cumsum(counts[:-1], out=starts[1:])
-    occ = np.empty(ids.size, dtype=np.int64)
-    occ[order] = np.arange(ids.size, dtype=np.int64) - np.repeat(starts, counts)
-    return occ

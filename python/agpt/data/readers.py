@@ -106,12 +106,19 @@ def _first_byte(path: Path) -> bytes:
 
 
 def expand_inputs(inputs: list[str]) -> list[Path]:
-    """Files in the order given; a directory contributes its files in sorted order."""
+    """Files in the order given; a directory contributes its files (recursively, hidden ones skipped)
+    in sorted order, so the document order never depends on the filesystem's listing order."""
     files: list[Path] = []
     for item in inputs:
         p = Path(item)
         if p.is_dir():
-            files.extend(sorted(f for f in p.rglob("*") if f.is_file() and not f.name.startswith(".")))
+            files.extend(
+                sorted(
+                    f
+                    for f in p.rglob("*")
+                    if f.is_file() and not any(part.startswith(".") for part in f.relative_to(p).parts)
+                )
+            )
         elif p.is_file():
             files.append(p)
         else:
