@@ -423,3 +423,18 @@ def test_shuffle_stream_is_pinned() -> None:
 
     assert [int(x) for x in random_u64(0, 3)] == [0xE220A8397B1DCDAF, 0x6E789E6AA1B965F4, 0x06C45D188009454F]
     assert permutation(stream_key(1, "docs", 0, 0), 12).tolist() == [11, 4, 6, 0, 8, 7, 1, 9, 3, 5, 2, 10]
+
+
+def test_blend_and_shards_moved_together_still_open(shards: Path, sp_model: Path, tmp_path: Path) -> None:
+    """Staged to node-local disk (blend and shards copied together): the copy is read, and verified."""
+    root = tmp_path / "root"
+    lst = _copy_shards(shards, root)
+    shutil.copy(sp_model, root / "tok.model")
+    _blend(shards, root / "blend", n=200, file_list=lst, tokenizer=str(root / "tok.model"))
+    want = [BlendedDataset(root / "blend")[i]["tokens"].tolist() for i in range(20)]
+    shutil.copytree(root, tmp_path / "local")
+    shutil.rmtree(root)
+    ds = BlendedDataset(tmp_path / "local" / "blend", verify="full")
+    assert [ds[i]["tokens"].tolist() for i in range(20)] == want
+    r = run_agpt("data", "verify", str(tmp_path / "local" / "blend"))
+    assert r.returncode == 0, r.stderr

@@ -408,6 +408,7 @@ def _write(
         n_doc = int(np.load(_work(out, f, "doc_order"), mmap_mode="r").shape[0])
         n_smp = int(np.load(_work(out, f, "sample_idx"), mmap_mode="r").shape[0])
         files[f].update(
+            prefix_rel=os.path.relpath(files[f]["prefix"], out),
             samples=counts[f],
             epochs=epochs[f],
             doc_order_offset=doc_off,
@@ -451,6 +452,7 @@ def _write(
         "cache_key": key,
         "tokenizer": {
             "path": tok[0],
+            "path_rel": os.path.relpath(tok[0], out),
             "sha256": tok[1],
             "vocab_size": sp.GetPieceSize(),
             "eod_id": sp.eos_id(),

@@ -119,7 +119,7 @@ class BlendedDataset:
     def _shard(self, f: int) -> mmidx.Shard:
         shard = self._shards.get(f)
         if shard is None:
-            shard = mmidx.Shard(self._files[f]["prefix"], check=False)
+            shard = mmidx.Shard(mf.shard_prefix(self.directory, self._files[f]), check=False)
             self._shards[f] = shard
         return shard
 

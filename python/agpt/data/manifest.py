@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,26 @@ def load(directory: str | Path) -> dict[str, Any]:
     return manifest
 
 
+def shard_prefix(directory: str | Path, f: dict[str, Any]) -> str:
+    """Where a pinned shard is now: beside the blend at its recorded relative path when that exists
+    (blend and shards copied together, e.g. staged to node-local disk), else its absolute path.
+    Either way its content is what the manifest pins, so a move never changes what is read."""
+    rel = f.get("prefix_rel")
+    if rel:
+        moved = os.path.normpath(Path(directory) / rel)
+        if mmidx.idx_path(moved).exists():
+            return moved
+    return str(f["prefix"])
+
+
+def tokenizer_path(directory: str | Path, tok: dict[str, Any]) -> Path:
+    """The pinned tokenizer, found the same way as the shards."""
+    rel = tok.get("path_rel")
+    if rel and (Path(directory) / rel).is_file():
+        return Path(os.path.normpath(Path(directory) / rel))
+    return Path(tok["path"])
+
+
 def _size(path: Path) -> int | None:
     try:
         return path.stat().st_size
@@ -75,7 +96,7 @@ def first_mismatch(
     d = Path(directory)
     deep = LEVELS.index(level)
     tok = manifest["tokenizer"]
-    tok_path = Path(tokenizer or tok["path"])
+    tok_path = Path(tokenizer) if tokenizer else tokenizer_path(d, tok)
     if tokenizer is not None or deep >= 2:
         if not tok_path.is_file():
             return f"tokenizer {tok_path}: missing (manifest pins sha256 {tok['sha256'][:16]}...)"
@@ -92,7 +113,8 @@ def first_mismatch(
     ):
         return f"file list {lst['path']}: changed since this blend (weights or shards differ)"
     for f in manifest["files"]:
-        ip, bp = mmidx.idx_path(f["prefix"]), mmidx.bin_path(f["prefix"])
+        prefix = shard_prefix(d, f)
+        ip, bp = mmidx.idx_path(prefix), mmidx.bin_path(prefix)
         size = _size(bp)
         if size is None:
             return f"shard {bp}: missing"

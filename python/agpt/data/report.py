@@ -54,7 +54,7 @@ def inspect(directory: str | Path, show: int = 0) -> dict[str, Any]:
         from agpt.data.tokenizer import load
 
         ds = BlendedDataset(directory, verify="sizes")
-        sp = load(m["tokenizer"]["path"])
+        sp = load(mf.tokenizer_path(directory, m["tokenizer"]))
         samples = []
         for i in range(min(show, len(ds))):
             item = ds[i]
