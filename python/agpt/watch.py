@@ -17,6 +17,7 @@ started, and a grandchild that still holds the pipe cannot keep us waiting.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import math
 import os
 import re
@@ -51,6 +52,7 @@ CHUNK = 1 << 20  # one read; the pipes are enlarged to this size where the kerne
 SCAN_EVERY = 0.05  # the progress regex runs at most this often on a chatty stream ...
 SCAN_TAIL = 16384  # ... over at most the last this many bytes of complete lines
 CARRY_MAX = 4096  # the longest partial line kept to match across chunk boundaries
+F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)  # Linux; elsewhere the call fails and is skipped
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 STOPPING = (signal.SIGTERM, signal.SIGINT)
@@ -393,10 +395,8 @@ class _Attempt:
         err_r, err_w = os.pipe()
         for fd in (out_r, err_r):
             try:
-                import fcntl
-
-                fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), CHUNK)
-            except (OSError, ImportError):
+                fcntl.fcntl(fd, F_SETPIPE_SZ, CHUNK)
+            except OSError:
                 pass  # the default 64 KiB pipe still works, with more wake-ups
         try:
             self.proc = subprocess.Popen(
@@ -505,7 +505,8 @@ class _Attempt:
             self._check_progress_file(now)
             limit = self.s.limit(self._progressed())
             if now >= self._pf_base() + limit:
-                what = f"progress file {self.s.progress_file} not updated for {now - self.pf_changed:.1f} s"
+                state = "not updated" if self.pf_seen or self.pf_sig is not None else "not written"
+                what = f"progress file {self.s.progress_file} {state} for {now - self.pf_changed:.1f} s"
         if what is None:
             return
         flag = "--timeout" if limit == self.s.timeout else "--startup-timeout"

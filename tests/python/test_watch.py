@@ -289,6 +289,22 @@ def test_an_idle_attempt_is_retried_too(tmp_path: Path) -> None:
     assert elapsed < 2 * 0.5 + 2 * SLACK
 
 
+def test_sigterm_during_the_backoff_ends_the_run_without_a_retry(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    child = ["sh", "-c", 'echo x >> "$0"; exit 1', str(runs)]
+    w = subprocess.Popen(
+        watch_argv("--retries", "3", "--backoff", "30", "--", *child), stderr=subprocess.PIPE, env=agpt_env()
+    )
+    assert w.stderr is not None
+    assert b"attempt 2/4 in 30 s" in w.stderr.readline()
+    t0 = time.monotonic()
+    w.send_signal(signal.SIGTERM)
+    assert w.wait(timeout=20) == 143
+    assert time.monotonic() - t0 < 5
+    assert runs.read_text() == "x\n"
+    assert b"not retrying" in w.stderr.read()
+
+
 def test_backoff_schedule_repeats_its_last_value() -> None:
     s = watchmod.WatchSettings(retries=7)
     assert [d for _, d in watchmod._attempts(s)] == [0, 5, 10, 20, 40, 60, 60, 60]
