@@ -52,6 +52,7 @@ _LABELS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"^\[rank(\d{1,7})\]: ?", re.IGNORECASE), "rank"),  # torch.distributed
     (re.compile(r"^\[(\d{1,7})\] "), "rank"),  # hydra -prepend-rank
     (re.compile(r"^\[([A-Za-z][\w.-]*):\d+\] "), "host"),  # Open MPI [host:pid]
+    (re.compile(r"^\[([A-Za-z][\w.-]*)\] "), "host"),  # hydra -prepend-pattern "[%h] ", trainers' own
     (re.compile(r"^([A-Za-z][\w.-]*):\d+:\d+ (?:\[\d+\] )?"), "host"),  # NCCL/RCCL host:pid:tid [dev]
     (re.compile(r"^([A-Za-z][\w.-]*): "), "host"),  # PALS/pdsh host prefix
 ]
