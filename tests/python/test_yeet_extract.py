@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from agpt.errors import BadInput
-from agpt.yeet.extract import Stage, UnsafeArchive, check_dest, safe_extract
+from agpt.yeet.extract import Stage, UnsafeArchive, check_dest, safe_extract, scan
 from yeet_util import entry, evil_tar, make_data, tree, yeet
 
 EVIL = {
@@ -45,8 +45,19 @@ def test_malicious_tarball_is_refused_and_dest_untouched(tmp_path: Path, kind: s
     root.mkdir()
     with pytest.raises(UnsafeArchive), open(bad, "rb") as f:
         safe_extract(f, root, "tar")
+    with pytest.raises(UnsafeArchive), open(bad, "rb") as f:
+        scan(f, "tar")  # the up-front check where the tarball is read
     assert not (tmp_path / "escaped.txt").exists()
     assert not Path("/tmp/yeet-absolute-escape.txt").exists()
+
+
+def test_a_tree_that_cannot_be_staged_safely_is_refused_when_packed(tmp_path: Path) -> None:
+    src = make_data(tmp_path / "data", big=10)
+    (src / "passwd").symlink_to("/etc/passwd")
+    r = yeet(str(src), "--dest", str(tmp_path / "out" / "data"))
+    assert r.returncode == 2
+    assert "cannot be staged safely" in r.stderr and "passwd" in r.stderr
+    assert not (tmp_path / ".data.yeet.tar.zst").exists()
 
 
 def test_cli_refuses_a_malicious_tarball_loudly(tmp_path: Path) -> None:
@@ -55,9 +66,9 @@ def test_cli_refuses_a_malicious_tarball_loudly(tmp_path: Path) -> None:
     dest.mkdir(parents=True)
     (dest / "keep").write_text("old\n")
     r = yeet(str(bad), "--dest", str(dest))
-    assert r.returncode == 1, r.stdout + r.stderr
-    assert "points outside DEST" in r.stdout
-    assert "FAILED" in r.stdout
+    assert r.returncode == 2, r.stdout + r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(bad) in lines[0] and "points outside DEST" in lines[0]
     assert sorted(os.listdir(dest.parent)) == ["dest"]  # no dest.tmp.* left
     assert (dest / "keep").read_text() == "old\n"
 

@@ -25,11 +25,10 @@ import socket
 import stat
 import subprocess
 import tarfile
-import threading
-from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections import deque
+from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from agpt.errors import AgptError, BadInput
 
@@ -223,46 +222,42 @@ def _normalize(name: str) -> str:
 
 
 class _Guard:
-    """Checks each member before it is written; remembers the real directories it has seen."""
+    """Checks each member before anything is written, against a model of the tree built so far.
+
+    The staging folder starts empty and only this archive writes into it, so the names already extracted
+    say exactly what is on disk: no `lstat` per member, and the same checks hold whichever backend writes.
+    """
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.dirs: set[str] = {""}
+        self.kinds: dict[str, str] = {"": "d"}  # rel -> d(ir), f(ile), l(ink)
+        self.targets: dict[str, str] = {}  # symlink rel -> its target
+        self.count = 0
+        self.nbytes = 0
 
-    def _no_symlink_parents(self, rel: str, what: str) -> None:
+    def _parents_are_dirs(self, rel: str, what: str) -> None:
         parent = posixpath.dirname(rel)
-        chain: list[str] = []
-        while parent not in self.dirs:
-            chain.append(parent)
+        while parent:
+            kind = self.kinds.get(parent)
+            if kind == "d":
+                return  # its own parents were checked when it was added
+            if kind is not None:
+                raise UnsafeArchive(f"{what} {rel!r} goes through {parent!r}, which is not a directory")
             parent = posixpath.dirname(parent)
-        for d in reversed(chain):
-            try:
-                st = os.lstat(self.root / d)
-            except FileNotFoundError:
-                return  # tarfile creates it as a real directory
-            if not stat.S_ISDIR(st.st_mode):
-                raise UnsafeArchive(f"{what} {rel!r} goes through {d!r}, which is not a directory")
-            self.dirs.add(d)
-
-    def make_parent(self, rel: str) -> None:
-        parent = posixpath.dirname(rel)
-        if parent not in self.dirs:
-            os.makedirs(self.root / parent, mode=0o755, exist_ok=True)
-            while parent not in self.dirs:
-                self.dirs.add(parent)
-                parent = posixpath.dirname(parent)
 
     def check(self, m: tarfile.TarInfo) -> str:
         rel = _normalize(m.name)
         if not (m.isreg() or m.isdir() or m.issym() or m.islnk()):
             raise UnsafeArchive(f"device, fifo or special file {m.name!r}")
+        if m.mode & 0o6000 and not m.isdir():
+            raise UnsafeArchive(f"setuid/setgid file {m.name!r}")
         if rel == "":
             if not m.isdir():
                 raise UnsafeArchive(f"entry {m.name!r} would replace the destination itself")
             return rel
-        self._no_symlink_parents(rel, "entry")
-        target = self.root / rel
-        if os.path.lexists(target) and not (m.isdir() and target.is_dir() and not target.is_symlink()):
+        self._parents_are_dirs(rel, "entry")
+        seen = self.kinds.get(rel)
+        if seen is not None and not (seen == "d" and m.isdir()):
             raise UnsafeArchive(f"entry {m.name!r} appears twice (a second copy could write through a link)")
         if m.issym():
             link = m.linkname
@@ -273,150 +268,212 @@ class _Guard:
                 resolved = posixpath.normpath(posixpath.join(posixpath.dirname(rel), link))
                 if resolved == ".." or resolved.startswith("../") or "\\" in link:
                     raise UnsafeArchive(f"symlink {m.name!r} -> {link!r} points outside DEST")
+            self.targets[rel] = link
         if m.islnk():
             link_rel = _normalize(m.linkname)
-            self._no_symlink_parents(link_rel, "hard link target")
-        if m.isdir():
-            self.dirs.add(rel)
+            if self.kinds.get(link_rel) != "f":
+                raise UnsafeArchive(
+                    f"hard link {m.name!r} -> {m.linkname!r}: not a file earlier in the archive"
+                )
+        self.kinds[rel] = "d" if m.isdir() else "l" if m.issym() else "f"
+        self.count += 1
+        self.nbytes += m.size if m.isreg() else 0
         return rel
 
+    def _escapes(self, link: str) -> bool:
+        """Resolve LINK the way the kernel would, through the links of this tree; True if it leaves it."""
+        cur = [c for c in posixpath.dirname(link).split("/") if c]
+        parts = deque(self.targets[link].split("/"))
+        hops = 0
+        while parts:
+            p = parts.popleft()
+            if p in ("", "."):
+                continue
+            if p == "..":
+                if not cur:
+                    return True
+                cur.pop()
+                continue
+            here = "/".join([*cur, p])
+            target = self.targets.get(here)
+            if target is None:
+                cur.append(p)
+                continue
+            hops += 1
+            if hops > 40 or target.startswith("/"):
+                return True  # a loop, or through an interpreter link to the base Python
+            parts.extendleft(reversed(target.split("/")))
+        return False
 
-def _sanitize(m: tarfile.TarInfo, rel: str) -> tarfile.TarInfo:
-    """Owners are dropped (files belong to whoever stages them); setuid/sticky/group-write bits too."""
-    mode = m.mode & 0o755
-    if m.isdir():
-        mode |= 0o700
-    elif m.isreg():
-        mode |= 0o600
-    return m.replace(name=rel, mode=mode, uid=None, gid=None, uname=None, gname=None, deep=False)  # type: ignore[arg-type]
+    def finish(self) -> None:
+        """After the last member: a link through links can fool the per-member lexical check."""
+        for link in self.targets:
+            if not INTERPRETER_LINK.match(link) and self._escapes(link):
+                raise UnsafeArchive(f"symlink {link!r} -> {self.targets[link]!r} resolves outside DEST")
 
 
-def open_tar_stream(raw: IO[bytes], compression: str) -> tarfile.TarFile:
-    """A stream-mode TarFile over RAW (zstd via zstandard; gzip and plain tar via tarfile)."""
+def decompressed(raw: IO[bytes], compression: str) -> IO[bytes]:
+    """The tar bytes of RAW (zstd via zstandard, gzip via the gzip module, plain tar as is)."""
     if compression == "zstd":
         import zstandard
 
-        reader = zstandard.ZstdDecompressor().stream_reader(raw, read_size=COPY_BUF)
-        return tarfile.open(fileobj=reader, mode="r|", bufsize=STREAM_BUF)
+        return zstandard.ZstdDecompressor().stream_reader(raw, read_size=COPY_BUF)  # type: ignore[no-any-return]
     if compression == "gzip":
-        return tarfile.open(fileobj=raw, mode="r|gz", bufsize=STREAM_BUF)
-    return tarfile.open(fileobj=raw, mode="r|", bufsize=STREAM_BUF)
+        import gzip
+
+        return cast(IO[bytes], gzip.GzipFile(fileobj=raw, mode="rb"))
+    return raw
 
 
-FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-SMALL_FILE = 4 << 20  # files up to this size are read whole and written by the pool
-IN_FLIGHT = 64 << 20  # bytes read but not yet written, at most
+def open_tar_stream(raw: IO[bytes], compression: str) -> tarfile.TarFile:
+    """A stream-mode TarFile over RAW."""
+    return tarfile.open(fileobj=decompressed(raw, compression), mode="r|", bufsize=STREAM_BUF)
 
 
-def _write(path: Path, chunks: Iterable[bytes], mode: int, mtime: float) -> None:
-    """Create one regular file exclusively (O_EXCL|O_NOFOLLOW: never through a link, never twice).
+class _Gate(io.RawIOBase):
+    """Feeds tarfile while holding back every byte that has not been validated yet; validated bytes go on
+    to SINK (the `tar` process).  So `tar` never sees a header this module has not accepted."""
 
-    fd-based mode and times, no chown; mtimes are kept because Python checks each `.pyc` against its
-    source's mtime, and without them every import on the node would recompile.
+    def __init__(self, src: IO[bytes], sink: IO[bytes]) -> None:
+        super().__init__()
+        self.src = src
+        self.sink = sink
+        self.buf = bytearray()
+        self.base = 0  # stream offset of buf[0]
+        self.end = 0  # stream offset read so far
+        self.ok_until = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.src.read(n if n and n > 0 else COPY_BUF)
+        self.buf += data
+        self.end += len(data)
+        self._flush()
+        return data
+
+    def allow(self, upto: int) -> None:
+        self.ok_until = max(self.ok_until, upto)
+        self._flush()
+
+    def _flush(self) -> None:
+        k = min(self.ok_until, self.end) - self.base
+        if k > 0:
+            self.sink.write(self.buf[:k])
+            del self.buf[:k]
+            self.base += k
+
+
+def _tar_extract(raw: IO[bytes], root: Path, compression: str, guard: _Guard) -> None:
+    """Validate every header here, let GNU tar (C, another core) do the writing."""
+    import tempfile
+
+    with tempfile.TemporaryFile() as errf:
+        proc = subprocess.Popen(
+            [
+                "tar", "-x", "-f", "-", "-C", str(root), *TAR_FLAGS,
+            ],
+            stdin=subprocess.PIPE,
+            stderr=errf,
+        )  # fmt: skip
+        assert proc.stdin is not None
+        gate = _Gate(decompressed(raw, compression), proc.stdin)
+        try:
+            with tarfile.open(fileobj=gate, mode="r|", bufsize=STREAM_BUF) as tf:
+                for m in tf:
+                    guard.check(m)
+                    size = -(-m.size // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE if m.isreg() else 0
+                    gate.allow(m.offset_data + size)
+            gate.allow(1 << 62)
+            while gate.read(COPY_BUF):
+                pass
+            proc.stdin.close()
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+        if proc.wait() != 0:
+            errf.seek(0)
+            tail = errf.read().decode(errors="replace").strip().splitlines()[-1:] or [""]
+            raise AgptError(f"tar failed (exit {proc.returncode}): {tail[0]}")
+
+
+TAR_FLAGS = ["--no-same-owner", "--no-same-permissions", "--keep-old-files"]
+DECOMPRESS = {"zstd": ["zstd", "-d", "-c", "-q"], "gzip": ["gzip", "-d", "-c"]}
+
+
+def scan(raw: IO[bytes], compression: str) -> tuple[int, int]:
+    """Validate a whole tarball without writing anything; return (members, bytes of file data).
+
+    Run once where the tarball is (rank 0, the ssh head), and remembered by its sha256: every node that
+    receives bytes with that digest then extracts them at C speed, checking the digest as they stream.
     """
-    fd = os.open(path, FLAGS, 0o600)
+    guard = _Guard(Path("/"))
     try:
-        for data in chunks:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-        os.fchmod(fd, mode)
-        os.utime(fd, (mtime, mtime))
-    finally:
-        os.close(fd)
-
-
-def _chunks(src: IO[bytes]) -> Iterator[bytes]:
-    while data := src.read(COPY_BUF):
-        yield data
-
-
-class _Writers:
-    """Small files go to a few threads: creating a file costs a metadata round trip (the GIL is released
-    while the kernel works), so several in flight keep the disk busy while this thread parses headers."""
-
-    def __init__(self, n: int) -> None:
-        self.pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="yeet-write") if n > 1 else None
-        self.budget = threading.BoundedSemaphore(IN_FLIGHT // SMALL_FILE)
-        self.futures: list[Future[None]] = []
-
-    def submit(self, path: Path, data: bytes, mode: int, mtime: float) -> None:
-        if self.pool is None:
-            _write(path, [data], mode, mtime)
-            return
-        self.budget.acquire()
-        fut = self.pool.submit(_write, path, [data], mode, mtime)
-        fut.add_done_callback(lambda _f: self.budget.release())
-        self.futures.append(fut)
-        if len(self.futures) > 4096:
-            self.flush()
-
-    def flush(self) -> None:
-        """Wait for every pending write (before a hard link to one of them, and at the end)."""
-        futures, self.futures = self.futures, []
-        for fut in futures:
-            fut.result()
-
-    def close(self) -> None:
-        if self.pool is not None:
-            self.pool.shutdown(wait=True, cancel_futures=True)
-
-
-def safe_extract(raw: IO[bytes], root: Path, compression: str, *, writers: int = 4) -> tuple[int, int]:
-    """Extract a tar stream into ROOT refusing unsafe entries; return (members, bytes of file data)."""
-    guard = _Guard(root)
-    count = nbytes = 0
-    try:
-        tf = open_tar_stream(raw, compression)
-    except tarfile.TarError as exc:
+        with tarfile.open(fileobj=decompressed(raw, compression), mode="r|", bufsize=STREAM_BUF) as tf:
+            for m in tf:
+                guard.check(m)
+    except (tarfile.TarError, EOFError, OSError) as exc:
         raise AgptError(f"not a readable tarball: {exc}") from exc
-    tf.copybufsize = COPY_BUF  # type: ignore[attr-defined]
-    tf.errorlevel = 2  # every extraction error is fatal: a half tree must never look finished
-    pool = _Writers(writers)
-    try:
-        for m in tf:
-            rel = guard.check(m)
-            count += 1
-            if rel == "":
-                continue
-            clean = _sanitize(m, rel)
-            if m.isreg():
-                guard.make_parent(rel)
-                src = tf.extractfile(m)
-                if src is None:
-                    raise UnsafeArchive(f"entry {m.name!r} has no data")
-                if m.size <= SMALL_FILE:
-                    pool.submit(root / rel, src.read(), clean.mode, m.mtime)
-                else:
-                    _write(root / rel, _chunks(src), clean.mode, m.mtime)
-                nbytes += m.size
+    guard.finish()
+    return guard.count, guard.nbytes
+
+
+def _pipe_extract(raw: IO[bytes], root: Path, compression: str) -> None:
+    """`zstd -d | tar -x` fed from RAW: for bytes whose digest was validated by `scan` (checked at the end)."""
+    import tempfile
+
+    with tempfile.TemporaryFile() as errf:
+        procs: list[subprocess.Popen[bytes]] = []
+        try:
+            if compression in DECOMPRESS:
+                dec = subprocess.Popen(
+                    DECOMPRESS[compression], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errf
+                )
+                procs.append(dec)
+                tar_in: Any = dec.stdout
             else:
-                if m.islnk():
-                    pool.flush()
-                tf.extract(clean, path=str(root), set_attrs=True, filter="fully_trusted")
-        pool.flush()
-    except (tarfile.TarError, EOFError) as exc:
+                tar_in = subprocess.PIPE
+            tar = subprocess.Popen(
+                ["tar", "-x", "-f", "-", "-C", str(root), *TAR_FLAGS], stdin=tar_in, stderr=errf
+            )
+            procs.append(tar)
+            if procs[0] is not tar:
+                assert dec.stdout is not None
+                dec.stdout.close()  # tar holds it now
+            sink = procs[0].stdin
+            assert sink is not None
+            while data := raw.read(COPY_BUF):
+                sink.write(data)
+            sink.close()
+        except BaseException:
+            for p in procs:
+                p.kill()
+                p.wait()
+            raise
+        codes = [p.wait() for p in procs]
+        if any(codes):
+            errf.seek(0)
+            tail = errf.read().decode(errors="replace").strip().splitlines()[-1:] or [""]
+            raise AgptError(f"extraction failed (exit {codes}): {tail[0]}")
+
+
+def safe_extract(raw: IO[bytes], root: Path, compression: str, *, trusted: bool = False) -> tuple[int, int]:
+    """Extract a tar stream into ROOT; return (members, bytes of file data) ((0, 0) when TRUSTED).
+
+    Untrusted: every header is validated here before `tar` sees it.  TRUSTED: the caller checks at the end
+    that the bytes have the digest of a tarball `scan` already validated, so they go straight to the C tools.
+    """
+    if shutil.which("tar") is None:
+        raise AgptError("extraction needs GNU tar on PATH")
+    try:
+        if trusted and (compression not in DECOMPRESS or shutil.which(DECOMPRESS[compression][0])):
+            _pipe_extract(raw, root, compression)
+            return 0, 0
+        guard = _Guard(root)
+        _tar_extract(raw, root, compression, guard)
+    except (tarfile.TarError, EOFError, OSError) as exc:
         raise AgptError(f"corrupt tarball stream: {exc}") from exc
-    except FileExistsError as exc:
-        raise UnsafeArchive(f"entry {exc.filename!r} appears twice") from exc
-    finally:
-        pool.close()
-        tf.close()
-    verify_links(root)
-    return count, nbytes
-
-
-def verify_links(root: Path) -> None:
-    """A last pass: every symlink must resolve inside ROOT (links through links can fool a lexical check)."""
-    real_root = os.path.realpath(root)
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            path = os.path.join(dirpath, name)
-            if not os.path.islink(path):
-                continue
-            rel = os.path.relpath(path, root)
-            if INTERPRETER_LINK.match(rel):
-                continue  # bin/python -> python3 -> /usr/bin/python3: the venv exemption, a leaf
-            real = os.path.realpath(path)
-            if real != real_root and not real.startswith(real_root + os.sep):
-                raise UnsafeArchive(f"symlink {rel!r} -> {os.readlink(path)!r} resolves outside DEST")
+    guard.finish()
+    return guard.count, guard.nbytes

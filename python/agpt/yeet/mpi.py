@@ -40,6 +40,7 @@ LAUNCHER_VARS = (
     ("PMIX_RANK",),
 )
 PROGRESS_EVERY_S = 5.0
+POLL_S = 0.0005
 
 
 class PeerFailed(AgptError):
@@ -146,6 +147,7 @@ def run(
                     "size": tb.size,
                     "sha256": tb.sha256,
                     "compression": tb.compression,
+                    "members": tb.members,
                 }
             except AgptError as exc:
                 header = {"error": str(exc), "code": exc.exit_code}
@@ -156,9 +158,15 @@ def run(
         if rank == 0:
             emit(f"yeet: broadcasting {header['path']} bytes={total} to {size} ranks chunk={chunk}")
         rx = Receiver(
-            dest=my_dest, compression=header["compression"], sha256=header["sha256"], size=total, check=check
+            dest=my_dest,
+            compression=header["compression"],
+            sha256=header["sha256"],
+            size=total,
+            check=check,
+            members=int(header["members"]),
         ).start()
-        _pump(comm, rank, rx, Path(header["path"]), total, chunk, emit, t_start)
+        crowded = len({phys for phys, _n, _e in info}) < size
+        _pump(comm, rank, rx, Path(header["path"]), total, chunk, emit, t_start, crowded)
         worker = rx
     else:
         if rank == 0:
@@ -234,8 +242,14 @@ def _pump(
     chunk: int,
     emit: Callable[[str], None],
     t0: float,
+    crowded: bool = False,
 ) -> None:
-    """Broadcast every chunk; each rank hands each one to its extractor and goes on to the next."""
+    """Broadcast every chunk; each rank hands each one to its extractor and goes on to the next.
+
+    CROWDED (several ranks share a node, as in tests): a blocking Bcast busy-polls and steals the cores the
+    extractors need, so post an Ibcast and poll it with short sleeps instead.  With one rank per node the
+    blocking call is better: a sleeping rank would delay forwarding in the broadcast tree.
+    """
     from mpi4py import MPI
 
     nchunks = (total + chunk - 1) // chunk
@@ -259,7 +273,12 @@ def _pump(
         else:
             buf = free.get()
         view = memoryview(buf)[:n]
-        comm.Bcast([view, n, MPI.BYTE], root=0)
+        if crowded:
+            req = comm.Ibcast([view, n, MPI.BYTE], root=0)
+            while not req.Test():
+                time.sleep(POLL_S)
+        else:
+            comm.Bcast([view, n, MPI.BYTE], root=0)
         if i in faults:
             _inject(faults[i], rank, i, view)
         rx.feed(view, lambda b=buf: free.put(b))  # type: ignore[misc]

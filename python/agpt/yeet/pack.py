@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from agpt.errors import BadInput
+from agpt.errors import AgptError, BadInput
 
 MAGIC_ZSTD = b"\x28\xb5\x2f\xfd"
 MAGIC_GZIP = b"\x1f\x8b"
-META_FORMAT = 1
+META_FORMAT = 2  # 2: the tarball was validated (members counted) when it was made or hashed
 READ_CHUNK = 1 << 20
 
 Progress = Callable[[str], None]
@@ -44,6 +44,7 @@ class Tarball:
     sha256: str
     compression: str  # "zstd", "gzip" or "tar"
     packed: bool = False  # True when this run (re)packed it
+    members: int = 0  # entries, counted when it was validated
 
 
 def sniff(head: bytes) -> str:
@@ -123,9 +124,24 @@ def _anonymous(info: tarfile.TarInfo) -> tarfile.TarInfo:
     return info
 
 
-def pack(src: Path, out: Path, *, level: int = 3, progress: Progress = _quiet) -> tuple[int, str]:
-    """Write SRC's tree as a zstd tarball to OUT (via a temporary name); return (size, sha256)."""
+def pack(src: Path, out: Path, *, level: int = 3, progress: Progress = _quiet) -> tuple[int, str, int]:
+    """Write SRC's tree as a zstd tarball to OUT (via a temporary name); return (size, sha256, members).
+
+    Every entry passes the same checks a node applies when extracting, so a tree that could not be staged
+    safely (an absolute symlink, a device file) is refused here, once, before anything is shipped.
+    """
     import zstandard
+
+    from agpt.yeet.extract import UnsafeArchive, _Guard
+
+    guard = _Guard(Path("/"))
+
+    def admit(info: tarfile.TarInfo) -> tarfile.TarInfo:
+        try:
+            guard.check(info)
+        except UnsafeArchive as exc:
+            raise BadInput(f"SRC {src}: cannot be staged safely: {exc}") from exc
+        return _anonymous(info)
 
     tmp = out.with_name(f"{out.name}.tmp.{os.getpid()}")
     t0 = time.monotonic()
@@ -140,7 +156,7 @@ def pack(src: Path, out: Path, *, level: int = 3, progress: Progress = _quiet) -
             ):
                 for rel, _st in _walk(src):
                     try:
-                        tf.add(src / rel, arcname=rel, recursive=False, filter=_anonymous)
+                        tf.add(src / rel, arcname=rel, recursive=False, filter=admit)
                     except OSError as exc:
                         raise BadInput(f"SRC {src}: cannot read {src / rel}: {exc.strerror}") from exc
                     nfiles += 1
@@ -148,12 +164,16 @@ def pack(src: Path, out: Path, *, level: int = 3, progress: Progress = _quiet) -
                         progress(f"yeet: packing files={nfiles} bytes={hw.size}")
             raw.flush()
             os.fsync(raw.fileno())
+        try:
+            guard.finish()
+        except UnsafeArchive as exc:
+            raise BadInput(f"SRC {src}: cannot be staged safely: {exc}") from exc
         os.replace(tmp, out)
     finally:
         if tmp.exists():
             tmp.unlink()
     progress(f"yeet: packed {src} files={nfiles} bytes={hw.size} seconds={time.monotonic() - t0:.1f}")
-    return hw.size, hw.hash.hexdigest()
+    return hw.size, hw.hash.hexdigest(), guard.count
 
 
 def cache_paths(src: Path) -> tuple[Path, Path]:
@@ -209,13 +229,30 @@ def resolve_source(src: Path, *, progress: Progress = _quiet) -> Tarball:
     meta_path = src.with_name(src.name + ".yeet.json")
     key = f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}"
     meta = _read_meta(meta_path)
-    if meta.get("fingerprint") == key and isinstance(meta.get("sha256"), str):
+    if meta.get("fingerprint") == key and isinstance(meta.get("sha256"), str) and meta.get("validated"):
         digest = str(meta["sha256"])
+        members = int(str(meta.get("members", 0)))
     else:
-        progress(f"yeet: hashing {src} bytes={st.st_size}")
+        from agpt.yeet.extract import UnsafeArchive, scan
+
+        progress(f"yeet: hashing and validating {src} bytes={st.st_size}")
         digest = file_sha256(src)
-        _write_meta(meta_path, {"format": META_FORMAT, "fingerprint": key, "sha256": digest})
-    return Tarball(path=src, size=st.st_size, sha256=digest, compression=compression)
+        try:
+            with open(src, "rb") as f:
+                members, _nbytes = scan(f, compression)
+        except UnsafeArchive as exc:
+            raise BadInput(f"SRC {src}: refused: {exc}") from exc
+        except AgptError as exc:
+            raise BadInput(f"SRC {src}: {exc}") from exc
+        meta = {
+            "format": META_FORMAT,
+            "fingerprint": key,
+            "sha256": digest,
+            "members": members,
+            "validated": True,
+        }
+        _write_meta(meta_path, meta)
+    return Tarball(path=src, size=st.st_size, sha256=digest, compression=compression, members=members)
 
 
 def _directory(src: Path, progress: Progress) -> Tarball:
@@ -226,15 +263,25 @@ def _directory(src: Path, progress: Progress) -> Tarball:
         size = tar_path.stat().st_size
         if size == meta.get("size") and isinstance(meta.get("sha256"), str):
             progress(f"yeet: reusing {tar_path} (fingerprint matches)")
-            return Tarball(path=tar_path, size=size, sha256=str(meta["sha256"]), compression="zstd")
+            members = int(str(meta.get("members", 0)))
+            return Tarball(
+                path=tar_path, size=size, sha256=str(meta["sha256"]), compression="zstd", members=members
+            )
     elif meta:
         progress(f"yeet: {src} changed since {tar_path} was packed; repacking")
-    size, digest = pack(src, tar_path, progress=progress)
+    size, digest, members = pack(src, tar_path, progress=progress)
     if fingerprint(src) != fp:
         tar_path.unlink(missing_ok=True)
         raise BadInput(f"SRC {src}: changed while it was being packed; run again when it is quiet")
     _write_meta(
         meta_path,
-        {"format": META_FORMAT, "fingerprint": fp, "sha256": digest, "size": size, "src": str(src.resolve())},
+        {
+            "format": META_FORMAT,
+            "fingerprint": fp,
+            "sha256": digest,
+            "size": size,
+            "members": members,
+            "src": str(src.resolve()),
+        },
     )
-    return Tarball(path=tar_path, size=size, sha256=digest, compression="zstd", packed=True)
+    return Tarball(path=tar_path, size=size, sha256=digest, compression="zstd", packed=True, members=members)

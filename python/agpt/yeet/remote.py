@@ -26,6 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--size", type=int, required=True)
     p.add_argument("--compression", default="zstd")
     p.add_argument("--check")
+    p.add_argument("--members", type=int, default=0, help="> 0: the head validated this digest's tarball")
     a = p.parse_args(argv)
     out: dict[str, object] = {"host": a.host, "ok": False}
     try:
@@ -38,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
             size=a.size,
             check=a.check,
             chunk=CHUNK,
+            members=a.members,
         )
         if rx.error:
             rx.stage.abort()

@@ -127,6 +127,7 @@ def _local(s: YeetSettings, dest_template: str, emit: Callable[[str], None]) -> 
             size=tb.size,
             check=s.check,
             chunk=s.chunk_mb << 20,
+            members=tb.members,
         )
         error, files, stage, seconds = rx.error, rx.files, rx.stage, rx.seconds
     else:

@@ -84,6 +84,8 @@ def extract_command(dest: Path, host: str, tb: Tarball, check: str | None) -> st
         str(tb.size),
         "--compression",
         tb.compression,
+        "--members",
+        str(tb.members),
     ]
     if check:
         argv += ["--check", check]
