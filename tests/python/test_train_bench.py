@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 from conftest import ROOT
 from train_util import train_env
 
 
-def test_bench_ckpt_runs_and_prints_ratios(tmp_path) -> None:
+def test_bench_ckpt_runs_and_prints_ratios(tmp_path: Path) -> None:
+    tmp = tmp_path / "t"
+    tmp.mkdir()
     r = subprocess.run(
         [sys.executable, str(ROOT / "tests/bench/bench_ckpt.py"), "--size", "0.01", "--reps", "1"],
-        env=train_env({"TMPDIR": str(tmp_path)}),
+        env=train_env({"TMPDIR": str(tmp)}),
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "async/copy_floor=" in r.stdout and "sync/async=" in r.stdout
-    assert not any(tmp_path.iterdir()), "the benchmark cleans up what it wrote"
+    assert not any(tmp.iterdir()), "the benchmark cleans up what it wrote"
