@@ -1,0 +1,145 @@
+#!/usr/bin/env bats
+# lib/failover.sh on the real local Slurm cluster: a batch job `sbatch -N 6` (4 active + 2 spares) sources the
+# library and runs `failover_run srun --nodelist {hosts} ...` over the fake trainer.  (a) a rank dies naming its
+# host, (b) a node really fails (slurmd killed, `srun: error: Node failure on nK`), (c) a silent hang.
+# Each asserts the swaps, the verdict and events.jsonl.
+# shellcheck disable=SC2016  # single-quoted job lines expand in the job, not here
+load helpers
+bats_require_minimum_version 1.5.0
+
+setup_file() {
+  cluster_setup_file
+}
+
+teardown_file() {
+  cluster_teardown_file
+}
+
+local_setup() {
+  RUN="$BATS_TEST_TMPDIR/run"
+  JOB="$BATS_TEST_TMPDIR/job.sh"
+  OUT="$BATS_TEST_TMPDIR/job.out"
+}
+
+# Writes the batch script; settings lines come from stdin.
+write_job() {
+  local settings
+  settings="$(cat)"
+  cat >"$JOB" <<SH
+#!/bin/bash
+set -euo pipefail
+source '$AGPT_ROOT/lib/sched.sh'
+source '$AGPT_ROOT/lib/failover.sh'
+export AGPT_RUN_DIR='$RUN'
+FAILOVER_SPARES=2 FAILOVER_BACKOFF="0 1" FAILOVER_IDLE_TIMEOUT=5 FAILOVER_STARTUP_TIMEOUT=10
+FAILOVER_GRACE=2 FAILOVER_RESOLVE_TIMEOUT=2 FAILOVER_MIN_ATTEMPT_S=30
+$settings
+rc=0
+failover_run srun --label --nodelist {hosts} -N {nhosts} --ntasks-per-node=1 --kill-on-bad-exit=1 \\
+  python3 '$AGPT_ROOT/tests/fixtures/fake_trainer.py' --steps 8 --step-time 0.15 --ckpt-interval 2 || rc=\$?
+echo "verdict: \$rc"
+exit "\$rc"
+SH
+}
+
+# Submits the job (-N 6, 10 min, --no-kill so a failed node does not end the allocation); prints its id.
+submit() {
+  sbatch --parsable -N 6 -t 10:00 --no-kill -o "$OUT" "$JOB"
+}
+
+# Waits until the job has left the queue (at most $1 seconds); prints its exit code from scontrol.
+wait_job() {
+  local id="$1" secs="${2:-120}" i state
+  for ((i = 0; i < secs * 5; i++)); do
+    state="$(scontrol show job "$id" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p')"
+    case "$state" in
+      COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL) break ;;
+    esac
+    sleep 0.2
+  done
+  scontrol show job "$id" | sed -n 's/.*ExitCode=\([0-9]*\):.*/\1/p'
+}
+
+ev() {  # ev attempt|stop [FIELD...]: the events of a kind, fields as compact JSON
+  python3 - "$RUN/events.jsonl" "$@" <<'PY'
+import json, sys
+path, kind, *fields = sys.argv[1:]
+for line in open(path):
+    e = json.loads(line)
+    if e.get("event") == kind:
+        print(" ".join(json.dumps(e.get(f), separators=(",", ":")) for f in fields) if fields else line.strip())
+PY
+}
+
+show_job() {  # for a failing test's output
+  echo "--- job output"
+  cat "$OUT" 2>/dev/null || true
+  echo "--- events"
+  cat "$RUN/events.jsonl" 2>/dev/null || true
+}
+
+@test "(a) cluster: a rank dies naming its host: that host is swapped, training resumes and finishes" {
+  write_job <<<'export FAKE_TRAINER_FAULTS=die@3:n2'
+  id="$(submit)"
+  rc="$(wait_job "$id")"
+  show_job
+  assert_equal "$rc" 0
+  run grep -F 'verdict: 0' "$OUT"
+  assert_success
+  run ev attempt attempt class bad_hosts swapped hosts
+  assert_line --index 0 '1 "node" ["n2"] {"out":["n2"],"in":["n5"],"blind":false,"returned":[]} ["n1","n2","n3","n4"]'
+  assert_line --index 1 --regexp '^2 "success" .* \["n1","n5","n3","n4"\]$'
+  run ev stop verdict exit
+  assert_output '"done" 0'
+  run cut -f1,3 "$RUN/hosts/bad"
+  assert_output "n2	$id"
+  run ev attempt last_step
+  assert_line --index 1 8
+}
+
+@test "(b) cluster: a node fails for real (slurmd killed): srun names it, it is swapped, training finishes" {
+  write_job <<<''
+  id="$(submit)"
+  # Fail n3 once the first attempt is past step 2.
+  for ((i = 0; i < 300; i++)); do
+    grep -qs '^0: step=2 ' "$RUN/attempts/$id.1.log" && break
+    sleep 0.1
+  done
+  run "$AGPT_ROOT/tests/cluster/node" --dir "$AGPT_CLUSTER_DIR" fail n3
+  assert_success
+  rc="$(wait_job "$id")"
+  "$AGPT_ROOT/tests/cluster/node" --dir "$AGPT_CLUSTER_DIR" restore n3 || true
+  show_job
+  assert_equal "$rc" 0
+  run grep -F 'Node failure on n3' "$RUN/attempts/$id.1.log"
+  assert_success
+  run ev attempt attempt class bad_hosts swapped
+  assert_line --index 0 '1 "node" ["n3"] {"out":["n3"],"in":["n5"],"blind":false,"returned":[]}'
+  assert_line --index 1 --regexp '^2 "success" '
+  run ev stop verdict exit
+  assert_output '"done" 0'
+  run cat "$RUN/hosts/active"
+  assert_output $'n1\nn2\nn5\nn4'
+}
+
+@test "(c) cluster: a silent hang: the watchdog fires, blind swaps reach the guilty host within 4 attempts" {
+  write_job <<<'export FAKE_TRAINER_FAULTS=hang@3:n4'
+  id="$(submit)"
+  rc="$(wait_job "$id" 240)"
+  show_job
+  assert_equal "$rc" 0
+  run ev attempt rc class
+  assert_line --index 0 '124 "hang"'
+  # at most as many failed attempts as active hosts, then the good one
+  ((${#lines[@]} <= 5))
+  run ev attempt class swapped
+  refute_line --regexp '^"hang" .*"blind":false'
+  run ev stop verdict exit
+  assert_output '"done" 0'
+  run grep -P '^n4\t' "$RUN/hosts/bad"
+  assert_output --regexp $'\tblind$'
+  run grep -vP '\tblind$' "$RUN/hosts/bad"
+  assert_output ""
+  run grep -c n4 "$RUN/hosts/active"
+  assert_output 0
+}

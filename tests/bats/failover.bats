@@ -1,0 +1,263 @@
+#!/usr/bin/env bats
+# lib/failover.sh without a scheduler: sourcing leaves the caller alone, and the whole loop runs on this machine
+# with tests/fixtures/fake_launch.sh starting one fake trainer per host of a fake allocation (h1..h6).
+# shellcheck disable=SC2016  # single-quoted job lines expand in the job, not here
+load helpers
+
+# The loop scenarios' job scripts set -euo pipefail themselves, so the second pass of the suite (BASH_ENV with
+# set -u) would only repeat them; it runs the sourcing tests and one loop.
+first_pass_only() {
+  if [[ "${BASH_ENV:-}" == */set-u.bash ]]; then skip "loop scenario: the job script already runs under set -euo pipefail"; fi
+}
+
+local_setup() {
+  RUN="$BATS_TEST_TMPDIR/run"
+  ALLOC="$BATS_TEST_TMPDIR/alloc"
+  printf 'h%s\n' 1 2 3 4 5 6 >"$ALLOC"
+}
+
+# Writes a job script that sources the library under `set -euo pipefail` and runs the loop with the fake
+# launcher; extra lines (settings) come from stdin.  Prints the script's path.
+job() {
+  local f="$BATS_TEST_TMPDIR/job.sh"
+  {
+    echo 'set -euo pipefail'
+    echo "source '$AGPT_ROOT/lib/failover.sh'"
+    echo "export AGPT_RUN_DIR='$RUN'"
+    echo "FAILOVER_HOSTS_FROM='$ALLOC' FAILOVER_SPARES=2 FAILOVER_BACKOFF=0 FAILOVER_RESOLVE_TIMEOUT=0"
+    echo 'FAILOVER_IDLE_TIMEOUT=3 FAILOVER_STARTUP_TIMEOUT=6 FAILOVER_GRACE=1 FAILOVER_JOBID=j1'
+    cat
+    echo 'export FAKE_TRAINER_FAULTS="${FAULTS:-}"'
+    echo 'rc=0'
+    echo "failover_run '$AGPT_ROOT/tests/fixtures/fake_launch.sh' python3 '$AGPT_ROOT/tests/fixtures/fake_trainer.py' \\"
+    echo '  --steps "${STEPS:-10}" --step-time 0.05 --ckpt-interval 2 || rc=$?'
+    echo 'echo "verdict: $rc"'
+    echo 'exit "$rc"'
+  } >"$f"
+  echo "$f"
+}
+
+# Prints the events of a kind as compact JSON lines: ev attempt|stop [FIELD...]
+ev() {
+  python3 - "$RUN/events.jsonl" "$@" <<'PY'
+import json, sys
+path, kind, *fields = sys.argv[1:]
+for line in open(path):
+    e = json.loads(line)
+    if e.get("event") == kind:
+        print(" ".join(json.dumps(e.get(f), separators=(",", ":")) for f in fields) if fields else line.strip())
+PY
+}
+
+# Snapshot of a shell's state: options, shopt, variables and functions (dynamic variables left out).
+state_script() {
+  cat <<'SH'
+snap() {
+  set -o
+  shopt
+  declare -p | grep -Ev '^declare -[-a-zA-Z]* (_|BASH_[A-Z_]+|FUNCNAME|LINENO|RANDOM|SRANDOM|SECONDS|EPOCH[A-Z]+|PIPESTATUS|OLDPWD)='
+  declare -F
+}
+SH
+}
+
+check_sourcing() {  # check_sourcing "SET OPTIONS": sourcing changes nothing outside the library's prefixes
+  local f="$BATS_TEST_TMPDIR/src.sh"
+  {
+    echo "$1"
+    state_script
+    echo 'caller_var=keep; declare -a arr=(1 2); declare -A map=([k]=v)'
+    echo "snap >'$BATS_TEST_TMPDIR/before'"
+    echo "source '$AGPT_ROOT/lib/failover.sh'"
+    echo "snap >'$BATS_TEST_TMPDIR/after'"
+    echo 'echo sourced-ok'
+  } >"$f"
+  run bash "$f"
+  assert_success
+  assert_output sourced-ok
+  run diff "$BATS_TEST_TMPDIR/before" "$BATS_TEST_TMPDIR/after"
+  # Every added line names something of the library: FAILOVER_*, failover_*, _failover_*.
+  local added
+  added="$(grep '^>' <<<"$output" | grep -Ev '^> declare -[-a-zA-Z]* (FAILOVER_|failover_|_failover_)' || true)"
+  assert_equal "$added" ""
+  refute_line --regexp '^<'
+}
+
+@test "sourcing under set -euo pipefail changes no option, shopt or variable outside the prefixes" {
+  check_sourcing 'set -euo pipefail'
+}
+
+@test "sourcing under set -u changes nothing outside the prefixes" {
+  check_sourcing 'set -u'
+}
+
+@test "sourcing with no options changes nothing outside the prefixes; settings keep the caller's values" {
+  check_sourcing ''
+  run bash -c "FAILOVER_MAX_REPEAT=7; source '$AGPT_ROOT/lib/failover.sh'; echo \$FAILOVER_MAX_REPEAT \$FAILOVER_BACKOFF"
+  assert_output "7 5 10 20 40 60"
+}
+
+@test "failover_run: no command or no run dir is a usage error (2), not an exit" {
+  run bash -c "set -euo pipefail; source '$AGPT_ROOT/lib/failover.sh'; rc=0; failover_run || rc=\$?; echo rc=\$rc"
+  assert_output --partial "rc=2"
+  run bash -c "set -u; unset AGPT_RUN_DIR; source '$AGPT_ROOT/lib/failover.sh'; failover_run true; echo rc=\$?"
+  assert_output --partial "AGPT_RUN_DIR is not set"
+  assert_output --partial "rc=2"
+}
+
+@test "failover_init: too few hosts for FAILOVER_ACTIVE is refused with the numbers (exit 2)" {
+  run bash -c "set -euo pipefail; source '$AGPT_ROOT/lib/failover.sh'; export AGPT_RUN_DIR='$RUN'
+    FAILOVER_HOSTS_FROM='$ALLOC' FAILOVER_ACTIVE=8 FAILOVER_RESOLVE_TIMEOUT=0; rc=0; failover_init || rc=\$?; echo rc=\$rc"
+  assert_output --partial "asked for 8 active"
+  assert_output --partial "rc=2"
+}
+
+@test "clean run: done (0), one attempt, the command got the hosts and attempt number" {
+  run bash "$(job <<<'')"
+  assert_success
+  assert_line "verdict: 0"
+  run ev attempt attempt rc class first_step last_step hosts
+  assert_output '1 0 "success" 1 10 ["h1","h2","h3","h4"]'
+  run ev stop verdict exit
+  assert_output '"done" 0'
+  assert [ -s "$RUN/attempts/j1.1.log" ]
+  run grep -c 'starting at step 0 (attempt 1)' "$RUN/attempts/j1.1.log"
+  assert_output 4
+}
+
+@test "{hosts} {nhosts} {hostfile} are replaced and FAILOVER_* exported to each attempt" {
+  first_pass_only
+  f="$BATS_TEST_TMPDIR/echo.sh"
+  cat >"$f" <<SH
+set -euo pipefail
+source '$AGPT_ROOT/lib/failover.sh'
+export AGPT_RUN_DIR='$RUN' AGPT_DEADLINE_EPOCH=\$((EPOCHSECONDS + 100000))
+FAILOVER_HOSTS_FROM='$ALLOC' FAILOVER_SPARES=2 FAILOVER_RESOLVE_TIMEOUT=0
+failover_run bash -c 'echo "args=\$1,\$2,\$3 env=\$FAILOVER_HOSTS,\$FAILOVER_NUM_HOSTS,\$FAILOVER_ATTEMPT,\${AGPT_DEADLINE_EPOCH:+dl}"' x {hosts} {nhosts} {hostfile}
+SH
+  run bash "$f"
+  assert_success
+  assert_line "args=h1,h2,h3,h4,4,$RUN/hosts/active env=h1,h2,h3,h4,4,1,dl"
+}
+
+@test "(a) a rank dies naming its host: exactly that host is swapped, training resumes and finishes" {
+  run bash "$(job <<<'FAULTS=die@3:h2')"
+  assert_success
+  assert_line "verdict: 0"
+  run ev attempt attempt class bad_hosts swapped
+  assert_line --index 0 '1 "node" ["h2"] {"out":["h2"],"in":["h5"],"blind":false,"returned":[]}'
+  assert_line --index 1 --regexp '^2 "success" '
+  run cat "$RUN/hosts/active"
+  assert_output $'h1\nh5\nh3\nh4'
+  run cut -f1,3,4 "$RUN/hosts/bad"
+  assert_output --regexp $'^h2\tj1\t.*ECC'
+  run ev attempt last_step
+  assert_line --index 1 10
+}
+
+@test "(d) a config bug: stuck (3) after two attempts without progress, spares untouched" {
+  first_pass_only
+  run bash "$(job <<<'FAULTS=app@1')"
+  assert_failure 3
+  assert_line "verdict: 3"
+  run ev attempt attempt class swapped first_step
+  assert_line --index 0 '1 "app" {"out":[],"in":[],"blind":false,"returned":[]} null'
+  assert_line --index 1 '2 "app" {"out":[],"in":[],"blind":false,"returned":[]} null'
+  assert_equal "${#lines[@]}" 2
+  run ev stop verdict exit
+  assert_output '"stuck" 3'
+  run cat "$RUN/hosts/spare"
+  assert_output $'h5\nh6'
+  assert [ ! -e "$RUN/hosts/bad" ]
+}
+
+@test "(e) a deterministic failure at step k: repeat (4) after FAILOVER_MAX_REPEAT attempts" {
+  first_pass_only
+  # rank 0 reports a non-finite loss at step 5 every time, after resuming from the checkpoint at step 4
+  run bash "$(job <<<'FAULTS=nan@5')"
+  assert_failure 4
+  run ev attempt class last_step ckpt_step swapped
+  assert_output "$(printf '"app" 5 4 {"out":[],"in":[],"blind":false,"returned":[]}\n%.0s' 1 2 3)"
+  run ev stop verdict exit
+  assert_output '"repeat" 4'
+  run cat "$RUN/hosts/active"
+  assert_output $'h1\nh2\nh3\nh4'
+}
+
+@test "(f) spares exhausted after progress: resubmit (75), every bad host recorded for the next job" {
+  first_pass_only
+  run bash "$(job <<<'FAULTS=die@3:h2,die@5:h5,die@7:h6
+STEPS=12')"
+  assert_failure 75
+  run ev attempt attempt class bad_hosts action
+  assert_output $'1 "node" ["h2"] "relaunch"\n2 "node" ["h5"] "relaunch"\n3 "node" ["h6"] "stop"'
+  run ev stop verdict exit
+  assert_output '"resubmit" 75'
+  run cut -f1 "$RUN/hosts/bad"
+  assert_output $'h2\nh5\nh6'
+  # The next job in the chain never makes a proven-bad host active.
+  printf 'h%s\n' 1 2 3 4 5 6 7 8 >"$ALLOC"
+  run bash -c "source '$AGPT_ROOT/lib/failover.sh'; export AGPT_RUN_DIR='$RUN' FAILOVER_HOSTS_FROM='$ALLOC' \
+    FAILOVER_SPARES=1 FAILOVER_RESOLVE_TIMEOUT=0 FAILOVER_JOBID=j2; failover_init && cat '$RUN/hosts/active' '$RUN/hosts/spare'"
+  assert_success
+  assert_output --partial $'h1\nh3\nh4\nh7\nh8'
+  refute_output --regexp $'(^|\n)h[256]($|\n)'
+}
+
+@test "(g) deadline near: resubmit (75) without starting an attempt" {
+  run bash "$(job <<<'export AGPT_DEADLINE_EPOCH=$((EPOCHSECONDS + 30)); FAILOVER_MIN_ATTEMPT_S=120')"
+  assert_failure 75
+  run ev stop verdict exit reason
+  assert_output --regexp '^"resubmit" 75 ".*FAILOVER_MIN_ATTEMPT_S'
+  run ev attempt
+  assert_output ""
+  run ls "$RUN/attempts"
+  assert_output ""
+}
+
+@test "(g) deadline near after a failure: resubmit (75) instead of a doomed relaunch" {
+  first_pass_only
+  run bash "$(job <<<'export AGPT_DEADLINE_EPOCH=$((EPOCHSECONDS + 240)); FAILOVER_MIN_ATTEMPT_S=200
+FAILOVER_BACKOFF=60; FAULTS=die@3:h2')"
+  assert_failure 75
+  run ev attempt attempt class action
+  assert_output '1 "node" "stop"'
+  run ev stop verdict
+  assert_output '"resubmit"'
+  run cut -f1 "$RUN/hosts/bad"
+  assert_output h2
+}
+
+@test "(c) a silent hang: the watchdog fires, blind swaps reach the guilty host, recorded as blind" {
+  first_pass_only
+  run bash "$(job <<<'FAULTS=hang@3:h3')"
+  assert_success
+  run ev attempt class swapped
+  assert_line --index 0 --regexp '^"hang" \{"out":\["h[1-4]"\],"in":\["h5"\],"blind":true'
+  (( ${#lines[@]} <= 5 ))
+  run ev stop verdict
+  assert_output '"done"'
+  run grep -P '^h3\t' "$RUN/hosts/bad"
+  assert_output --regexp $'\tblind$'
+  run grep -vP '\tblind$' "$RUN/hosts/bad"
+  assert_output ""
+}
+
+@test "cleanup hook runs on each host of the next attempt before the relaunch; preflight evicts a bad host" {
+  first_pass_only
+  run bash "$(job <<SH
+FAILOVER_CLEANUP_HOOK='echo cleaned {host} >>"$BATS_TEST_TMPDIR/cleanup.log"'
+FAILOVER_PREFLIGHT='[ {host} != h4 ] || { echo "no GPU on {host}"; exit 1; }'
+FAULTS=die@3:h2
+SH
+)"
+  assert_success
+  run sort "$BATS_TEST_TMPDIR/cleanup.log"
+  assert_output $'cleaned h1\ncleaned h3\ncleaned h5\ncleaned h6'
+  run cut -f1,4 "$RUN/hosts/bad"
+  assert_line --index 0 $'h4\tpreflight rc=1: no GPU on h4'
+  assert_line --index 1 --regexp $'^h2\t'
+  run ev attempt hosts
+  assert_line --index 0 '["h1","h2","h3","h5"]'
+  assert_line --index 1 '["h1","h6","h3","h5"]'
+}
