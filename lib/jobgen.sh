@@ -110,6 +110,11 @@ jobgen_render() {
     _jobgen_directive "$pfx" "" "--output=%x.o%j"
     _jobgen_directive "$pfx" "job.nodes $JOB_NODES + spares $spares (job.spares, else SITE_SPARES_PERCENT/SITE_SPARES_MIN)" "--nodes=$total"
     _jobgen_directive "$pfx" "job.walltime" "--time=$wall"
+    if [[ -n "$JOB_RANKS_PER_NODE" ]]; then
+      _jobgen_directive "$pfx" "job.ranks_per_node" "--ntasks-per-node=$JOB_RANKS_PER_NODE"
+    else
+      _jobgen_directive "$pfx" "SITE_RANKS_PER_NODE" "--ntasks-per-node=${SITE_RANKS_PER_NODE:-1}"
+    fi
   fi
   if [[ "$JOB_QUEUE_SET" == 1 ]]; then queue="$JOB_QUEUE" d="job.queue"; else queue="${SITE_QUEUE:-}" d="SITE_QUEUE"; fi
   if [[ -n "$queue" ]]; then
