@@ -80,7 +80,7 @@ conf() {  # conf NAME YAML-BODY: a config file holding only a job: section
 
 @test "without --portable the toolkit and config paths are embedded (a spool copy cannot find them)" {
   cd "$BATS_TEST_TMPDIR"
-  cp "$AGPT_ROOT/jobs/configs/tiny.yaml" .
+  printf 'model: {dim: 64}\njob: {walltime: "00:01:00", account: ""}\n' >tiny.yaml
   run agpt jobgen --site polaris --scheduler pbs -o my.pbs tiny.yaml
   assert_success
   run cat my.pbs
