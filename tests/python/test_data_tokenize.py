@@ -390,3 +390,33 @@ def test_bos_no_eod_and_directory_input(tmp_path: Path, sp_model: Path) -> None:
     sp = load(sp_model)
     got = [a.tolist() for p in shard_prefixes(out) for a in independent_read(p)]
     assert got == [[sp.bos_id(), *sp.encode(t)] for t in docs]  # a.txt before sub/b.txt; hidden skipped
+
+
+def test_overwrite_with_less_data_leaves_no_stale_shards(tmp_path: Path, sp_model: Path) -> None:
+    src = tmp_path / "a.txt"
+    src.write_text("\n\n".join(stdlib_documents(150)))
+    out = tmp_path / "o"
+    _tokenize(sp_model, [src], out)
+    many = len(list(out.glob("*.idx")))
+    src.write_text("\n\n".join(stdlib_documents(30)))
+    r = run_agpt(
+        "tokenize",
+        "--model",
+        str(sp_model),
+        "--input",
+        str(src),
+        "--output",
+        str(out),
+        "--shard-tokens",
+        "3000",
+    )
+    assert r.returncode == 2 and "other inputs" in r.stderr
+    _tokenize(sp_model, [src], out, "--overwrite")
+    assert (
+        sorted(p[:-4] for p in map(str, out.glob("*.idx"))) == shard_prefixes(out)
+        and len(shard_prefixes(out)) < many
+    )
+    # A deleted shard of the same inputs is simply made again.
+    Path(f"{shard_prefixes(out)[0]}.idx").unlink()
+    _tokenize(sp_model, [src], out)
+    assert all(Path(f"{p}.idx").exists() for p in shard_prefixes(out))

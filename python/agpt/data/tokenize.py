@@ -346,11 +346,10 @@ def _prepare(s: TokenizeSettings, out: Path, ident: dict[str, Any]) -> str:
             old = json.loads(meta.read_text())
         except (OSError, json.JSONDecodeError):
             raise DataError(f"{meta}: unreadable; remove it or use another --output") from None
-        if old.get("identity") == ident and all(
-            mmidx.idx_path(x["prefix"]).exists() for x in old.get("shards", [])
-        ):
+        same = old.get("identity") == ident
+        if same and all(mmidx.idx_path(x["prefix"]).exists() for x in old.get("shards", [])):
             return "done"
-        if not s.overwrite:
+        if not same and not s.overwrite:
             raise BadInput(
                 f"--output {out}: holds shards of other inputs or settings (pass --overwrite or use a new dir)"
             )
@@ -498,6 +497,11 @@ def _finish(
 ) -> dict[str, Any]:
     """Rank 0: the file list, `tokenize.json` (written last), and the work dir removed."""
     corpus = s.corpus or out.name
+    for stale in out.glob(f"{s.name}_*.idx"):  # shards of an overwritten, longer result
+        tail = stale.stem[len(s.name) + 1 :]
+        if tail.isdigit() and int(tail) >= len(plans):
+            stale.unlink()
+            stale.with_suffix(".bin").unlink(missing_ok=True)
     total_tokens = sum(p.tokens for p in plans)
     shards = [
         {
