@@ -300,6 +300,7 @@ def test_broken_pattern_file_degrades_through_the_cli(tmp_path: Path) -> None:
         (["--rc", "1", "--walltime-margin", "-5"], "--walltime-margin"),
         (["--rc", "1", "--patterns", "nope"], "nope"),
         (["--rc", "1", "--ipmap", "/nonexistent/ip"], "/nonexistent/ip"),
+        (["--rc", "1", "--max-mb", "-1"], "--max-mb"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(tmp_path: Path, args: list[str], needle: str) -> None:
@@ -391,3 +392,33 @@ def test_long_lines_and_bad_bytes(tmp_path: Path) -> None:
     r = cl.classify(log, 1, ["n1", "n2", "n3"])
     assert r.bad_hosts == ["n3"]  # the 100 kB line is cut to its head: what it hides is not read
     assert all(len(e) <= cl.EVIDENCE_CHARS for e in r.evidence)
+
+
+def test_a_log_past_the_limit_is_read_by_its_head_and_tail(tmp_path: Path) -> None:
+    """Bounded time as well as memory: the middle of a huge log is skipped, and the note says so."""
+    log = tmp_path / "huge.log"
+    filler = b"".join(
+        b"0: step=%d loss=2.5 grad_norm=0.4 lr=3e-4 tps=5000.0 stall_ms=0.0\n" % i for i in range(2, 20000)
+    )
+    with log.open("wb") as f:
+        f.write(b"3: n4:81234:81234 [0] NCCL INFO Bootstrap : Using hsn0\nstep=1 loss=3\n")
+        f.write(filler * 2)
+        f.write(b"srun: error: Node failure on n2\n")  # the middle: skipped
+        f.write(filler * 2)
+        f.write(b"3: [rank3]: RuntimeError: CUDA error: uncorrectable ECC error encountered\n")
+    r = cl.classify(log, 1, ["n1", "n2", "n3", "n4"], max_mb=1.0)
+    assert (r.cls, r.bad_hosts, r.first_step, r.last_step) == ("node", ["n4"], 1, 19999)
+    assert any("read its first" in n for n in r.notes)
+    whole = cl.classify(log, 1, ["n1", "n2", "n3", "n4"], max_mb=0)
+    assert whole.bad_hosts == ["n2", "n4"] and not any("read its first" in n for n in whole.notes)
+
+
+def test_the_benchmark_runs() -> None:
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "bench" / "bench_classify.py"), "--mb", "2"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    assert "ratio classify/baseline" in r.stdout

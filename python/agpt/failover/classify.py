@@ -32,6 +32,9 @@ from agpt.failover.hostmatch import HostMatcher, read_hostfile, read_ipmap
 DEFAULT_PROGRESS_RE = r"\bstep[=:] ?[0-9]+"
 DEFAULT_MARGIN_S = 120.0
 CHUNK_BYTES = 1 << 20
+MIB = 1 << 20
+HEAD_BYTES = 32 * MIB
+DEFAULT_MAX_MB = 256  # FAILOVER_CLASSIFY_MAX_MB: beyond it, the head and the tail of the log are read
 LINE_CAP = 4096  # characters of one line that are analysed; the rest of a longer line is skipped
 EVIDENCE_CHARS = 400
 MAX_EVIDENCE = 20
@@ -192,33 +195,55 @@ class _Scanner:
         self._outside: set[str] = set()
 
     # --- streaming ---------------------------------------------------------------------------------------
-    def scan_file(self, path: Path) -> None:
-        carry = b""
-        skipping = False
+    def scan_file(self, path: Path, max_bytes: int = 0) -> None:
+        """Stream the log; past max_bytes (0: no limit) read only its head and its tail.
+
+        Time must stay bounded too: the failure and its cascade sit at the end of an attempt's log (the launcher
+        tears the job down within seconds, the watchdog fires after silence), and the head holds the launcher's
+        rank-to-host lines.  What is skipped is said in a note.
+        """
         with path.open("rb") as f:
-            while True:
-                block = f.read(CHUNK_BYTES)
-                if not block:
-                    break
-                if skipping:
-                    nl = block.find(b"\n")
-                    if nl == -1:
-                        continue
-                    block = block[nl + 1 :]
-                    skipping = False
-                data = carry + block
-                cut = data.rfind(b"\n")
-                if cut == -1:
-                    if len(data) >= CHUNK_BYTES:  # one endless line: analyse its head, skip the rest
-                        self.feed(data[:LINE_CAP] + b"\n")
-                        carry = b""
-                        skipping = True
-                    else:
-                        carry = data
+            size = os.fstat(f.fileno()).st_size
+            if not max_bytes or size <= max_bytes:
+                self._scan(f, None, skipping=False)
+                return
+            head = min(HEAD_BYTES, max_bytes // 8)
+            self._scan(f, head, skipping=False)
+            f.seek(size - (max_bytes - head))
+            self._scan(f, None, skipping=True)  # from the first whole line of the tail
+            self.notes.append(
+                f"log is {size / MIB:.0f} MiB: read its first {head / MIB:.0f} MiB and last "
+                f"{(max_bytes - head) / MIB:.0f} MiB (FAILOVER_CLASSIFY_MAX_MB); line numbers skip the middle"
+            )
+
+    def _scan(self, f: Any, limit: int | None, *, skipping: bool) -> None:
+        carry = b""
+        left = limit
+        while True:
+            block = f.read(CHUNK_BYTES if left is None else min(CHUNK_BYTES, left))
+            if not block:
+                break
+            if left is not None:
+                left -= len(block)
+            if skipping:
+                nl = block.find(b"\n")
+                if nl == -1:
                     continue
-                self.feed(data[: cut + 1])
-                carry = data[cut + 1 :]
-        if carry:
+                block = block[nl + 1 :]
+                skipping = False
+            data = carry + block
+            cut = data.rfind(b"\n")
+            if cut == -1:
+                if len(data) >= CHUNK_BYTES:  # one endless line: analyse its head, skip the rest
+                    self.feed(data[:LINE_CAP] + b"\n")
+                    carry = b""
+                    skipping = True
+                else:
+                    carry = data
+                continue
+            self.feed(data[: cut + 1])
+            carry = data[cut + 1 :]
+        if carry and limit is None:  # the last line of a head is cut: dropped, not misread
             self.feed(carry + b"\n")
 
     def feed(self, chunk: bytes) -> None:
@@ -496,6 +521,7 @@ def classify(
     *,
     margin_s: float = DEFAULT_MARGIN_S,
     progress_re: str | None = None,
+    max_mb: float | None = None,
 ) -> Classification:
     """Classify one attempt.  Raises BadInput for a missing log or unknown set; never for what the log holds."""
     log = Path(log_path)
@@ -508,13 +534,19 @@ def classify(
         )
     else:
         progress = compile_progress(progress_re, "--progress-re")
+    if max_mb is None:
+        max_mb = _number(os.environ.get("FAILOVER_CLASSIFY_MAX_MB") or None, "FAILOVER_CLASSIFY_MAX_MB")
+        max_mb = DEFAULT_MAX_MB if max_mb is None else max_mb
+    if max_mb < 0:
+        raise BadInput(f"FAILOVER_CLASSIFY_MAX_MB/--max-mb: must be >= 0 (0: read it all), got {max_mb:g}")
+    max_bytes = int(max_mb * MIB)
     matcher = HostMatcher(hosts=list(hosts), ipmap=list(ipmap or []))
     now = time.time() if now is None else now
     notes: list[str] = []
     scanner: _Scanner | None = None
     try:
         scanner = _Scanner(pat.load(sets), matcher, progress)
-        scanner.scan_file(log)
+        scanner.scan_file(log, max_bytes)
         scanner.resolve()
     except Exception as e:  # a scraper bug must not kill the recovery loop
         notes.append(
@@ -522,7 +554,7 @@ def classify(
         )
         scanner = _Scanner([], matcher, progress)
         try:  # progress still counts: the loop needs it to tell a stuck run from a moving one
-            scanner.scan_file(log)
+            scanner.scan_file(log, max_bytes)
         except Exception as e2:
             notes.append(f"progress scan failed too ({type(e2).__name__}: {e2})")
             scanner = _Scanner([], matcher, progress)
@@ -554,10 +586,11 @@ def _decide(
         if node:
             notes.append(f"node evidence ignored at walltime: {', '.join(node)}")
     elif node and len(node) >= 2 and len(node) > len(matcher.hosts) / 2:
-        hits = list(dict.fromkeys(id(h) for h in sc.node_hosts.values()))
+        # Swapping most of the job is never the fix: a scheduler naming them all is a site outage, every rank
+        # seeing the same device error is the environment or the configuration.
         named = any(h.named for h in sc.node_hosts.values())
         cls = "system" if named else "app"
-        decisive = [h for h in sc.node_hosts.values() if id(h) in hits][:MAX_EVIDENCE]
+        decisive = _unique(sc.node_hosts.values())
         notes.append(
             f"{len(node)} of {len(matcher.hosts)} hosts named: not a node fault "
             + ("(a site-wide outage)" if named else "(every rank sees it: environment or configuration)")
@@ -658,6 +691,11 @@ def _parser() -> _Parser:
     p.add_argument(
         "--progress-re", help=f"progress regex (FAILOVER_PROGRESS_RE, default {DEFAULT_PROGRESS_RE})"
     )
+    p.add_argument(
+        "--max-mb",
+        help=f"read at most this many MiB of a bigger log, its head and its tail (FAILOVER_CLASSIFY_MAX_MB, "
+        f"default {DEFAULT_MAX_MB}; 0: all)",
+    )
     p.add_argument("--pretty", action="store_true", help="indent the JSON")
     return p
 
@@ -704,7 +742,7 @@ def main(argv: list[str] | None = None) -> int:
             raise BadInput(f"log not found: {args.log}")
         hosts = read_hostfile(args.hostfile)
         ipmap = read_ipmap(args.ipmap) if args.ipmap else []
-        sets = pat.select_sets(args.patterns) if args.patterns is not None else pat.select_sets(None)
+        sets = pat.select_sets(args.patterns)  # None: FAILOVER_PATTERN_SETS, else every set
         result = classify(
             args.log,
             rc,
@@ -715,6 +753,7 @@ def main(argv: list[str] | None = None) -> int:
             sets,
             margin_s=DEFAULT_MARGIN_S if margin is None else margin,
             progress_re=args.progress_re,
+            max_mb=_number(args.max_mb, "--max-mb"),
         )
     except BadInput as e:
         sys.stderr.write(f"agpt failover classify: error: {e}\n")
