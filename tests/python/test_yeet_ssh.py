@@ -44,13 +44,15 @@ def test_unreachable_host_is_retried_then_reported_under_min_success(tmp_path: P
     venv = make_venv(tmp_path / "venv")
     hosts = ["a1.hsn", "a2.hsn", "a3.hsn"]
     (tmp_path / "hostfile").write_text("\n".join(hosts) + "\n")
-    env = fake_ssh(tmp_path) | {"FAKE_SSH_DOWN": "a2.hsn"}
+    env = fake_ssh(tmp_path) | {"FAKE_SSH_DOWN": "a2.hsn", "AGPT_YEET_HOST": "a1"}  # the head is a1
     dest = f"{tmp_path}/hosts/{{host}}/venv"
     args = [str(venv), "--hostfile", str(tmp_path / "hostfile"), "--dest", dest]
     r = yeet(*args, "--min-success", "2", env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "failed=a2.hsn" in r.stdout
     assert sum(1 for h, _ in _calls(tmp_path) if h == "a2.hsn") == 3  # one try + two retries
+    # the head is one of the hosts (a1, spelled a1.hsn in the hostfile): it records the failed host
+    assert (tmp_path / "hosts" / "a1.hsn" / "venv" / ".yeet-failed-hosts").read_text() == "a2.hsn\n"
     run = subprocess.run([f"{tmp_path}/hosts/a3.hsn/venv/bin/hello"], capture_output=True, text=True)
     assert run.stdout.strip() == f"hello from {tmp_path}/hosts/a3.hsn/venv"
     r = yeet(*args, env=env)  # without --min-success every host must succeed

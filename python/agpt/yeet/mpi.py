@@ -106,7 +106,7 @@ def run(
     if size == 1 and ntasks.isdigit() and int(ntasks) > 1:
         raise BadInput(
             f"--transport mpi: the launcher started {ntasks} tasks but MPI sees a world of 1 "
-            "(is mpi4py built against this launcher's MPI?)"
+            "(is mpi4py built against this launcher's MPI? under srun, try --mpi=pmi2 or --mpi=pmix)"
         )
     name = spell(node_name(), hosts)
     my_dest = render_dest(dest, rank=rank, host=name)
