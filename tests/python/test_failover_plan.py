@@ -399,3 +399,10 @@ def test_cli_bad_flag_is_exit_2(tmp_path: Path) -> None:
         text=True,
     )
     assert r.returncode == 2 and "--backoff" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_classifier_hints_suspects_then_last_heard_not_rank_order() -> None:
+    c = {"suspect_hosts": ["h3"], "last_heard": "h2", "rank_hosts": {"0": "h1", "1": "h2"}}
+    assert P._suspects(c) == ["h3", "h2"]
+    assert P._suspects({"last_heard": None, "suspect_hosts": "bad type"}) == ["bad type"]
+    assert P._suspects({}) == []

@@ -21,8 +21,8 @@ The rules, in order (why in brackets):
    FAILOVER_MAX_BLIND) + 1): a bad host that hangs the first collective after a resume looks the same.
 4. FAILOVER_MAX_ATTEMPTS reached -> stop: `resubmit` (75) after progress in this job, else `failed` (1).
 5. `node`: swap exactly the named active hosts.  `hang`/`crash`: a rotating blind swap of one host: never a
-   spare this rotation added, the hosts the evidence points at first (`suspects`, `last_heard`, `rank_hosts`
-   /`suspect_hosts` from the classifier), then in rank order; when the failure recurs unchanged, the host evicted last time is
+   spare this rotation added, the hosts the evidence points at first (the classifier's `suspect_hosts`, then
+   `last_heard`), then in rank order; when the failure recurs unchanged, the host evicted last time is
    cleared and goes back to the end of the spare list, so a rotation needs one spare, not one per host.
    `system`: same hosts.  `app`: no swap.  Not enough spares -> stop `resubmit` (75) after progress in this job
    (a new allocation continues; the hosts proven bad are recorded so it avoids them), else `failed` (1).
@@ -410,28 +410,17 @@ def load_classification(path: str | None, *, rc: int, now: float, deadline: floa
 
 
 def _suspects(c: dict[str, Any]) -> list[str]:
-    """Hosts the classifier's hints point at, nearest first: suspects, last_heard, then rank_hosts by rank."""
+    """Hosts the classifier's hints point at, nearest first: its suspects, then the last host heard from.
+
+    (`rank_hosts` alone points nowhere: it is the rank order the rotation follows anyway; the classifier uses
+    it to turn "rank 3 died" into a suspect host.)
+    """
     out: list[str] = []
-
-    def add(v: Any) -> None:
-        if isinstance(v, str) and v:
-            out.append(v)
-        elif isinstance(v, list):
-            for x in v:
-                add(x)
-
-    add(c.get("suspects"))
-    add(c.get("suspect_hosts"))
-    add(c.get("last_heard"))
-    rh = c.get("rank_hosts")
-    if isinstance(rh, dict):
-        try:
-            items = sorted(rh.items(), key=lambda kv: int(kv[0]))
-        except (TypeError, ValueError):
-            items = list(rh.items())
-        add([v for _, v in items])
-    elif isinstance(rh, list):
-        add(rh)
+    for key in ("suspects", "suspect_hosts", "last_heard"):
+        v = c.get(key)
+        for h in [v] if isinstance(v, str) else v if isinstance(v, list) else []:
+            if isinstance(h, str) and h:
+                out.append(h)
     return list(dict.fromkeys(out))
 
 
