@@ -20,6 +20,7 @@ def make_run(d: Path, *, partial_tail: bool = False) -> Path:
     (d / "hosts" / "bad").write_text(
         f"nid001236\t{T0 + 3600:.0f}\t1001\tsrun: error: Node failure on nid001236\n"
         f"nid001235\t{T0 + 5400:.0f}\t1001\tblind\n"
+        f"nid001239\t{T0 - 60:.0f}\t1001\tpreflight exit 1\n"
     )
     for step, when in ((1000, T0 + 3000), (1500, T0 + 5000), (2000, T0 + 9000)):
         c = d / "ckpt" / f"step-{step}"
@@ -149,7 +150,8 @@ def test_json_report_counts_swaps_steps_and_lost_time(tmp_path: Path) -> None:
     assert [a["lost_s"] for a in rows] == [600.0, 400.0, 1580.0, 0.0]
     assert t["lost_s"] == 2580.0
     assert t["between_attempts_s"] == 30 + 20 + 200
-    assert [b["blind"] for b in out["bad_hosts"]] == [False, True]
+    assert [b["blind"] for b in out["bad_hosts"]] == [False, True, False]
+    assert t["preflight_evicted"] == 1
     assert [j["jobid"] for j in out["jobs"]] == ["1001", "1002"]
 
 
@@ -163,7 +165,7 @@ def test_text_report_is_a_timeline(tmp_path: Path) -> None:
     assert "nid001236 -> nid001240 [evidence] srun: error: Node failure on nid001236" in text
     assert "nid001235 -> nid001241 [blind]" in text
     assert "stop after 1001.3: resubmit (exit 75): walltime near" in text
-    assert "swaps: 1 proven, 1 blind" in text
+    assert "swaps: 1 proven, 1 blind; 1 host(s) evicted by the preflight" in text
     assert "verdict: done (exit 0)" in text
     assert "nid001235" in text and "blind (a suspect, still usable)" in text
     assert "job 1001:" in text and "next 1002" in text
@@ -185,7 +187,7 @@ def test_running_run_without_stop_and_without_ckpt_times(tmp_path: Path) -> None
                 "attempt": 1,
                 "rc": 1,
                 "class": "crash",
-                "swapped": {"out": ["n2"], "in": ["n5"], "blind": True},
+                "swapped": {"out": ["n2"], "in": ["n5"], "blind": True, "returned": ["n7"]},
                 "first_step": 1,
                 "last_step": 100,
                 "ckpt_step": 50,
@@ -200,7 +202,9 @@ def test_running_run_without_stop_and_without_ckpt_times(tmp_path: Path) -> None
     assert a.steps_made == 100 and a.lost_s == 500.0  # no checkpoint times: estimated from the step rate
     assert rep.totals()["verdict"] is None
     assert any("no stop event" in n for n in rep.notes)
-    assert "verdict: none yet" in report.render(rep)
+    text = report.render(rep)
+    assert "verdict: none yet" in text
+    assert "n2 -> n5 [blind] (back to the spares: n7)" in text
 
 
 def test_missing_or_empty_run_dir_exits_2(tmp_path: Path) -> None:

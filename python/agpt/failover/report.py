@@ -36,6 +36,7 @@ class AttemptRow:
     ckpt_step: int | None
     swapped_out: list[str] = field(default_factory=list)
     swapped_in: list[str] = field(default_factory=list)
+    returned: list[str] = field(default_factory=list)
     blind: bool = False
     bad_hosts: list[str] = field(default_factory=list)
     evidence: str = ""
@@ -72,6 +73,7 @@ class AttemptRow:
             "swapped_out": self.swapped_out,
             "swapped_in": self.swapped_in,
             "swap_why": self.why or None,
+            "returned": self.returned,
             "bad_hosts": self.bad_hosts,
             "evidence": self.evidence,
             "reason": self.reason,
@@ -105,6 +107,7 @@ class Report:
             "classes": classes,
             "swaps_proven": proven,
             "swaps_blind": blind,
+            "preflight_evicted": sum(1 for b in self.bad if b["evidence"].startswith("preflight")),
             "steps_made": sum(a.steps_made for a in self.attempts),
             "last_step": max((a.last_step for a in self.attempts if a.last_step is not None), default=None),
             "lost_s": _round(sum(lost)) if lost else None,
@@ -219,11 +222,13 @@ def _row(ev: dict[str, Any]) -> AttemptRow:
     sw = ev.get("swapped")
     out: list[str] = []
     inn: list[str] = []
+    returned: list[str] = []
     blind = False
     if isinstance(sw, dict):
         out = [str(h) for h in sw.get("out") or []]
         inn = [str(h) for h in sw.get("in") or []]
         blind = bool(sw.get("blind")) and bool(out)
+        returned = [str(h) for h in sw.get("returned") or []]
     elif isinstance(sw, list):  # a plain list of hosts swapped out
         out = [str(h) for h in sw]
         blind = bool(ev.get("blind")) or ev.get("class") in ("hang", "crash")
@@ -242,6 +247,7 @@ def _row(ev: dict[str, Any]) -> AttemptRow:
         ckpt_step=_int(ev.get("ckpt_step")),
         swapped_out=out,
         swapped_in=inn,
+        returned=returned,
         blind=blind,
         bad_hosts=[str(h) for h in ev.get("bad_hosts") or []],
         evidence=str(evidence or ""),
@@ -351,6 +357,8 @@ def _swap(a: AttemptRow) -> str:
     if not a.swapped_out:
         return "-"
     text = f"{','.join(a.swapped_out)} -> {','.join(a.swapped_in) or '(none)'} [{a.why}]"
+    if a.returned:
+        text += f" (back to the spares: {','.join(a.returned)})"
     if not a.blind and a.evidence:
         ev = a.evidence if len(a.evidence) <= 70 else a.evidence[:67] + "..."
         text += f" {ev}"
@@ -408,7 +416,8 @@ def render(rep: Report) -> str:
     lines += [
         "",
         f"attempts: {t['attempts']}  ({', '.join(f'{k} {v}' for k, v in t['classes'].items()) or 'none'})",
-        f"swaps: {t['swaps_proven']} proven, {t['swaps_blind']} blind",
+        f"swaps: {t['swaps_proven']} proven, {t['swaps_blind']} blind"
+        + (f"; {t['preflight_evicted']} host(s) evicted by the preflight" if t["preflight_evicted"] else ""),
         f"steps made: {t['steps_made']}"
         + (f" (last step {t['last_step']})" if t["last_step"] is not None else ""),
         f"time lost: {fmt_duration(t['lost_s'])} after the last checkpoints"
