@@ -10,6 +10,15 @@ walltime kill, skipped the log when its watchdog fired, and so made 123 blind sw
 - the log is streamed in bounded memory (gigabytes, any bytes), and a scraper bug degrades to "no evidence"
   with a note instead of killing the recovery loop.
 
+Decision order (the first that holds): rc 0 -> success; killed within the margin of the deadline -> walltime;
+hosts of the job named by node patterns -> node (unless they are most of the job: then system when the
+scheduler named them, app when every rank saw the same device error); a system pattern -> system; rc 124 (the
+watchdog) -> app if every rank raised the same error, else hang; a crash pattern -> crash; an app error that
+two ranks (or an unlabelled log) raised -> app; a collective timeout -> hang; a launcher's exit notice or one
+rank's lone exception -> crash; nothing at all -> crash, by the exit code, with a note.  One line counts once,
+as its strongest match; a node pattern that names only a rank is placed through the rank->host map learned from
+the whole log (launcher labels, srun/PALS/hydra/Open MPI exit lines, NCCL prefixes).
+
 Standard library only: it runs with a plain `python3` when the training environment is what broke.
 """
 
@@ -465,6 +474,8 @@ class _Scanner:
                 self._keep("crash", hit)
                 self.notes.append(f"line {hit.lineno}: rank {rank} names no known host: counted as a crash")
         self.node_hosts = dict(sorted(self.node_hosts.items(), key=lambda kv: kv[1].lineno))
+        self.hits["node"] = [h for h in self.hits["node"] if h.kind == "node"]
+        self.hits["crash"].sort(key=lambda h: h.lineno)
 
     def app_verdict(self) -> tuple[list[Hit], list[Hit]]:
         """(qualified app hits, app hits that only one rank printed: a crash of that rank, not a bug of all)."""
