@@ -17,7 +17,8 @@
 # Each attempt's environment: FAILOVER_HOSTFILE (RUN_DIR/hosts/active), FAILOVER_HOSTS (comma list),
 # FAILOVER_NUM_HOSTS, FAILOVER_ATTEMPT (1, 2, ...), AGPT_RUN_DIR, AGPT_DEADLINE_EPOCH (when known); and the
 # words {hostfile} {hosts} {nhosts} in CMD are replaced.  The decisions live in `agpt failover plan` (Python,
-# unit-tested); this file is the glue.  Files written: RUN_DIR/hosts/*, attempts/JOBID.N.log, events.jsonl.
+# unit-tested); this file is the glue.  Files written: RUN_DIR/hosts/*, attempts/JOBID.N.log, events.jsonl;
+# at the stop, `agpt failover report RUN_DIR` prints the run's timeline to the log.
 #
 # Settings (environment, read when a function runs; defaults set when sourced)
 #   FAILOVER_SPARES           spare hosts; default "": ~SITE_SPARES_PERCENT (2)% of active, at least
@@ -288,6 +289,7 @@ failover_run() {
       "${limits[@]}" --apply --shell)" || decision=""
     read -r action code backoff <<<"$decision" || true
     if [[ "${action:-}" == stop ]]; then
+      _failover_logged --all "$_failover_root/bin/agpt-failover" report "$AGPT_RUN_DIR" || true
       return "$code"
     elif [[ "${action:-}" != relaunch ]]; then
       _failover_say "error: 'agpt failover plan' gave no decision after attempt $n"
