@@ -78,8 +78,18 @@ def encode_index(sizes: np.ndarray, dtype: np.dtype) -> bytes:
     )
 
 
-def _fsync_replace(tmp: Path, final: Path) -> None:
-    os.replace(tmp, final)
+def _fsync_dir(path: Path) -> None:
+    """Make renames in `path` durable (best effort: some parallel filesystems refuse a dir fsync)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 class ShardWriter:
@@ -126,8 +136,9 @@ class ShardWriter:
             fh.write(encode_index(sizes, self.dtype))
             fh.flush()
             os.fsync(fh.fileno())
-        _fsync_replace(self._bin_tmp, bin_path(self.prefix))
-        _fsync_replace(idx_tmp, idx_path(self.prefix))
+        os.replace(self._bin_tmp, bin_path(self.prefix))
+        os.replace(idx_tmp, idx_path(self.prefix))
+        _fsync_dir(self.prefix.parent)
 
     def abort(self) -> None:
         self._fh.close()
