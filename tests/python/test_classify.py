@@ -422,3 +422,58 @@ def test_the_benchmark_runs() -> None:
     )
     assert r.returncode == 0, r.stderr
     assert "ratio classify/baseline" in r.stdout
+
+
+# --- real srun output (the local Slurm cluster) ----------------------------------------------------------------
+RANK_SCRIPT = r"""
+echo "rank=$SLURM_PROCID host=$SLURMD_NODENAME"
+echo "step=$((10 + SLURM_PROCID))"
+if [ "$SLURM_PROCID" = "$FAULT_RANK" ]; then
+  case "$FAULT" in
+    ecc) echo "[rank$SLURM_PROCID]: RuntimeError: CUDA error: uncorrectable ECC error encountered"; exit 1 ;;
+    segv) kill -SEGV $$ ;;
+  esac
+fi
+sleep 30
+"""
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize(("fault", "cls"), [("ecc", "node"), ("segv", "crash")])
+def test_real_srun_output(cluster: dict[str, str], tmp_path: Path, fault: str, cls: str) -> None:
+    """What srun --label really prints when one task fails: the failing task's node is found, the rest ignored."""
+    nodes = ["n1", "n2", "n3", "n4"]
+    log = tmp_path / "attempt.log"
+    env = {**os.environ, **cluster, "FAULT": fault, "FAULT_RANK": "2"}
+    with log.open("wb") as out:
+        srun = [
+            "srun",
+            "--label",
+            "--kill-on-bad-exit=1",
+            "-N",
+            "4",
+            "--ntasks-per-node=1",
+            "-w",
+            ",".join(nodes),
+        ]
+        proc = subprocess.run(
+            [*srun, "bash", "-c", RANK_SCRIPT],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=tmp_path,
+            timeout=120,
+        )
+    text = log.read_text(errors="replace")
+    assert proc.returncode != 0, text
+    guilty = re.search(r"^\s*2: rank=2 host=(\S+)$", text, re.MULTILINE)
+    assert guilty, text
+    (tmp_path / "hosts").write_text("\n".join(nodes) + "\n")
+    r = run_cli(["--rc", str(proc.returncode), "--hostfile", str(tmp_path / "hosts"), str(log)])
+    out = json.loads(r.stdout)
+    assert out["class"] == cls, (out, text)
+    if cls == "node":
+        assert out["bad_hosts"] == [guilty.group(1)], (out, text)
+    else:
+        assert out["bad_hosts"] == [] and out["suspect_hosts"][:1] == [guilty.group(1)], (out, text)
+    assert out["rank_hosts"]["2"] == guilty.group(1)
