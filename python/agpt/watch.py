@@ -154,7 +154,13 @@ def _signame(num: int) -> str:
 
 
 def _write_all(fd: int, data: memoryview | bytes) -> None:
-    view = memoryview(data)
+    try:
+        n = os.write(fd, data)
+    except BlockingIOError:
+        n = 0
+    if n == len(data):
+        return
+    view = memoryview(data)[n:]
     while view:
         try:
             n = os.write(fd, view)
@@ -260,7 +266,8 @@ class _Progress:
         self.first_at = -math.inf  # when the first one came
 
     def feed(self, key: int, buf: bytearray, n: int, now: float) -> None:
-        end = max(buf.rfind(b"\n", 0, n), buf.rfind(b"\r", 0, n)) + 1
+        nl = buf.rfind(b"\n", 0, n)
+        end = max(nl, buf.rfind(b"\r", nl + 1, n)) + 1  # a \r before the last \n changes nothing
         old = self.carry.get(key, b"")
         if end == 0:
             self.carry[key] = (old + bytes(buf[max(0, n - CARRY_MAX) : n]))[-CARRY_MAX:]
