@@ -13,6 +13,7 @@ import pytest
 
 from agpt.data.mmidx import Shard
 from agpt.data.tokenizer import load
+from agpt.errors import DataError
 from data_util import independent_read, run_agpt, shard_prefixes, sp_model, stdlib_documents, tree_bytes
 
 __all__ = ["sp_model"]
@@ -420,3 +421,36 @@ def test_overwrite_with_less_data_leaves_no_stale_shards(tmp_path: Path, sp_mode
     Path(f"{shard_prefixes(out)[0]}.idx").unlink()
     _tokenize(sp_model, [src], out)
     assert all(Path(f"{p}.idx").exists() for p in shard_prefixes(out))
+
+
+def test_compressed_inputs_stream_in_blocks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A compressed file is read in blocks cut at document boundaries: same documents as one read,
+    and error line numbers still count from the file's start."""
+    import zstandard
+
+    from agpt.data import readers
+
+    docs = stdlib_documents(60)
+    jl = tmp_path / "a.jsonl.gz"
+    with gzip.open(jl, "wt") as fh:
+        fh.writelines(json.dumps({"text": t}) + "\n" for t in docs)
+    txt = tmp_path / "b.txt.zst"
+    txt.write_bytes(zstandard.ZstdCompressor().compress(("\n\n \n".join(docs) + "\n").encode()))
+    bad = tmp_path / "c.jsonl.zst"
+    bad.write_bytes(
+        zstandard.ZstdCompressor().compress(
+            ("".join(json.dumps({"text": t}) + "\n" for t in docs) + '{"x": 1}\n').encode()
+        )
+    )
+    monkeypatch.setattr(readers, "STREAM_BLOCK", 97)
+    for path in (jl, txt):
+        (chunk,) = readers.plan_chunks([path], 1 << 20)
+        assert [t for t, _ in readers.iter_documents(chunk)] == docs
+    (chunk,) = readers.plan_chunks([bad], 1 << 20)
+    with pytest.raises(DataError, match=f"{bad}:{len(docs) + 1}: no 'text' field"):
+        list(readers.iter_documents(chunk))
+    broken = tmp_path / "d.jsonl.gz"
+    broken.write_bytes(jl.read_bytes()[:200])
+    (chunk,) = readers.plan_chunks([broken], 1 << 20)
+    with pytest.raises(DataError, match="cannot decompress"):
+        list(readers.iter_documents(chunk))

@@ -199,24 +199,70 @@ def _open_stream(path: str, compression: str) -> IO[bytes]:
     return open(path, "rb")
 
 
+STREAM_BLOCK = 16 << 20
+
+
 def _read_range(chunk: Chunk) -> bytes:
-    if chunk.compression:
-        try:
-            with _open_stream(chunk.path, chunk.compression) as fh:
-                return fh.read()
-        except (OSError, EOFError, ValueError) as exc:
-            raise DataError(f"{chunk.path}: cannot decompress ({exc})") from None
-    with open(chunk.path, "rb") as fh:
-        fh.seek(chunk.start)
-        return fh.read(chunk.end - chunk.start)
+    """The whole chunk (a byte range of a plain file, or a whole compressed file)."""
+    return b"".join(block for _, block in _blocks(chunk, whole=True))
 
 
-def _decode(chunk: Chunk, data: bytes) -> str:
+def _cut(kind: str, buf: bytes) -> int:
+    """Offset just after the last document boundary in `buf` (0 if none yet)."""
+    if kind == "jsonl":
+        return buf.rfind(b"\n") + 1
+    last = 0
+    for m in _BLANK_AFTER.finditer(buf):
+        last = m.end()
+    return last
+
+
+def _blocks(chunk: Chunk, whole: bool = False) -> Iterator[tuple[int, bytes]]:
+    """(offset, bytes) blocks of the chunk, each ending at a document boundary. A plain file's chunk
+    is one large read; a compressed file is streamed in ~16 MB blocks, so a 100 GB `.jsonl.zst`
+    never has to fit in memory."""
+    if not chunk.compression:
+        with open(chunk.path, "rb") as fh:
+            fh.seek(chunk.start)
+            yield chunk.start, fh.read(chunk.end - chunk.start)
+        return
+    offset = 0
+    buf = b""
+    try:
+        with _open_stream(chunk.path, chunk.compression) as fh:
+            if whole:
+                buf = fh.read()
+            while not whole:
+                data = fh.read(STREAM_BLOCK)
+                if not data:
+                    break
+                buf += data
+                cut = _cut(chunk.kind, buf)
+                if cut:
+                    yield offset, buf[:cut]
+                    offset += cut
+                    buf = buf[cut:]
+    except _decompress_errors(chunk.compression) as exc:
+        raise DataError(f"{chunk.path}: cannot decompress ({exc})") from None
+    if buf:
+        yield offset, buf
+
+
+def _decompress_errors(compression: str) -> tuple[type[BaseException], ...]:
+    errors: tuple[type[BaseException], ...] = (OSError, EOFError, ValueError)
+    if compression == "zst":
+        import zstandard
+
+        errors += (zstandard.ZstdError,)
+    return errors
+
+
+def _decode(chunk: Chunk, data: bytes, offset: int = 0) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise DataError(
-            f"{chunk.path}: invalid UTF-8 at byte {chunk.start + exc.start}"
+            f"{chunk.path}: invalid UTF-8 at byte {offset + exc.start}"
             + (" (after decompression)" if chunk.compression else "")
         ) from None
 
@@ -237,38 +283,45 @@ def iter_documents(chunk: Chunk, text_key: str = "text") -> Iterator[tuple[str, 
     if chunk.kind == "parquet":
         yield from _iter_parquet(chunk, text_key)
         return
-    data = _read_range(chunk)
     if chunk.kind == "txt-file":
-        yield _decode(chunk, data), 0
-    elif chunk.kind == "txt":
-        pieces = _SPLIT.split(_decode(chunk, data))
-        if pieces:
-            pieces[0] = _LEAD.sub("", pieces[0])
-            pieces[-1] = _TRAIL.sub("", pieces[-1])
-        for piece in pieces:
-            if piece:
-                yield piece, 0
+        yield _decode(chunk, _read_range(chunk)), 0
     elif chunk.kind == "json-array":
         try:
-            items = json.loads(_decode(chunk, data))
+            items = json.loads(_decode(chunk, _read_range(chunk)))
         except json.JSONDecodeError as exc:
             raise DataError(f"{chunk.path}:{exc.lineno}: invalid JSON ({exc.msg})") from None
         if not isinstance(items, list):
             raise DataError(f"{chunk.path}: expected a JSON array of objects")
         for i, obj in enumerate(items):
             yield _text_of(chunk, obj, text_key, i), i
+    elif chunk.kind == "txt":
+        # Every block starts just after a blank line (or at the file start), so splitting block by
+        # block gives the same documents as splitting the whole file.
+        for offset, block in _blocks(chunk):
+            pieces = _SPLIT.split(_decode(chunk, block, offset))
+            if pieces:
+                pieces[0] = _LEAD.sub("", pieces[0])
+                pieces[-1] = _TRAIL.sub("", pieces[-1])
+            for piece in pieces:
+                if piece:
+                    yield piece, 0
     else:
-        lines = data.split(b"\n")
-        for n, raw in enumerate(lines, start=1):
-            if not raw.strip():
-                continue
-            try:
-                obj = json.loads(raw)
-            except UnicodeDecodeError:
-                raise DataError(f"{chunk.where(n)}: invalid UTF-8") from None
-            except json.JSONDecodeError as exc:
-                raise DataError(f"{chunk.where(n)}: invalid JSON ({exc.msg})") from None
-            yield _text_of(chunk, obj, text_key, n), n
+        n = 0
+        for _, block in _blocks(chunk):
+            lines = block.split(b"\n")
+            if block.endswith(b"\n"):
+                lines.pop()
+            for raw in lines:
+                n += 1
+                if not raw.strip():
+                    continue
+                try:
+                    obj = json.loads(raw)
+                except UnicodeDecodeError:
+                    raise DataError(f"{chunk.where(n)}: invalid UTF-8") from None
+                except json.JSONDecodeError as exc:
+                    raise DataError(f"{chunk.where(n)}: invalid JSON ({exc.msg})") from None
+                yield _text_of(chunk, obj, text_key, n), n
 
 
 def _iter_parquet(chunk: Chunk, key: str) -> Iterator[tuple[str, int]]:
