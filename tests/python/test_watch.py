@@ -347,6 +347,27 @@ def test_startup_timeout_fires_before_the_first_progress_line() -> None:
     assert "(--startup-timeout 1); no progress line seen" in proc.stderr.decode()
 
 
+@pytest.mark.parametrize("eager", [True, False])
+def test_progress_line_is_matched_across_chunk_boundaries_and_carriage_returns(eager: bool) -> None:
+    prog = watchmod._Progress(re.compile(rb"\bstep[=:] ?[0-9]+", re.MULTILINE), eager)
+
+    def feed(key: int, data: bytes, now: float) -> None:
+        buf = bytearray(data)
+        prog.feed(key, buf, len(buf), now)
+        prog.flush(now)
+
+    feed(1, b"loading...\nbuilding model, ste", 1.0)
+    assert not prog.seen
+    feed(2, b"warning: step size is small\n", 2.0)  # another stream: its own line, no match
+    assert not prog.seen
+    feed(1, b"p=12 loss=3.1\n  3%|#  | tqdm step: 13\r", 3.0)
+    assert prog.seen
+    assert prog.line == "3%|#  | tqdm step: 13"
+    assert prog.first_at == 3.0
+    feed(1, b"x" * 100_000 + b"\n", 4.0)  # a long non-progress line does not erase what was seen
+    assert prog.line == "3%|#  | tqdm step: 13"
+
+
 def test_progress_regex_comes_from_the_environment(tmp_path: Path) -> None:
     child = py("""
         import time
