@@ -286,3 +286,68 @@ def _seq_needles(sp: Any, items: list[Any]) -> list[str] | None:
     if not candidates:
         return None
     return max(candidates, key=lambda c: (min(len(n) for n in c), -len(c)))
+
+
+# --- checking a set's examples (a site's own patterns included) ----------------------------------------------
+def check(patterns: Iterable[Pattern]) -> list[str]:
+    """Problems with patterns' examples: a positive that does not match (or captures the wrong host/rank), a
+    negative that does, a missing example, needles that would let a matching line slip past the prefilter."""
+    from agpt.failover.classify import split_labels  # classify imports this module
+    from agpt.failover.hostmatch import HostMatcher
+
+    def body(line: str) -> str:
+        hosts = [
+            n
+            for n in re.findall(r"^\s*(?:\d+: )?\[?([A-Za-z][\w.-]*)(?::\d+)*[\]:]? ", line)
+            if re.search(r"\d", n)
+        ]
+        return split_labels(line, HostMatcher(hosts=hosts))[0]
+
+    problems: list[str] = []
+    for p in patterns:
+        if not p.positive or not p.negative:
+            problems.append(f"{p.id}: needs at least one positive and one negative example")
+        if p.cls == "node" and not ({"host", "rank"} & p.groups) and p.blame != "reporter":
+            problems.append(f"{p.id}: a node pattern needs a host or rank group, or blame 'reporter'")
+        for ex in p.positive:
+            m = p.regex.search(body(ex.line))
+            if m is None:
+                problems.append(f"{p.id}: does not match its positive example {ex.line!r}")
+                continue
+            if p.needles is not None and not any(n in ex.line.lower() for n in p.needles):
+                problems.append(f"{p.id}: needles {list(p.needles)} miss {ex.line!r}")
+            if ex.host is not None and m.groupdict().get("host") != ex.host:
+                problems.append(f"{p.id}: captured host {m.groupdict().get('host')!r}, expected {ex.host!r}")
+            if ex.rank is not None and m.groupdict().get("rank") != str(ex.rank):
+                problems.append(f"{p.id}: captured rank {m.groupdict().get('rank')!r}, expected {ex.rank}")
+        for line in p.negative:
+            if p.regex.search(body(line)) is not None:
+                problems.append(f"{p.id}: matches its negative example {line!r}")
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python3 -m agpt.failover.patterns [--sets a,b]`: check every pattern's examples (exit 1 on a problem)."""
+    import argparse
+    import sys
+
+    ap = argparse.ArgumentParser(prog="python3 -m agpt.failover.patterns", description=main.__doc__)
+    ap.add_argument(
+        "--sets", help="sets to check (default: FAILOVER_PATTERN_SETS, else all on the search path)"
+    )
+    args = ap.parse_args(argv)
+    try:
+        names = select_sets(args.sets, source="--sets")
+        found = load(names)
+    except (BadInput, PatternError) as e:
+        sys.stderr.write(f"patterns: error: {e}\n")
+        return 2
+    problems = check(found)
+    for line in problems:
+        sys.stdout.write(f"{line}\n")
+    sys.stdout.write(f"{len(found)} patterns in {len(names)} sets: {len(problems)} problem(s)\n")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
