@@ -360,10 +360,13 @@ def test_progress_line_is_matched_across_chunk_boundaries_and_carriage_returns(e
     assert not prog.seen
     feed(2, b"warning: step size is small\n", 2.0)  # another stream: its own line, no match
     assert not prog.seen
-    feed(1, b"p=12 loss=3.1\n  3%|#  | tqdm step: 13\r", 3.0)
+    feed(1, b"p=12 loss=3.1\n", 3.0)
     assert prog.seen
-    assert prog.line == "3%|#  | tqdm step: 13"
+    assert prog.line == "building model, step=12 loss=3.1"
     assert prog.first_at == 3.0
+    feed(1, b"  3%|#  | tqdm step: 13\r", 3.5)
+    assert prog.line == "3%|#  | tqdm step: 13"
+    assert prog.at == 3.5
     feed(1, b"x" * 100_000 + b"\n", 4.0)  # a long non-progress line does not erase what was seen
     assert prog.line == "3%|#  | tqdm step: 13"
 
