@@ -74,7 +74,8 @@ _chain_unmutex() {
 # Usage: chain_start SCRIPT
 # Globals read: AGPT_RUN_DIR, CHAIN_MAX_JOBS, CHAIN_DISABLE; written: CHAIN_JOB_ID, CHAIN_NEXT_JOB_ID,
 #   CHAIN_STARTED, CHAIN_START_STEP
-# Returns: 0 (a failed submission is logged: chain_end tries again); 2 on bad arguments
+# Returns: 0 (a failed submission is logged: chain_end tries again); 1 when another job of this chain is
+#   running on the same run directory (do not train twice); 2 on bad arguments
 chain_start() {
   local script="${1:-}" succ="" submitter="" decision exclude next
   CHAIN_STARTED="$(date +%s)"
@@ -104,6 +105,19 @@ chain_start() {
   fi
   if [[ -n "$succ" && "$succ" != "$CHAIN_JOB_ID" ]]; then
     if sched_job_alive "$succ"; then
+      if [[ "$submitter" == "$CHAIN_JOB_ID" ]]; then
+        # This job was requeued and runs again: the successor it submitted the first time is still ours.
+        CHAIN_NEXT_JOB_ID="$succ"
+        CHAIN_SCRIPT_PATH="$script"
+        _chain_say "successor $succ (submitted by this job before a requeue) is still queued; keeping it"
+        _chain_unmutex
+        return 0
+      fi
+      if [[ -n "$submitter" ]] && sched_job_alive "$submitter"; then
+        _chain_say "job $submitter of this chain is running (successor $succ queued): not training twice in $AGPT_RUN_DIR"
+        _chain_unmutex
+        return 1
+      fi
       _chain_say "successor $succ (submitted by $submitter) is already queued; not submitting another"
       _chain_unmutex
       return 0

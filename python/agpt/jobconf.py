@@ -196,8 +196,19 @@ def load(path: Path) -> JobConf:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
+
+    # YAML 1.1 reads an unquoted 06:00:00 as the base-60 integer 21600; a walltime must stay a string.
+    class _Loader(yaml.SafeLoader):
+        pass
+
+    int_tag = "tag:yaml.org,2002:int"
+    _Loader.yaml_implicit_resolvers = {
+        ch: [(tag, rx) for tag, rx in rs if tag != int_tag]
+        for ch, rs in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+    _Loader.add_implicit_resolver(int_tag, re.compile(r"^[-+]?(?:0|[1-9][0-9_]*)$"), list("-+0123456789"))
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_Loader)  # a SafeLoader subclass: safe
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
     return parse(path, data)

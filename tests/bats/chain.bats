@@ -95,6 +95,26 @@ field() { python3 -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1
   assert_output 777.fakepbs
 }
 
+@test "a second job started while the chain's current job runs refuses to train (exit 1)" {
+  printf 'Job Id: 777.fakepbs\n    job_state = Q\n' >"$FAKE_PBS_DIR/jobs/777.fakepbs"
+  printf 'Job Id: 400.fakepbs\n    job_state = R\n' >"$FAKE_PBS_DIR/jobs/400.fakepbs"
+  echo "777.fakepbs 400.fakepbs 1" >"$AGPT_RUN_DIR/chain.lock"
+  run_strict "chain_start '$JOB'"
+  assert_failure 1
+  assert_output "chain: job 400.fakepbs of this chain is running (successor 777.fakepbs queued): not training twice in $AGPT_RUN_DIR"
+}
+
+@test "a requeued job keeps the successor it submitted before and still cancels it when done" {
+  printf 'Job Id: 777.fakepbs\n    job_state = Q\n' >"$FAKE_PBS_DIR/jobs/777.fakepbs"
+  echo "777.fakepbs 500.fakepbs 1" >"$AGPT_RUN_DIR/chain.lock"
+  run_strict "chain_start '$JOB'; chain_end 0"
+  assert_success
+  assert_line "chain: successor 777.fakepbs (submitted by this job before a requeue) is still queued; keeping it"
+  assert_line "chain: successor 777.fakepbs cancelled"
+  run calls
+  assert_output "qdel 777.fakepbs"
+}
+
 @test "a stale lock (its successor is gone) is detected and taken over" {
   printf 'Job Id: 777.fakepbs\n    job_state = F\n' >"$FAKE_PBS_DIR/jobs/777.fakepbs"
   echo "777.fakepbs 400.fakepbs 1" >"$AGPT_RUN_DIR/chain.lock"

@@ -94,7 +94,7 @@ conf() {  # conf NAME YAML-BODY: a config file holding only a job: section
   assert_line --partial "# EDIT: this script's path"
 }
 
-@test "walltimes: D-HH:MM:SS for Slurm, hours past 24 for PBS; minutes; defaults from the site" {
+@test "walltimes: D-HH:MM:SS for Slurm, hours past 24 for PBS; unquoted HH:MM:SS (not base 60); minutes" {
   c="$(conf long 'job: {nodes: 100, walltime: "1-12:00:00"}')"
   run agpt jobgen --site frontier --scheduler slurm "$c"
   assert_line "#SBATCH --time=1-12:00:00"
@@ -102,6 +102,9 @@ conf() {  # conf NAME YAML-BODY: a config file holding only a job: section
   assert_line "#SBATCH --partition=batch"
   run agpt jobgen --site aurora --scheduler pbs "$c"
   assert_line "#PBS -l walltime=36:00:00"
+  c="$(conf unquoted 'job: {walltime: 06:00:00}')"
+  run agpt jobgen --site aurora --scheduler pbs "$c"
+  assert_line "#PBS -l walltime=06:00:00"
   c="$(conf mins 'job: {walltime: 90, queue: debug, account: proj1, spares: 0, filesystems: home}')"
   run agpt jobgen --site sunspot "$c"
   assert_line "#PBS -l walltime=01:30:00"
