@@ -31,7 +31,7 @@ set -euo pipefail
 source '$AGPT_ROOT/lib/sched.sh'
 source '$AGPT_ROOT/lib/failover.sh'
 export AGPT_RUN_DIR='$RUN'
-FAILOVER_SPARES=2 FAILOVER_BACKOFF="0 1" FAILOVER_IDLE_TIMEOUT=5 FAILOVER_STARTUP_TIMEOUT=10
+FAILOVER_SPARES=2 FAILOVER_BACKOFF="0 1" FAILOVER_IDLE_TIMEOUT=15 FAILOVER_STARTUP_TIMEOUT=30
 FAILOVER_GRACE=2 FAILOVER_RESOLVE_TIMEOUT=2 FAILOVER_MIN_ATTEMPT_S=30
 $settings
 rc=0
@@ -123,7 +123,7 @@ show_job() {  # for a failing test's output
 }
 
 @test "(c) cluster: a silent hang: the watchdog fires, blind swaps reach the guilty host within 4 attempts" {
-  write_job <<<'export FAKE_TRAINER_FAULTS=hang@3:n4'
+  write_job <<<'export FAKE_TRAINER_FAULTS=hang@3:n4; FAILOVER_IDLE_TIMEOUT=5 FAILOVER_STARTUP_TIMEOUT=10'
   id="$(submit)"
   rc="$(wait_job "$id" 240)"
   show_job

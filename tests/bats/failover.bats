@@ -25,7 +25,7 @@ job() {
     echo "source '$AGPT_ROOT/lib/failover.sh'"
     echo "export AGPT_RUN_DIR='$RUN'"
     echo "FAILOVER_HOSTS_FROM='$ALLOC' FAILOVER_SPARES=2 FAILOVER_BACKOFF=0 FAILOVER_RESOLVE_TIMEOUT=0"
-    echo 'FAILOVER_IDLE_TIMEOUT=3 FAILOVER_STARTUP_TIMEOUT=6 FAILOVER_GRACE=1 FAILOVER_JOBID=j1'
+    echo 'FAILOVER_IDLE_TIMEOUT=15 FAILOVER_STARTUP_TIMEOUT=30 FAILOVER_GRACE=1 FAILOVER_JOBID=j1'
     cat
     echo 'export FAKE_TRAINER_FAULTS="${FAULTS:-}"'
     echo 'rc=0'
@@ -230,7 +230,7 @@ FAILOVER_BACKOFF=60; FAULTS=die@3:h2')"
 
 @test "(c) a silent hang: the watchdog fires, blind swaps reach the guilty host, recorded as blind" {
   first_pass_only
-  run bash "$(job <<<'FAULTS=hang@3:h3')"
+  run bash "$(job <<<'FAULTS=hang@3:h3; FAILOVER_IDLE_TIMEOUT=3 FAILOVER_STARTUP_TIMEOUT=6')"
   assert_success
   run ev attempt class swapped
   assert_line --index 0 --regexp '^"hang" \{"out":\["h[1-4]"\],"in":\["h5"\],"blind":true'
