@@ -133,6 +133,11 @@ def test_preflight_evicts_failing_hosts(tmp_path: Path) -> None:
     assert "[h6] GPU 0 missing on h6" in (run / "pf.log").read_text()
 
 
+def test_preflight_command_must_name_the_host(tmp_path: Path) -> None:
+    with pytest.raises(BadInput, match=r"\{host\}"):
+        H.preflight(setup_run(tmp_path), "true")
+
+
 def test_preflight_without_enough_healthy_spares_is_refused(tmp_path: Path) -> None:
     run = setup_run(tmp_path)
     with pytest.raises(BadInput, match=r"3 active host\(s\) failed"):

@@ -465,6 +465,8 @@ def preflight(
     A failing active host is swapped for a healthy spare, a failing spare is dropped; each is recorded in
     hosts/bad with the command's last output line as evidence.  Returns the hosts evicted.
     """
+    if "{host}" not in command:
+        raise BadInput(f"FAILOVER_PREFLIGHT: the command must name the host to test as {{host}}: {command!r}")
     rh = RunHosts(run_dir=run_dir)
     active, spare_all = rh.active(), rh.spare()
     hosts = active + spare_all
