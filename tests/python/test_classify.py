@@ -304,7 +304,6 @@ def test_broken_pattern_file_degrades_through_the_cli(tmp_path: Path) -> None:
         (["--rc", "1", "--deadline", "soon"], "--deadline"),
         (["--rc", "1", "--walltime-margin", "-5"], "--walltime-margin"),
         (["--rc", "1", "--patterns", "nope"], "nope"),
-        (["--rc", "1", "--ipmap", "/nonexistent/ip"], "/nonexistent/ip"),
         (["--rc", "1", "--max-mb", "-1"], "--max-mb"),
     ],
 )
@@ -314,6 +313,25 @@ def test_bad_input_exits_2_with_one_line(tmp_path: Path, args: list[str], needle
     r = run_cli([*args, "--hostfile", str(tmp_path / "hosts"), str(tmp_path / "log")])
     assert r.returncode == 2 and r.stdout == ""
     assert len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr
+
+
+def test_a_missing_ipmap_costs_only_the_addresses(tmp_path: Path) -> None:
+    (tmp_path / "hosts").write_text("n1\nn2\n")
+    (tmp_path / "log").write_text("srun: error: Node failure on n2\n")
+    r = run_cli(
+        [
+            "--rc",
+            "1",
+            "--hostfile",
+            str(tmp_path / "hosts"),
+            "--ipmap",
+            "/nonexistent/ip",
+            str(tmp_path / "log"),
+        ]
+    )
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["bad_hosts"] == ["n2"] and "/nonexistent/ip" in out["notes"][0]
 
 
 def test_missing_log_and_hostfile_exit_2(tmp_path: Path) -> None:

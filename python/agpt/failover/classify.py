@@ -752,7 +752,13 @@ def main(argv: list[str] | None = None) -> int:
         if not Path(args.log).is_file():
             raise BadInput(f"log not found: {args.log}")
         hosts = read_hostfile(args.hostfile)
-        ipmap = read_ipmap(args.ipmap) if args.ipmap else []
+        ipmap: list[tuple[str, str]] = []
+        ipmap_note = ""
+        if args.ipmap:
+            try:
+                ipmap = read_ipmap(args.ipmap)
+            except BadInput as e:  # a missing address map costs the addresses, not the whole classification
+                ipmap_note = f"--ipmap: {e}: addresses in the log name no host"
         sets = pat.select_sets(args.patterns)  # None: FAILOVER_PATTERN_SETS, else every set
         result = classify(
             args.log,
@@ -766,6 +772,8 @@ def main(argv: list[str] | None = None) -> int:
             progress_re=args.progress_re,
             max_mb=_number(args.max_mb, "--max-mb"),
         )
+        if ipmap_note:
+            result.notes.insert(0, ipmap_note)
     except BadInput as e:
         sys.stderr.write(f"agpt failover classify: error: {e}\n")
         return 2
