@@ -13,9 +13,11 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
+from data_util import sp_model, stdlib_documents
 from train_util import AGPT, TINY, run_train, train_cmd, train_env, wait_for
 
 pytestmark = pytest.mark.slow
+__all__ = ["sp_model"]  # a session fixture shared with the data tests
 
 MASTER_SCRIPT = """
 import os, sys
@@ -152,3 +154,25 @@ def test_lr_find_reports_two_lrs_and_writes_a_png(tmp_path: Path) -> None:
     assert result["blowup_lr"] is not None and result["suggested_lr"] == pytest.approx(
         result["blowup_lr"] / 10
     )
+
+
+def test_trains_on_a_blended_data_set(tmp_path: Path, sp_model: Path) -> None:
+    """data.path set: samples come from agpt.data.BlendedDataset, checked against the model's shapes."""
+    from agpt.data.blend import BlendSettings, build
+    from agpt.data.tokenize import TokenizeSettings, run
+
+    src = tmp_path / "text.txt"
+    src.write_text("\n\n".join(stdlib_documents(200)))
+    run(TokenizeSettings(model=str(sp_model), inputs=[str(src)], output=str(tmp_path / "tok"), workers=1,
+                         quiet=True, corpus="code"))  # fmt: skip
+    build(BlendSettings(file_list=str(tmp_path / "tok/filelist.txt"), seq_len=64, num_samples=64, seed=1,
+                        output=str(tmp_path / "blend")))  # fmt: skip
+    data = ["--set", f"data.path={tmp_path / 'blend'}", "--set", "checkpoint.save_final=false"]
+    r = run_train(1, tmp_path / "run", "--steps", "2", *data, "--set", "model.vocab_size=640")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "\nstep=2 loss=" in "\n" + r.stdout
+    r = run_train(1, tmp_path / "run", "--steps", "2", *data, "--set", "model.vocab_size=512")
+    assert r.returncode == 2 and "model.vocab_size" in r.stderr, r.stderr
+    r = run_train(1, tmp_path / "run", "--steps", "2", *data, "--set", "model.vocab_size=640",
+                  "--set", "train.seq_len=32")  # fmt: skip
+    assert r.returncode == 2 and "data.path" in r.stderr and "train.seq_len" in r.stderr, r.stderr

@@ -51,6 +51,11 @@ class Blended:
         self.ds: Any = data_mod.BlendedDataset(path)
         self.vocab = vocab_size
         self.n = seq_len + 1
+        ds_vocab = getattr(self.ds, "vocab_size", None)
+        if isinstance(ds_vocab, int) and ds_vocab > vocab_size:
+            raise DataError(
+                f"model.vocab_size: {vocab_size} is smaller than the data's tokenizer ({ds_vocab})"
+            )
         if len(self.ds) == 0:
             raise DataError(f"data.path: {path} holds no samples")
         first = np.asarray(self.ds[0]["tokens"])

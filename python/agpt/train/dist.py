@@ -170,9 +170,14 @@ def init(info: DistInfo, backend: str, device: str, timeout_s: int) -> None:
     kwargs: dict[str, Any] = {}
     if not device.startswith("cpu"):
         kwargs["device_id"] = torch.device(device)
+    # torchrun's agent already serves a store on MASTER_PORT: join it (env://) rather than bind it again.
+    if info.launcher == "RANK" and os.environ.get("TORCHELASTIC_RUN_ID"):
+        init_method = "env://"
+    else:
+        init_method = f"tcp://{info.master_addr}:{info.master_port}"
     dist.init_process_group(
         backend=backend,
-        init_method=f"tcp://{info.master_addr}:{info.master_port}",
+        init_method=init_method,
         rank=info.rank,
         world_size=info.world_size,
         timeout=datetime.timedelta(seconds=timeout_s),
