@@ -120,23 +120,32 @@ def _chunk_paths(work: str, index: int) -> tuple[Path, Path]:
 
 
 def tokenize_chunk(job: _Job) -> tuple[int, int, int, int, int]:
-    """Tokenize one chunk into its work files; returns (index, docs, tokens, bytes, skipped)."""
+    """Tokenize one chunk into its work files; returns (index, docs, tokens, bytes, skipped).
+    Tokens and lengths stream to disk batch by batch, so memory stays flat however large the chunk."""
     sp = _processor(job.model)
     dtype = np.dtype(job.dtype)
     tok_path, len_path = _chunk_paths(job.work, job.index)
     tmp_tok = tok_path.with_suffix(".tok.tmp")
-    lengths: list[int] = []
-    skipped = 0
-    with open(tmp_tok, "wb") as out:
+    tmp_len = len_path.with_suffix(".len.tmp")
+    docs = tokens = skipped = 0
+    with open(tmp_tok, "wb") as out, open(tmp_len, "wb") as out_len:
         batch: list[str] = []
+        where: list[int] = []
 
         def flush() -> None:
+            nonlocal docs, tokens
             ids = sp.encode(batch, add_bos=job.bos, add_eos=job.append_eod, num_threads=1)
-            sizes = [len(x) for x in ids]
-            flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=dtype, count=sum(sizes))
+            sizes = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
+            if sizes.min() < 1:
+                loc = where[int(np.argmin(sizes))]
+                raise DataError(f"{job.chunk.where(loc)}: document encodes to no tokens")
+            flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=dtype, count=int(sizes.sum()))
             out.write(flat.tobytes())
-            lengths.extend(sizes)
+            out_len.write(sizes.astype("<i8").tobytes())
+            docs += len(ids)
+            tokens += int(sizes.sum())
             batch.clear()
+            where.clear()
 
         for text, loc in iter_documents(job.chunk, job.text_key):
             if not text.strip():
@@ -145,19 +154,14 @@ def tokenize_chunk(job: _Job) -> tuple[int, int, int, int, int]:
                     continue
                 raise DataError(f"{job.chunk.where(loc)}: empty document (pass --skip-empty to drop it)")
             batch.append(text)
+            where.append(loc)
             if len(batch) >= ENCODE_BATCH:
                 flush()
         if batch:
             flush()
-    lens = np.asarray(lengths, dtype=np.int64)
-    if lens.size and lens.min() < 1:
-        bad = int(np.argmin(lens))
-        raise DataError(f"{job.chunk.path}: document {bad} of this chunk encodes to no tokens")
     os.replace(tmp_tok, tok_path)
-    tmp_len = len_path.with_suffix(".len.tmp")
-    lens.astype("<i8").tofile(tmp_len)
-    os.replace(tmp_len, len_path)
-    return job.index, int(lens.size), int(lens.sum()), job.chunk.nbytes, skipped
+    os.replace(tmp_len, len_path)  # last: a .len means the chunk is complete
+    return job.index, docs, tokens, job.chunk.nbytes, skipped
 
 
 def _chunk_done(work: str, index: int, itemsize: int) -> bool:
