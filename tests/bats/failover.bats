@@ -261,3 +261,21 @@ SH
   assert_line --index 0 '["h1","h2","h3","h5"]'
   assert_line --index 1 '["h1","h6","h3","h5"]'
 }
+
+@test "a command that does not exist is nobody's host's fault: stuck (3), no swap" {
+  f="$BATS_TEST_TMPDIR/missing.sh"
+  cat >"$f" <<SH
+set -euo pipefail
+source '$AGPT_ROOT/lib/failover.sh'
+export AGPT_RUN_DIR='$RUN'
+FAILOVER_HOSTS_FROM='$ALLOC' FAILOVER_SPARES=2 FAILOVER_RESOLVE_TIMEOUT=0 FAILOVER_BACKOFF=0
+rc=0
+failover_run '$BATS_TEST_TMPDIR/no-such-trainer' --steps 3 || rc=\$?
+exit "\$rc"
+SH
+  run bash "$f"
+  assert_failure 3
+  run ev attempt rc class swapped
+  assert_output "$(printf '127 "app" {"out":[],"in":[],"blind":false,"returned":[]}\n%.0s' 1 2)"
+  assert [ ! -e "$RUN/hosts/bad" ]
+}

@@ -218,6 +218,15 @@ def _blind_swap(
     return [out], [pool[0]], returned, why
 
 
+def effective_class(cls: str, rc: int) -> str:
+    """The class the loop acts on: an unknown class is a crash; bad input (2) or a command that cannot run
+    (126, 127) fails on every host, so no host is to blame: `app`."""
+    c = cls if cls in CLASSES else "crash"
+    if c in BLIND_CLASSES and rc in NO_SUCH_COMMAND:
+        return "app"
+    return c
+
+
 def decide(
     att: Attempt,
     *,
@@ -230,10 +239,7 @@ def decide(
 ) -> Plan:
     """The next step after attempt `att`; `history` holds this job's earlier attempt events, oldest first."""
     progressed = att.progress or any(_progress(e) for e in history)
-    cls = att.cls if att.cls in CLASSES else "crash"
-    if cls in BLIND_CLASSES and att.rc in NO_SUCH_COMMAND:
-        # Bad input (2) or a command that cannot run (126, 127) fails on every host: no host is to blame.
-        cls = "app"
+    cls = effective_class(att.cls, att.rc)
     # Only a `node` verdict makes a named host bad; other classes may name hosts only as context.
     named = [h for h in dict.fromkeys(att.bad_hosts) if h in active] if cls == "node" else []
     if att.rc == 0 or cls == "success":
@@ -516,7 +522,7 @@ def run(args: argparse.Namespace) -> Plan:
     att = Attempt(
         attempt=args.attempt,
         rc=args.rc,
-        cls=str(c.get("class")),
+        cls=effective_class(str(c.get("class")), args.rc),
         bad_hosts=[h for h in c.get("bad_hosts") or [] if isinstance(h, str)],
         evidence=[str(x) for x in (c.get("evidence") or [])][:5],
         suspects=_suspects(c),
