@@ -223,6 +223,7 @@ EOF
     echo "env_setup"
   fi
   echo "sched_export_deadline"
+  echo "echo \"agpt job \$(sched_job_id) on \$(hostname): deadline \${AGPT_DEADLINE_EPOCH:-unknown}\""
   echo "mkdir -p \"\$AGPT_RUN_DIR\""
   if [[ "$JOB_CHAIN" == 1 ]]; then
     echo "# Submit the next job now (afterany: it starts even if this one is killed at walltime)."

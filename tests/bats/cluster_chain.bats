@@ -96,6 +96,10 @@ jq1() {  # jq1 INDEX KEY: a field of a chain.jsonl record
   assert_output --partial "chain: keeping successor $(jq1 0 next_jobid) off hosts proven bad: n6"
   run scontrol show job "$last"
   assert_output --partial "ExcNodeList=n6"
+  # The deadline came from the scheduler (squeue %e): about the 1-minute limit after the job started.
+  deadline="$(sed -n "s/^agpt job $first on .*: deadline \([0-9]*\)$/\1/p" "t.o$first")"
+  started="$(jq1 0 started)"
+  ((deadline - started >= 30 && deadline - started <= 90))
   [[ ! -e "$RUN/chain.lock" ]]
 }
 
