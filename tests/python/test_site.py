@@ -167,3 +167,23 @@ def test_hooks_are_shell_that_profiles_point_to() -> None:
     for hook in (ROOT / "site").glob("*/hooks/*.sh"):
         assert hook.name in ("pre-env.sh", "post-env.sh", "cleanup.sh"), hook
         assert subprocess.run(["bash", "-n", str(hook)]).returncode == 0
+
+
+def test_show_json_names_file_and_line_of_every_key() -> None:
+    import json
+
+    r = agpt("site", "show", "frontier", "--json")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert set(data) == set(s.KEYS)
+    prof = ROOT / "site/frontier/profile.sh"
+    assert data["SITE_QUEUE"] == {
+        "value": "batch",
+        "file": "site/frontier/profile.sh",
+        "line": line_of(prof, "SITE_QUEUE"),
+    }
+    assert data["SITE_LAUNCHER_FLAGS"]["value"] == [
+        "--cpus-per-task=7",
+        "--gpus-per-task=1",
+        "--gpu-bind=closest",
+    ]
