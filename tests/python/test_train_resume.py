@@ -31,7 +31,9 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def straight(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     run = tmp_path_factory.mktemp("straight")
-    r = run_train(2, run, "--steps", "40", "--ckpt-interval", "10", "--set", "checkpoint.keep=3")
+    # Every rank sleeps 2 s in its write slot at step 20: with max_writers=1 the slots cannot overlap.
+    env = {"AGPT_TEST_CKPT_WRITE_DELAY": "20:2"}
+    r = run_train(2, run, "--steps", "40", "--ckpt-interval", "10", "--set", "checkpoint.keep=3", env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     return run, r.stdout
 
@@ -161,3 +163,10 @@ def test_checkpoint_of_another_model_exits_2_naming_the_tensor(
     assert r.returncode == 2, r.stdout + r.stderr
     assert "tensor model.tok_embeddings.weight" in r.stderr and "[512, 64]" in r.stderr
     assert os.path.exists(run / "ckpt/step-40/.complete"), "a foreign checkpoint is never touched"
+
+
+def test_at_most_max_writers_ranks_write_at_once(straight: tuple[Path, str]) -> None:
+    run, _ = straight
+    step20 = run / "ckpt/step-20"
+    first, second = ((step20 / f"__{r}_0.distcp").stat().st_mtime for r in (0, 1))
+    assert second - first >= 1.9, "rank 1 wrote while rank 0 held the only writer slot"
