@@ -223,17 +223,20 @@ def cmd_start(args: argparse.Namespace) -> int:
     pred = args.predecessor
     if pred and pred != args.job and not any(str(r.get("jobid")) == pred for r in records):
         # The predecessor was killed before chain_end could run (walltime SIGKILL, node crash): say so.
+        # Its progress: a newer complete checkpoint than the one the chain had recorded before it.
+        before = max((int(r.get("end_step") or 0) for r in records), default=0)
+        now = latest_step(run_dir)
         rec = {
             "jobid": pred,
             "index": len(records) + 1,
             "started": None,
             "ended": None,
-            "start_step": None,
-            "end_step": latest_step(run_dir),
+            "start_step": before,
+            "end_step": now,
             "rc": None,
             "verdict": "lost",
             "reason": "no end record: killed before it could write one",
-            "progress": None,
+            "progress": now > before,
             "next_jobid": args.job,
         }
         append_record(run_dir, rec)

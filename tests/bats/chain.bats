@@ -77,10 +77,13 @@ field() { python3 -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1
 }
 
 @test "a predecessor killed before it could record itself is recorded as lost" {
+  echo '{"jobid": "498.fakepbs", "end_step": 10, "verdict": "resubmit", "progress": true}' >"$AGPT_RUN_DIR/chain.jsonl"
+  ckpt 15
   echo "500.fakepbs 499.fakepbs 1" >"$AGPT_RUN_DIR/chain.lock"
   run_strict "chain_start '$JOB'"
   assert_success
-  assert_equal "$(field 0 jobid)/$(field 0 verdict)/$(field 0 next_jobid)" "499.fakepbs/lost/500.fakepbs"
+  assert_equal "$(field 1 jobid)/$(field 1 verdict)/$(field 1 next_jobid)" "499.fakepbs/lost/500.fakepbs"
+  assert_equal "$(field 1 start_step)->$(field 1 end_step) $(field 1 progress)" "10->15 True"
 }
 
 @test "never two live successors: a queued successor in the lock stops a second submission" {
