@@ -118,3 +118,15 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path: Path) -> None:
     assert r.returncode == 2 and "model.n_heads" in r.stderr
     r = _cli(tmp_path, "--config", str(tmp_path / "missing.yaml"))
     assert r.returncode == 2 and "missing.yaml" in r.stderr
+
+
+def test_lr_find_analysis_picks_steepest_descent_before_the_minimum() -> None:
+    from agpt.train.lrfind import analyse, blew_up
+
+    lrs = [1e-4 * 10 ** (i / 4) for i in range(13)]
+    losses = [6.0, 6.0, 5.9, 5.6, 4.8, 4.0, 3.7, 3.6, 3.9, 5.0, 4.0, 6.5, 9.0]
+    assert not blew_up(losses[:8])
+    assert blew_up(losses) and not blew_up(losses[:10])
+    sweep = analyse(lrs, losses, blowup_lr=lrs[-1])
+    assert lrs[3] <= sweep.steepest_lr <= lrs[6]  # on the way down, not the dip after the climb
+    assert sweep.suggested_lr == pytest.approx(lrs[-1] / 10)

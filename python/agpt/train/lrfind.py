@@ -1,9 +1,11 @@
 """`agpt lr-find`: an exponential learning-rate sweep over a short run, before committing a big one.
 
 The LR is raised geometrically each step from `lr_min` to `lr_max`; the smoothed loss is tracked
-until it blows up (4× its best, or non-finite).  Two suggestions are reported: the LR where the loss
-falls fastest (steepest descent of loss against log LR) and a tenth of the blow-up LR (a common,
-conservative peak LR).  A PNG plot of loss against LR lets a human check the call.
+until it blows up: after falling, it climbs back above the loss the model started from (training now
+undoes itself), or a raw loss exceeds 4× the best, or goes non-finite.  Two suggestions are reported:
+the LR where the loss falls fastest (steepest descent of smoothed loss against log LR, looked for only
+before the loss minimum, since noise past the blow-up also has steep slopes) and a tenth of the
+blow-up LR (a common, conservative peak LR).  A PNG plot of loss against LR lets a human check.
 """
 
 from __future__ import annotations
@@ -31,16 +33,29 @@ class Sweep:
         return (self.blowup_lr if self.blowup_lr is not None else self.lrs[-1]) / 10
 
 
-def analyse(lrs: list[float], losses: list[float], blowup_lr: float | None, beta: float = 0.7) -> Sweep:
-    """Bias-corrected EMA of the loss, then the steepest negative slope against log LR."""
-    smoothed: list[float] = []
+def smooth(losses: list[float], beta: float = 0.7) -> list[float]:
+    """Bias-corrected exponential moving average (the first value is the first loss)."""
+    out: list[float] = []
     avg = 0.0
     for i, loss in enumerate(losses):
         avg = beta * avg + (1 - beta) * loss
-        smoothed.append(avg / (1 - beta ** (i + 1)))
+        out.append(avg / (1 - beta ** (i + 1)))
+    return out
+
+
+def blew_up(losses: list[float]) -> bool:
+    """The smoothed loss fell and then rose above where it started, or a loss is 4× the best."""
+    sm = smooth(losses)
+    return len(sm) > 3 and (min(sm) < sm[0] < sm[-1] or losses[-1] > 4 * min(losses))
+
+
+def analyse(lrs: list[float], losses: list[float], blowup_lr: float | None) -> Sweep:
+    """The steepest negative slope of the smoothed loss against log LR, up to the loss minimum."""
+    smoothed = smooth(losses)
+    lowest = min(range(len(smoothed)), key=smoothed.__getitem__)
     best = 0
     slope_best = math.inf
-    for i in range(1, len(smoothed)):
+    for i in range(1, max(lowest, 1) + 1):
         dx = math.log(lrs[i]) - math.log(lrs[i - 1])
         slope = (smoothed[i] - smoothed[i - 1]) / dx if dx else 0.0
         if slope < slope_best:
@@ -96,7 +111,6 @@ def lr_find(
     lrs: list[float] = []
     losses: list[float] = []
     blowup: float | None = None
-    best = math.inf
     for s in range(steps):
         lr = trainer.lr_fn(s)
         try:
@@ -110,8 +124,7 @@ def lr_find(
             print(
                 f"step={rec.step} lr={lr:.3e} loss={rec.loss:.6f} grad_norm={rec.grad_norm:.4g}", flush=True
             )
-        best = min(best, rec.loss)
-        if rec.loss > 4 * best and s > 2:
+        if blew_up(losses):
             blowup = lr
             break
     if len(losses) < 2:
