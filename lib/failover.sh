@@ -248,6 +248,9 @@ failover_run() {
   if [[ -z "$FAILOVER_PATTERN_SETS" ]] && declare -p SITE_FAILOVER_PATTERNS >/dev/null 2>&1; then
     patterns=(--patterns "$(IFS=,; printf '%s' "${SITE_FAILOVER_PATTERNS[*]}")")
   fi
+  # A job requeued under the same id continues its attempt count (its earlier logs stay, history stays apart).
+  n="$(_failover_py plan --run-dir "$AGPT_RUN_DIR" --jobid "$jobid" --next-attempt)" || n=1
+  n=$((n - 1))
   limits=(--jobid "$jobid" --deadline "$deadline" --max-attempts "$FAILOVER_MAX_ATTEMPTS"
     --max-repeat "$FAILOVER_MAX_REPEAT" --max-blind "$FAILOVER_MAX_BLIND"
     --min-attempt-s "$FAILOVER_MIN_ATTEMPT_S" --backoff "$FAILOVER_BACKOFF")

@@ -123,6 +123,13 @@ check_sourcing() {  # check_sourcing "SET OPTIONS": sourcing changes nothing out
   assert [ -s "$RUN/attempts/j1.1.log" ]
   run grep -c 'starting at step 0 (attempt 1)' "$RUN/attempts/j1.1.log"
   assert_output 4
+  # The same job id again (a requeue): the attempt count continues, the first log stays.
+  run bash "$BATS_TEST_TMPDIR/job.sh"
+  assert_success
+  run ev attempt attempt rc
+  assert_output $'1 0\n2 0'
+  assert [ -s "$RUN/attempts/j1.1.log" ]
+  assert [ -s "$RUN/attempts/j1.2.log" ]
 }
 
 @test "{hosts} {nhosts} {hostfile} are replaced and FAILOVER_* exported to each attempt" {

@@ -406,3 +406,28 @@ def test_classifier_hints_suspects_then_last_heard_not_rank_order() -> None:
     assert P._suspects(c) == ["h3", "h2"]
     assert P._suspects({"last_heard": None, "suspect_hosts": "bad type"}) == ["bad type"]
     assert P._suspects({}) == []
+
+
+def test_next_attempt_continues_a_requeued_job(tmp_path: Path) -> None:
+    assert P.next_attempt(tmp_path, "7") == 1
+    P.append_event(tmp_path / "events.jsonl", {"event": "attempt", "jobid": "7", "attempt": 2})
+    P.append_event(tmp_path / "events.jsonl", {"event": "attempt", "jobid": "8", "attempt": 5})
+    P.append_event(tmp_path / "events.jsonl", {"event": "stop", "jobid": "7", "attempt": 9})
+    assert P.next_attempt(tmp_path, "7") == 3
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "agpt.failover",
+            "plan",
+            "--run-dir",
+            str(tmp_path),
+            "--jobid",
+            "8",
+            "--next-attempt",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert r.stdout.strip() == "6"

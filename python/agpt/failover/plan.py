@@ -462,7 +462,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--run-dir", required=True)
     ap.add_argument("--jobid", default="local")
-    ap.add_argument("--attempt", type=int, required=True, help="the attempt number in this job (1-based)")
+    ap.add_argument("--attempt", type=int, help="the attempt number in this job (1-based)")
+    ap.add_argument(
+        "--next-attempt",
+        action="store_true",
+        help="print the number of this job's next attempt (a requeued job id continues its count)",
+    )
     ap.add_argument("--before", action="store_true", help="decide whether this attempt may start")
     ap.add_argument("--rc", type=int, help="the attempt's exit status")
     ap.add_argument("--log", help="the attempt's log (progress lines are counted here)")
@@ -599,8 +604,21 @@ def _under(p: Path, d: Path) -> bool:
     return True
 
 
+def next_attempt(run_dir: Path, jobid: str) -> int:
+    """1 + the highest attempt of `jobid` in events.jsonl: a job requeued under the same id keeps counting, so
+    its logs and history never mix with the earlier run's."""
+    done = [int(e.get("attempt") or 0) for e in job_history(read_events(run_dir / "events.jsonl"), jobid)]
+    return max(done, default=0) + 1
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.next_attempt:
+        print(next_attempt(Path(args.run_dir), args.jobid))
+        return 0
+    if args.attempt is None:
+        sys.stderr.write("agpt: error: failover plan: --attempt N is required (or --next-attempt)\n")
+        return 2
     try:
         plan = run(args)
     except BadInput as e:
