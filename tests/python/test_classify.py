@@ -500,3 +500,20 @@ def test_real_srun_output(cluster: dict[str, str], tmp_path: Path, fault: str, c
     else:
         assert out["bad_hosts"] == [] and out["suspect_hosts"][:1] == [guilty.group(1)], (out, text)
     assert out["rank_hosts"]["2"] == guilty.group(1)
+
+
+def test_walltime_margin_from_env_and_flag(tmp_path: Path) -> None:
+    (tmp_path / "hosts").write_text("n1\n")
+    (tmp_path / "log").write_text("step=1\nTerminated\n")
+    base = ["--rc", "143", "--hostfile", str(tmp_path / "hosts"), "--deadline", "10000", "--now", "9700"]
+    assert json.loads(run_cli([*base, str(tmp_path / "log")]).stdout)["class"] == "crash"  # 300 s > 120 s
+    out = run_cli([*base, str(tmp_path / "log")], {"FAILOVER_WALLTIME_MARGIN": "600"})
+    assert json.loads(out.stdout)["class"] == "walltime"
+    out = run_cli(
+        [*base, "--walltime-margin", "301", str(tmp_path / "log")], {"FAILOVER_WALLTIME_MARGIN": "10"}
+    )
+    assert json.loads(out.stdout)["class"] == "walltime"
+    out = run_cli(
+        [*base[:-2], "--deadline", "", str(tmp_path / "log")]
+    )  # an unknown deadline: never walltime
+    assert json.loads(out.stdout)["class"] == "crash"
