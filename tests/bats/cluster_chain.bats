@@ -116,6 +116,25 @@ jq1() {  # jq1 INDEX KEY: a field of a chain.jsonl record
   [[ "$(jq1 0 rc)" == 3 ]]
 }
 
+@test "Slurm: a job killed mid-run still hands over (afterany); its successor records it and resumes" {
+  config "" 8
+  sed -i -e "s/, --max-steps-per-run, '3'//" -e "s/'0.1'/'0.3'/" t.yaml
+  run agpt jobgen --site generic --scheduler slurm -o job.slurm t.yaml
+  assert_success
+  first="$(sbatch --parsable job.slurm)"
+  for ((i = 0; i < 120; i++)); do
+    [[ -f "$RUN/ckpt/step-3/.complete" ]] && break
+    sleep 0.5
+  done
+  [[ -f "$RUN/ckpt/step-3/.complete" ]]
+  scancel "$first"
+  wait_stop 120
+  run agpt chain status "$RUN"
+  assert_line --index 1 --regexp "^$first .* 0->([3-9]|1[01]) +(lost \(no end record.*\)|signal15) +[0-9]+$"
+  assert_line --index 2 --regexp "->12 +done +cancelled [0-9]+$"
+  assert_equal "$(jq1 0 progress)" True
+}
+
 @test "PBS: qsub of a generated .pbs script chains through the qsub/qdel wrappers to completion" {
   config "" 8
   sed -i "s/'12'/'6'/" t.yaml
