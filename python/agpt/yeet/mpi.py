@@ -135,6 +135,7 @@ def run(
     except BadInput as exc:
         _raise_collective(rank, str(exc), 2)
 
+    crowded = len({phys for phys, _n, _e in info}) < size
     worker: Receiver | TreeCopier
     total = 0
     if mode == "tar":
@@ -151,6 +152,7 @@ def run(
                 }
             except AgptError as exc:
                 header = {"error": str(exc), "code": exc.exit_code}
+        _sync(comm, crowded)  # rank 0 may pack for a while: the others must not spin on its cores
         header = comm.bcast(header, root=0)
         if "error" in header:
             _raise_collective(rank, header["error"], header["code"])
@@ -165,7 +167,6 @@ def run(
             check=check,
             members=int(header["members"]),
         ).start()
-        crowded = len({phys for phys, _n, _e in info}) < size
         _pump(comm, rank, rx, Path(header["path"]), total, chunk, emit, t_start, crowded)
         worker = rx
     else:
@@ -182,6 +183,7 @@ def run(
         files=worker.files,
         bytes=worker.bytes,
     )
+    _sync(comm, crowded)
     results: list[NodeResult] = comm.allgather(result)
     go = sum(r.ok for r in results) >= need
     if result.ok and go:
@@ -210,6 +212,14 @@ def run(
             emit(f"yeet: failed hosts recorded in DEST/.yeet-failed-hosts: {','.join(failed_hosts(final))}")
     rc = int(comm.bcast(rc, root=0))
     return rc
+
+
+def _sync(comm: Any, crowded: bool) -> None:
+    """Wait for every rank.  When ranks share a node, poll with sleeps: MPI's blocking waits busy-poll."""
+    if crowded:
+        req = comm.Ibarrier()
+        while not req.Test():
+            time.sleep(POLL_S * 10)
 
 
 def _reader(path: Path, total: int, chunk: int, free: queue.Queue[bytearray], out: queue.Queue[Any]) -> None:
