@@ -152,3 +152,21 @@ SH
   assert_line --partial "staging failed; using /shared/venv"
   assert_line "venv=/shared/venv"
 }
+
+@test "env_venv: uv is used when present (uv venv --system-site-packages --python PY)" {
+  mkdir -p "$BATS_TEST_TMPDIR/bin"
+  cat >"$BATS_TEST_TMPDIR/bin/uv" <<'SH'
+#!/usr/bin/env bash
+echo "uv $*" >>"$BATS_TEST_TMPDIR/trace"
+exec python3 -m venv --system-site-packages --without-pip "${@: -1}"
+SH
+  chmod +x "$BATS_TEST_TMPDIR/bin/uv"
+  PATH="$BATS_TEST_TMPDIR/bin:$PATH" run_strict '
+    env_site_load generic
+    SITE_VENV_DIR="$BATS_TEST_TMPDIR/venvs"; ENV_VENV_NAME=agpt-uv
+    env_venv; echo "active=$VIRTUAL_ENV"'
+  assert_success
+  assert_line "active=$BATS_TEST_TMPDIR/venvs/agpt-uv"
+  run cat "$BATS_TEST_TMPDIR/trace"
+  assert_output --regexp "^uv venv -q --system-site-packages --python /.*python3 $BATS_TEST_TMPDIR/venvs/agpt-uv$"
+}
