@@ -248,13 +248,14 @@ def test_watchdog_reads_the_log(tmp_path: Path) -> None:
 
 
 def test_first_failing_host_leads_the_suspects(tmp_path: Path) -> None:
+    """Exit notices in log order, then the first killed rank; the cascade is never evidence."""
     text = (
         "srun: error: n3: task 5: Exited with exit code 1\n"
         "srun: error: n1: task 0: Segmentation fault\n"
         "srun: error: n2: tasks 2-3: Terminated\n"
     )
     r = _classify(tmp_path, text, 1)
-    assert r.cls == "crash" and r.suspect_hosts == ["n3", "n1"]
+    assert r.cls == "crash" and r.suspect_hosts == ["n3", "n1", "n2"]  # the killed follower last
     assert r.rank_hosts == {5: "n3", 0: "n1", 2: "n2"}
 
 
@@ -517,3 +518,10 @@ def test_walltime_margin_from_env_and_flag(tmp_path: Path) -> None:
         [*base[:-2], "--deadline", "", str(tmp_path / "log")]
     )  # an unknown deadline: never walltime
     assert json.loads(out.stdout)["class"] == "crash"
+
+
+def test_an_oom_kill_alone_is_the_first_guess(tmp_path: Path) -> None:
+    r = _classify(
+        tmp_path, "step=9\nsrun: error: n4: task 7: Killed\nsrun: error: n1: tasks 0-1: Killed\n", 137
+    )
+    assert (r.cls, r.bad_hosts, r.evidence, r.suspect_hosts) == ("crash", [], [], ["n4"])

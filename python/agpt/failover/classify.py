@@ -123,7 +123,12 @@ class Hit:
 
 @dataclass(kw_only=True, slots=True)
 class Classification:
-    """One attempt's verdict: CONTRACT.md's four fields, then what a blind swap can use."""
+    """One attempt's verdict: CONTRACT.md's four fields, then what a blind swap can use.
+
+    suspect_hosts: hosts the evidence points nearest to, best first (crash lines, then launcher exit notices in
+    log order, then the first killed follower); last_heard: the host of the last labelled line; rank_hosts: the
+    rank->host map learned from launcher labels.  All in hostfile spelling, all hints, never proof.
+    """
 
     cls: str
     bad_hosts: list[str]
@@ -202,6 +207,7 @@ class _Scanner:
         self.labeled = False
         self.notes: list[str] = []
         self._outside: set[str] = set()
+        self._cascade_seen = False
 
     # --- streaming ---------------------------------------------------------------------------------------
     def scan_file(self, path: Path, max_bytes: int = 0) -> None:
@@ -424,6 +430,12 @@ class _Scanner:
             return
         if kind in ("crash", "weak"):
             self._suspect(kind, hit, lhost, lrank)
+        elif kind == "cascade-ignore" and not self._cascade_seen:
+            # Never evidence; but when nothing else names anyone, the first rank killed (an OOM kill, say)
+            # is a better first guess for a blind swap than none.
+            before = len(self.suspects)
+            self._suspect(kind, hit, lhost, lrank)
+            self._cascade_seen = len(self.suspects) > before
         self._keep(kind, hit)
 
     def _keep(self, kind: str, hit: Hit) -> None:
