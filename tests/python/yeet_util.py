@@ -20,6 +20,9 @@ while [[ "${1:-}" == -* ]]; do case "$1" in -o|-p|-i|-l|-F) shift 2 ;; *) shift 
 host="$1"
 shift
 printf '%s\t%s\n' "$host" "$*" >> "${FAKE_SSH_LOG:?}"
+if [[ " ${FAKE_SSH_HANG:-} " == *" $host "* ]]; then
+  exec sleep 600
+fi
 if [[ " ${FAKE_SSH_DOWN:-} " == *" $host "* ]]; then
   echo "ssh: connect to host $host port 22: Connection refused" >&2
   exit 255

@@ -44,7 +44,17 @@ def cli(
     SRC is packed once into a zstd tarball cached beside it, broadcast (MPI) or fanned out (ssh),
     extracted on each node into DEST.tmp.<id>, verified and swapped in atomically.  A venv is relocated
     so that DEST/bin/python and its scripts run from DEST.  `{rank}` and `{host}` in --dest are filled
-    in per node.
+    in per node.  Exit 0 when at least --min-success nodes have DEST, 1 otherwise (each node then keeps
+    its old DEST), 2 for a bad flag or input.
+
+    \b
+    Settings (environment):
+      AGPT_YEET_CHUNK_MB   broadcast chunk size (8)
+      AGPT_YEET_CACHE      where to cache tarballs when SRC's parent is read-only (~/.cache/agpt/yeet)
+      AGPT_YEET_HOST       this node's name in reports ($SLURMD_NODENAME, else the hostname)
+      AGPT_YEET_SSH        the ssh command (ssh -o BatchMode=yes -o ConnectTimeout=20)
+      AGPT_YEET_FANOUT     concurrent copies per source, ssh transport (8)
+      AGPT_YEET_TIMEOUT_S  per ssh call (600); AGPT_YEET_RETRIES per target (2)
     """
     from agpt.yeet.run import YeetSettings, yeet
 

@@ -36,8 +36,8 @@ class YeetSettings:
     check: str | None = None
     min_success: str | None = None
     chunk_mb: int = 8
-    timeout_s: float = 600.0
-    retries: int = 2
+    timeout_s: float = float(os.environ.get("AGPT_YEET_TIMEOUT_S") or 600.0)  # per ssh call
+    retries: int = int(os.environ.get("AGPT_YEET_RETRIES") or 2)  # per target, ssh transport
     fanout: int = int(os.environ.get("AGPT_YEET_FANOUT") or 8)
 
     def validate(self) -> None:

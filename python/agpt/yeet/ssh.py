@@ -117,7 +117,7 @@ def run(s: YeetSettings, *, dest: str, hosts: list[str], emit: Callable[[str], N
     tb = resolve_source(s.src, progress=emit)
     dests = {h: render_dest(dest, rank=i, host=h) for i, h in enumerate(hosts)}
     ssh = ssh_argv()
-    timeout = float(os.environ.get("AGPT_YEET_TIMEOUT_S") or s.timeout_s)
+    timeout = s.timeout_s
     emit(f"yeet: fanning out {tb.path} bytes={tb.size} to {len(hosts)} hosts over ssh (fanout {s.fanout})")
     tree = _Tree(fanout=s.fanout, pending=deque(hosts))
     started: dict[str, float] = {}
