@@ -21,9 +21,11 @@ local_setup() {
   OUT="$BATS_TEST_TMPDIR/job.out"
 }
 
-# Writes the batch script; settings lines come from stdin.
+# Writes the batch script; settings lines come from stdin.  LAUNCH: the launcher words before the trainer
+# (default: srun with rank labels, as a site profile would set it).
 write_job() {
-  local settings
+  local settings launch='srun --label --nodelist {hosts} -N {nhosts} --ntasks-per-node=1 --kill-on-bad-exit=1'
+  [[ -z "${LAUNCH:-}" ]] || launch="$LAUNCH"
   settings="$(cat)"
   cat >"$JOB" <<SH
 #!/bin/bash
@@ -35,7 +37,7 @@ FAILOVER_SPARES=2 FAILOVER_BACKOFF="0 1" FAILOVER_IDLE_TIMEOUT=15 FAILOVER_START
 FAILOVER_GRACE=2 FAILOVER_RESOLVE_TIMEOUT=2 FAILOVER_MIN_ATTEMPT_S=30
 $settings
 rc=0
-failover_run srun --label --nodelist {hosts} -N {nhosts} --ntasks-per-node=1 --kill-on-bad-exit=1 \\
+failover_run $launch \\
   python3 '$AGPT_ROOT/tests/fixtures/fake_trainer.py' --steps 8 --step-time 0.15 --ckpt-interval 2 || rc=\$?
 echo "verdict: \$rc"
 exit "\$rc"
@@ -98,11 +100,12 @@ show_job() {  # for a failing test's output
 }
 
 @test "(b) cluster: a node fails for real (slurmd killed): srun names it, it is swapped, training finishes" {
-  write_job <<<''
+  # Through the job layer's launcher, as generated job scripts run it: `agpt launch` reads hosts/active.
+  LAUNCH="agpt launch" write_job <<<'export LAUNCH_LAUNCHER=srun AGPT_SITE=generic'
   id="$(submit)"
   # Fail n3 once the first attempt is past step 2.
   for ((i = 0; i < 300; i++)); do
-    grep -qs '^0: step=2 ' "$RUN/attempts/$id.1.log" && break
+    grep -qsE '^(0: )?step=2 ' "$RUN/attempts/$id.1.log" && break
     sleep 0.1
   done
   run "$AGPT_ROOT/tests/cluster/node" --dir "$AGPT_CLUSTER_DIR" fail n3
