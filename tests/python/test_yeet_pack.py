@@ -7,6 +7,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from agpt.yeet.pack import fingerprint, resolve_source, sniff
 from agpt.yeet.relocate import MAX_SHEBANG, old_prefix, relocate
 from yeet_util import make_data, make_venv, tree, yeet
@@ -28,6 +30,17 @@ def test_pack_is_cached_beside_src_and_repacked_when_src_changes(tmp_path: Path)
     (src / "shards" / "b.idx").write_bytes(b"changed")
     changed = resolve_source(src)
     assert changed.packed and changed.sha256 != first.sha256
+
+
+def test_python_packer_fallback_makes_the_same_tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without GNU tar the tarball is written by Python's tarfile, with the same checks."""
+    src = make_data(tmp_path / "w" / "data", big=2000)
+    monkeypatch.setenv("AGPT_YEET_PACKER", "python")
+    tb = resolve_source(src)
+    assert tb.packed and tb.members == 7
+    r = yeet(str(tb.path), "--dest", str(tmp_path / "out" / "data"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert tree(tmp_path / "out" / "data") == tree(src)
 
 
 def test_fingerprint_sees_content_metadata_and_links(tmp_path: Path) -> None:

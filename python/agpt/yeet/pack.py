@@ -13,13 +13,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import stat
 import tarfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO, BinaryIO
 
 from agpt.errors import AgptError, BadInput
 
@@ -124,6 +125,57 @@ def _anonymous(info: tarfile.TarInfo) -> tarfile.TarInfo:
     return info
 
 
+class _Tee:
+    """A read-only file that hands every byte it reads to WRITE as well (parse and compress in one pass)."""
+
+    def __init__(self, src: IO[bytes], write: Callable[[bytes], object]) -> None:
+        self.src = src
+        self.write = write
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.src.read(n)
+        if data:
+            self.write(data)
+        return data
+
+
+def _gnu_tar(
+    src: Path,
+    sink: BinaryIO,
+    admit: Callable[[tarfile.TarInfo], object],
+    tick: Callable[[int], None],
+) -> int:
+    """Archive SRC with GNU tar (C reads the files); every header is checked as it streams past."""
+    import subprocess
+    import tempfile
+
+    argv = ["tar", "-C", str(src), "-cf", "-", "--format=gnu", "--sort=name", "--numeric-owner"]
+    argv += ["--owner=0", "--group=0", "."]
+    n = 0
+    with tempfile.TemporaryFile() as errf:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=errf)
+        assert proc.stdout is not None
+        tee = _Tee(proc.stdout, sink.write)
+        try:
+            with tarfile.open(fileobj=tee, mode="r|", bufsize=READ_CHUNK) as tf:  # type: ignore[call-overload]
+                for m in tf:
+                    admit(m)
+                    n += 1
+                    if n % 5000 == 0:
+                        tick(n)
+            while tee.read(READ_CHUNK):
+                pass
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+        if proc.wait() != 0:
+            errf.seek(0)
+            lines = errf.read().decode(errors="replace").strip().splitlines() or [""]
+            raise BadInput(f"SRC {src}: tar exit {proc.returncode}: {lines[-1]}")
+    return n
+
+
 def pack(src: Path, out: Path, *, level: int = 3, progress: Progress = _quiet) -> tuple[int, str, int]:
     """Write SRC's tree as a zstd tarball to OUT (via a temporary name); return (size, sha256, members).
 
@@ -150,18 +202,23 @@ def pack(src: Path, out: Path, *, level: int = 3, progress: Progress = _quiet) -
         with open(tmp, "wb") as raw:
             hw = _HashingWriter(raw)
             cctx = zstandard.ZstdCompressor(level=level, threads=-1, write_checksum=True)
-            with (
-                cctx.stream_writer(hw, closefd=False) as zw,  # type: ignore[arg-type]
-                tarfile.open(fileobj=zw, mode="w|", format=tarfile.GNU_FORMAT, bufsize=READ_CHUNK) as tf,
-            ):
-                for rel, _st in _walk(src):
-                    try:
-                        tf.add(src / rel, arcname=rel, recursive=False, filter=admit)
-                    except OSError as exc:
-                        raise BadInput(f"SRC {src}: cannot read {src / rel}: {exc.strerror}") from exc
-                    nfiles += 1
-                    if nfiles % 5000 == 0:
-                        progress(f"yeet: packing files={nfiles} bytes={hw.size}")
+            with cctx.stream_writer(hw, closefd=False) as zw:  # type: ignore[arg-type]
+                if shutil.which("tar") and os.environ.get("AGPT_YEET_PACKER", "tar") == "tar":
+                    nfiles = _gnu_tar(
+                        src, zw, admit, lambda n: progress(f"yeet: packing files={n} bytes={hw.size}")
+                    )
+                else:
+                    with tarfile.open(
+                        fileobj=zw, mode="w|", format=tarfile.GNU_FORMAT, bufsize=READ_CHUNK
+                    ) as tf:
+                        for rel, _st in _walk(src):
+                            try:
+                                tf.add(src / rel, arcname=rel, recursive=False, filter=admit)
+                            except OSError as exc:
+                                raise BadInput(f"SRC {src}: cannot read {src / rel}: {exc.strerror}") from exc
+                            nfiles += 1
+                            if nfiles % 5000 == 0:
+                                progress(f"yeet: packing files={nfiles} bytes={hw.size}")
             raw.flush()
             os.fsync(raw.fileno())
         try:
