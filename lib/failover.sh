@@ -231,7 +231,7 @@ failover_run() {
     _failover_say "error: AGPT_RUN_DIR is not set (the run directory of CONTRACT.md)"
     return 2
   fi
-  local jobid deadline rc n=0 log cls started ended decision action code backoff hosts nhosts
+  local jobid deadline rc prc n=0 log cls started ended decision action code backoff hosts nhosts
   local -a argv watch envs patterns=() limits
   _failover_jobid
   jobid="$FAILOVER_JOBID"
@@ -259,14 +259,16 @@ failover_run() {
   [[ -n "$FAILOVER_PROGRESS_FILE" ]] && watch+=(--progress-file "$FAILOVER_PROGRESS_FILE")
   while :; do
     n=$((n + 1))
+    prc=0
     decision="$(_failover_py plan --run-dir "$AGPT_RUN_DIR" --attempt "$n" --before --apply --shell \
-      "${limits[@]}")" || decision=""
+      "${limits[@]}")" || prc=$?
     read -r action code backoff <<<"$decision" || true
     if [[ "${action:-}" == stop ]]; then
       _failover_say "not starting attempt $n: stop (exit $code)"
       return "$code"
     elif [[ "${action:-}" != relaunch ]]; then
-      _failover_say "error: 'agpt failover plan' gave no decision before attempt $n"
+      _failover_say "error: 'agpt failover plan' gave no decision before attempt $n (rc $prc)"
+      ((prc == 2)) && return 2
       return 1
     fi
     hosts="$(paste -sd, "$AGPT_RUN_DIR/hosts/active")"
@@ -289,13 +291,14 @@ failover_run() {
       _failover_say "classifier failed on $log; deciding from the exit code"
     decision="$(_failover_py plan --run-dir "$AGPT_RUN_DIR" --attempt "$n" --rc "$rc" --log "$log" \
       --classification "$cls" --started "$started" --ended "$ended" --progress-re "$FAILOVER_PROGRESS_RE" \
-      "${limits[@]}" --apply --shell)" || decision=""
+      "${limits[@]}" --apply --shell)" || prc=$?
     read -r action code backoff <<<"$decision" || true
     if [[ "${action:-}" == stop ]]; then
       _failover_logged --all "$_failover_root/bin/agpt-failover" report "$AGPT_RUN_DIR" || true
       return "$code"
     elif [[ "${action:-}" != relaunch ]]; then
-      _failover_say "error: 'agpt failover plan' gave no decision after attempt $n"
+      _failover_say "error: 'agpt failover plan' gave no decision after attempt $n (rc $prc)"
+      ((prc == 2)) && return 2
       return 1
     fi
     sleep "$backoff"

@@ -105,6 +105,15 @@ check_sourcing() {  # check_sourcing "SET OPTIONS": sourcing changes nothing out
   assert_output --partial "rc=2"
 }
 
+@test "a bad setting is bad input (2) before any attempt, naming the setting" {
+  run bash "$(job <<<'FAILOVER_MAX_REPEAT=1')"
+  assert_failure 2
+  assert_output --partial "FAILOVER_MAX_REPEAT must be at least 2"
+  run bash "$(job <<<'FAILOVER_PROGRESS_RE="step=("')"
+  assert_failure 2
+  assert_output --partial "FAILOVER_PROGRESS_RE"
+}
+
 @test "failover_init: too few hosts for FAILOVER_ACTIVE is refused with the numbers (exit 2)" {
   run bash -c "set -euo pipefail; source '$AGPT_ROOT/lib/failover.sh'; export AGPT_RUN_DIR='$RUN'
     FAILOVER_HOSTS_FROM='$ALLOC' FAILOVER_ACTIVE=8 FAILOVER_RESOLVE_TIMEOUT=0; rc=0; failover_init || rc=\$?; echo rc=\$rc"

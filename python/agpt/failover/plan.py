@@ -446,6 +446,12 @@ def _settings(args: argparse.Namespace) -> Settings:
         raise BadInput(
             f"failover plan: --backoff wants seconds like '5 10 20', got '{args.backoff}'"
         ) from None
+    try:
+        re.compile(args.progress_re)
+    except re.error as e:
+        raise BadInput(
+            f"FAILOVER_PROGRESS_RE: not a regular expression ({e}): {args.progress_re!r}"
+        ) from None
     return Settings(
         max_attempts=args.max_attempts,
         max_repeat=args.max_repeat,
