@@ -35,6 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "jobgen": ("bin", "Generate a PBS or Slurm job script for a site from a run config (JOB layer)."),
     "mpi-hello": ("agpt.cli.mpihello", "Print rank, size and host from every MPI rank (a launcher check)."),
+    "launch": ("bin", "Run a program on the job's active hosts with the site's launcher (JOB layer)."),
     "lr-find": (
         "agpt.cli.lrfind",
         "Sweep the learning rate exponentially over a short run and plot loss vs LR.",
