@@ -44,8 +44,8 @@ def cli(
     SRC is packed once into a zstd tarball cached beside it, broadcast (MPI) or fanned out (ssh),
     extracted on each node into DEST.tmp.<id>, verified and swapped in atomically.  A venv is relocated
     so that DEST/bin/python and its scripts run from DEST.  `{rank}` and `{host}` in --dest are filled
-    in per node.  Exit 0 when at least --min-success nodes have DEST, 1 otherwise (each node then keeps
-    its old DEST), 2 for a bad flag or input.
+    in per node.  Exit 0 when at least --min-success nodes have DEST, 1 otherwise (under MPI every node then
+    keeps its old DEST; over ssh each node commits on its own), 2 for a bad flag or input.
 
     \b
     Settings (environment):

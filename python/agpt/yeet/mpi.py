@@ -22,6 +22,7 @@ import socket
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
@@ -97,6 +98,30 @@ def run(
     emit: Callable[[str], None],
 ) -> int:
     """Stage SRC on every rank's DEST; rank 0 reports.  Returns the exit code (the same on every rank)."""
+    from mpi4py import MPI
+
+    try:
+        return _run(src, dest, mode, check, min_success, hosts, chunk, emit)
+    except AgptError:
+        raise  # raised on every rank alike (rank 0 prints it)
+    except BaseException:
+        # one rank alone hit a bug or an interrupt: the others would wait forever in a collective
+        traceback.print_exc()
+        sys.stderr.flush()
+        MPI.COMM_WORLD.Abort(1)
+        raise
+
+
+def _run(
+    src: Path,
+    dest: str,
+    mode: str,
+    check: str | None,
+    min_success: str | None,
+    hosts: list[str],
+    chunk: int,
+    emit: Callable[[str], None],
+) -> int:
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD

@@ -104,12 +104,21 @@ class Receiver:
         self._thread = threading.Thread(target=self._extract, name="yeet-extract", daemon=True)
 
     def start(self) -> Receiver:
+        """Open the stage and start extracting; a failure here is this node's error, not a crash, so the
+        node still takes part in the broadcast (its peers would wait for it otherwise)."""
         self.t0 = time.monotonic()
-        self.stage.open()
+        try:
+            self.stage.open()
+        except OSError as exc:
+            self.error = f"cannot create {self.stage.tmp}: {exc.strerror}"
+            self.stage.done = True
         self._thread.start()
         return self
 
     def _extract(self) -> None:
+        if self.error:
+            self.reader.drain()
+            return
         try:
             trusted = self.members > 0
             self.files, self.bytes = safe_extract(
@@ -208,7 +217,11 @@ class TreeCopier:
 
     def start(self) -> TreeCopier:
         self.t0 = time.monotonic()
-        self.stage.open()
+        try:
+            self.stage.open()
+        except OSError as exc:
+            self.error = f"cannot create {self.stage.tmp}: {exc.strerror}"
+            self.stage.done = True
         return self
 
     def finish(self) -> str:
@@ -217,6 +230,8 @@ class TreeCopier:
         from agpt.yeet.pack import fingerprint
 
         tmp = self.stage.tmp
+        if self.error:
+            return self.error
         try:
             if self.mode == "rsync":
                 proc = subprocess.run(
