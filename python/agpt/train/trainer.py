@@ -206,6 +206,7 @@ class Trainer:
                     f"now {self.world})",
                     flush=True,
                 )
+            self.ckpt.last_saved_step = step  # already on disk: a final save at this step is a no-op
             return path
         assert first_error is not None
         raise first_error
@@ -286,6 +287,17 @@ class Trainer:
                     total += _local(v).numel() * v.element_size()
         return total
 
+    def describe(self) -> str:
+        """One line a person checks first in a job log: what runs where, and how the batch is split."""
+        tc = self.cfg.train
+        params = self.cfg.model.num_params()
+        return (
+            f"agpt: train: {params / 1e6:.1f}M parameters on {self.world} ranks ({self.device.type}), "
+            f"global batch {tc.global_batch} = {self.world} ranks x micro {tc.micro_batch} x accum {self.accum}, "
+            f"seq {tc.seq_len}, params {tc.param_dtype} over {tc.master_dtype} masters, "
+            f"run dir {self.run_dir or '(none)'}"
+        )
+
     # -- the loop -----------------------------------------------------------------------------------
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         self._signal = signum
@@ -320,6 +332,10 @@ class Trainer:
             self.run_dir.mkdir(parents=True, exist_ok=True)
         target = self.cfg.train.steps
         interval = self.cfg.checkpoint.interval
+        if self.rank == 0:
+            print(self.describe(), flush=True)
+            if self.step >= target:
+                print(f"agpt: already at step {self.step} (train.steps {target}): nothing to do", flush=True)
         tokens = 0
         t_log = time.perf_counter()
         try:
