@@ -256,8 +256,9 @@ class Trainer:
         grad_norm = float(norm)
         if not (math.isfinite(loss) and math.isfinite(grad_norm)):
             raise NonFinite(
-                f"step={self.step + 1} non-finite loss={loss} grad_norm={grad_norm}: stopping "
-                f"(lower optim.lr or check the data)"
+                f"non-finite {'loss' if not math.isfinite(loss) else 'gradient'} at step {self.step + 1} "
+                f"(loss={loss} grad_norm={grad_norm}): stopping; "
+                f"lower optim.lr or check the data"
             )
         self.optim.step()
         self.optim.zero_grad(set_to_none=True)
