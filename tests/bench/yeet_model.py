@@ -113,31 +113,35 @@ def calibrate(quick: bool, where: str | None) -> Rates:
             while f.read(8 << 20):
                 pass
         r.read_gbs = size / (time.perf_counter() - t0) / 1e9
-        # exactly a node's work: hash the stream, `zstd -d | tar -x` into DEST.tmp, verify
+        # exactly a node's work: hash the stream, `zstd -d | tar -x` into DEST.tmp, verify; and the per-file
+        # baseline, `rsync -a`.  Alternate them and keep the best of each: the machine is shared and noisy.
         (t / "out").mkdir()
-        t0 = time.perf_counter()
-        rx = stage_file(
-            tarball,
-            dest=t / "out" / "dest",
-            compression="zstd",
-            sha256=digest,
-            size=size,
-            check=None,
-            chunk=8 << 20,
-            members=members,
-        )
-        dt = time.perf_counter() - t0
-        if rx.error:
-            raise SystemExit(f"yeet_model: calibration extraction failed: {rx.error}")
-        rx.stage.abort()
-        r.extract_mbs = total / dt / 1e6
-        r.extract_files_s = (files + big) / dt
-        if shutil.which("rsync"):
+        best_x = best_r = float("inf")
+        for rep in range(1 if quick else 2):
             t0 = time.perf_counter()
-            subprocess.run(["rsync", "-a", f"{src}/", f"{t}/rs/"], check=True)
-            dt = time.perf_counter() - t0
-            r.rsync_files_s = (files + big) / dt
-            r.rsync_mbs = total / dt / 1e6
+            rx = stage_file(
+                tarball,
+                dest=t / "out" / "dest",
+                compression="zstd",
+                sha256=digest,
+                size=size,
+                check=None,
+                chunk=8 << 20,
+                members=members,
+            )
+            best_x = min(best_x, time.perf_counter() - t0)
+            if rx.error:
+                raise SystemExit(f"yeet_model: calibration extraction failed: {rx.error}")
+            rx.stage.abort()
+            if shutil.which("rsync"):
+                t0 = time.perf_counter()
+                subprocess.run(["rsync", "-a", f"{src}/", f"{t}/rs{rep}/"], check=True)
+                best_r = min(best_r, time.perf_counter() - t0)
+        r.extract_mbs = total / best_x / 1e6
+        r.extract_files_s = (files + big) / best_x
+        if best_r < float("inf"):
+            r.rsync_files_s = (files + big) / best_r
+            r.rsync_mbs = total / best_r / 1e6
     return r
 
 
