@@ -213,14 +213,15 @@ sched_export_deadline() {
 }
 
 # Runs a submit command without this job's scheduler variables, so that a successor submitted from inside
-# a job does not inherit its SLURM_NTASKS & co (SLURM_CONF is kept: it says which cluster).
+# a job does not inherit its SLURM_NTASKS & co (SLURM_CONF is kept: it says which cluster), nor this job's
+# AGPT_DEADLINE_EPOCH (sbatch exports the environment: the successor would take the dead job's deadline).
 _sched_clean_env() {
   local -a drop=()
   local v
   for v in $(compgen -e); do
     case "$v" in
       SLURM_CONF) ;;
-      SLURM_* | SBATCH_* | SRUN_* | PBS_*) drop+=(-u "$v") ;;
+      SLURM_* | SBATCH_* | SRUN_* | PBS_* | AGPT_DEADLINE_EPOCH) drop+=(-u "$v") ;;
     esac
   done
   env "${drop[@]}" "$@"

@@ -172,14 +172,15 @@ expand() {
   assert_output "qsub -W depend=afterany:77.fakepbs jobs/smoke.pbs"
 }
 
-@test "submit: the successor does not inherit this job's PBS_/SLURM_ variables" {
+@test "submit: the successor does not inherit this job's PBS_/SLURM_ variables nor its deadline" {
   cat >"$BATS_TEST_TMPDIR/qsub" <<'SH'
 #!/usr/bin/env bash
-env | grep -E '^(PBS_|SLURM_)' | sort >"$FAKE_PBS_DIR/env"; echo 9.x
+env | grep -E '^(PBS_|SLURM_|AGPT_DEADLINE)' | sort >"$FAKE_PBS_DIR/env"; echo 9.x
 SH
   chmod +x "$BATS_TEST_TMPDIR/qsub"
   mkdir -p "$FAKE_PBS_DIR"
   PATH="$BATS_TEST_TMPDIR:$PATH" SCHED_KIND=pbs PBS_JOBID=8.x SLURM_NTASKS=4 SLURM_CONF=/etc/x.conf \
+    AGPT_DEADLINE_EPOCH=1700000000 \
     run_strict 'sched_submit job.pbs 2>/dev/null'
   assert_success
   assert_output "9.x"
