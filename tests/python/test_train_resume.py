@@ -143,14 +143,23 @@ def test_corrupt_newest_falls_back_and_marker_goes_first(straight: tuple[Path, s
 
 
 def test_only_checkpoint_corrupt_exits_2_naming_the_file(straight: tuple[Path, str], tmp_path: Path) -> None:
+    """No good checkpoint left: never start from scratch silently; name the bad file (resharded to 1 rank)."""
     src, _ = straight
-    run = tmp_path / "run"
-    copy_ckpt(src, run, 40)
-    (run / "ckpt/step-40/__1_0.distcp").unlink()
-    r = run_train(2, run, "--steps", "41")
-    assert r.returncode == 2, r.stdout + r.stderr
-    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("agpt: error:")]
-    assert len(errors) == 1 and "__1_0.distcp" in errors[0] and "missing" in errors[0]
+    for damage in ("flip", "missing"):
+        run = tmp_path / damage
+        copy_ckpt(src, run, 40)
+        data = run / "ckpt/step-40/__1_0.distcp"
+        if damage == "missing":
+            data.unlink()
+        else:
+            blob = bytearray(data.read_bytes())
+            blob[::997] = bytes(b ^ 0xFF for b in blob[::997])
+            data.write_bytes(bytes(blob))
+        r = run_train(1, run, "--steps", "41")
+        assert r.returncode == 2, r.stdout + r.stderr
+        errors = [ln for ln in r.stderr.splitlines() if ln.startswith("agpt: error:")]
+        assert len(errors) == 1 and "__1_0.distcp" in errors[0], r.stderr
+        assert ("corrupt" if damage == "flip" else "missing") in errors[0]
 
 
 def test_checkpoint_of_another_model_exits_2_naming_the_tensor(

@@ -11,6 +11,7 @@ once so a thousand ranks do not flood the filesystem together.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -211,7 +212,7 @@ class Checkpointer:
             self._thread = None
         if self._error is not None:
             exc, self._error = self._error, None
-            raise AgptError(f"checkpoint save failed: {exc}") from exc
+            raise AgptError(f"checkpoint save failed: {one_line(exc)}") from exc
 
     def prune(self) -> None:
         """Keep the newest `keep` complete checkpoints; drop incomplete ones older than the newest."""
@@ -288,15 +289,48 @@ def check_model(path: Path, meta: Metadata, model_sd: dict[str, Any]) -> None:
             raise CheckpointError(f"{path}: checkpoint tensor {key} does not exist in this model")
 
 
-def load(path: Path, sd: dict[str, Any], group: Any) -> None:
+def one_line(exc: BaseException) -> str:
+    """A failure on one line; DCP's CheckpointException carries every rank's traceback, keep the first cause."""
+    failures = getattr(exc, "failures", None)
+    if isinstance(failures, dict) and failures:
+        rank, pair = sorted(failures.items())[0]
+        inner = pair[0] if isinstance(pair, tuple) else pair
+        if isinstance(inner, BaseException):
+            return f"rank {rank}: {one_line(inner)}"
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:300]
+
+
+def find_corrupt_file(path: Path, meta: Metadata, budget_s: float = 120.0) -> Path | None:
+    """The first data file holding an item that does not deserialize (None if none found in budget_s)."""
+    t0 = time.monotonic()
+    items: dict[str, set[tuple[int, int]]] = {}
+    for info in (meta.storage_data or {}).values():
+        items.setdefault(str(info.relative_path), set()).add((int(info.offset), int(info.length)))
+    for rel in sorted(items):
+        try:
+            with open(path / rel, "rb") as f:
+                for offset, length in sorted(items[rel]):
+                    if time.monotonic() - t0 > budget_s:
+                        return None
+                    f.seek(offset)
+                    torch.load(io.BytesIO(f.read(length)), map_location="cpu", weights_only=False)
+        except Exception:
+            return path / rel
+    return None
+
+
+def load(path: Path, sd: dict[str, Any], group: Any, meta: Metadata | None = None) -> None:
     """Load in place into `sd` (resharding to the current world size as needed)."""
     try:
         dcp.load(sd, storage_reader=FileSystemReader(path), process_group=group)
-    except CheckpointError:
+    except (KeyboardInterrupt, SystemExit):
         raise
-    except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CheckpointError(f"{path}: cannot load checkpoint ({first})") from None
+    except BaseException as exc:  # DCP's CheckpointException is a BaseException
+        bad = find_corrupt_file(path, meta) if meta is not None and dist.get_rank() == 0 else None
+        if bad is not None:
+            raise CheckpointError(f"{bad}: corrupt checkpoint data ({one_line(exc)})") from None
+        raise CheckpointError(f"{path}: cannot load checkpoint ({one_line(exc)})") from None
 
 
 def warn(msg: str) -> None:
