@@ -3,8 +3,13 @@
 Why so careful: a tarball is input from the filesystem, and it is unpacked on every node of a job, often as a
 user whose home and keys sit on the same machine.  So the whole archive is refused (not just the bad member)
 when an entry has an absolute path or `..`, is a device or fifo, would be written through a symlink, or is a
-link that points outside the tree.  The one exception is the interpreter link a venv's `bin/python*` holds to
-its base Python, without which no venv works.
+link that points outside the tree (also through other links).  The one exception is the interpreter link a
+venv's `bin/python*` holds to its base Python, without which no venv works.
+
+Where the checks run: `scan` validates a whole tarball once where it is read (rank 0, the ssh head, or while
+packing), and that verdict is bound to the tarball's sha256.  Nodes then stream the bytes straight into
+`zstd -d | tar -x` and compare the digest at the end; a mismatch discards the tree.  A stream nobody has
+validated goes through a gate instead: each header is checked here before `tar` is given its bytes.
 
 Why a temporary tree and a janitor: a node must end with either the old DEST or the complete new one.  The tree
 is built in `DEST.tmp.<id>`, verified, then swapped in with two renames.  A small `sh` process (the janitor,
