@@ -45,9 +45,11 @@ def run_check(cmd: str, staged: Path, dest: Path) -> str:
     """Run --check CMD inside the staged tree (before it replaces DEST); '' when it passed.
 
     The staged tree's `bin/` comes first on PATH, so `python -c "import torch"` tests the staged venv itself.
-    `{dest}` in CMD becomes the staged path.
+    `{dest}` in CMD becomes the staged path.  The launcher's variables are dropped, so a check that imports
+    mpi4py starts a world of its own instead of trying to join this job's.
     """
-    env = dict(os.environ)
+    launcher = ("PMI_", "PMIX_", "OMPI_", "HYDRA_", "HYDI_", "PALS_", "MPIR_")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(launcher)}
     env["AGPT_YEET_DIR"] = str(staged)
     env["AGPT_YEET_DEST"] = str(dest)
     if is_venv(staged):
