@@ -73,7 +73,7 @@ def test_precedence_yaml_env_set_flags() -> None:
     ("env", "rank", "world"),
     [
         ({"PMI_RANK": "1", "PMI_SIZE": "2", "MPI_LOCALNRANKS": "2"}, 1, 2),
-        ({"PALS_RANKID": "3", "PALS_SIZE": "8", "PALS_LOCAL_RANKID": "3", "PALS_LOCAL_SIZE": "4"}, 3, 8),
+        ({"PALS_RANKID": "3", "PMI_SIZE": "8", "PALS_LOCAL_RANKID": "3", "PALS_LOCAL_SIZE": "4"}, 3, 8),
         ({"OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_SIZE": "4"}, 2, 4),
         ({"SLURM_PROCID": "5", "SLURM_NTASKS": "6", "SLURM_NNODES": "1", "SLURM_JOB_ID": "9"}, 5, 6),
         ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "h0", "MASTER_PORT": "1234"}, 0, 2),
@@ -91,8 +91,12 @@ def test_launcher_detection(env: dict[str, str], rank: int, world: int) -> None:
 def test_rendezvous_from_host_list(tmp_path: Path) -> None:
     hosts = tmp_path / "hosts"
     hosts.write_text("nid001\nnid002\n")
-    env = {"PALS_RANKID": "5", "PALS_SIZE": "8", "PALS_LOCAL_SIZE": "4", "FAILOVER_HOSTFILE": str(hosts)}
+    env = {"PALS_RANKID": "5", "PMI_SIZE": "8", "PALS_LOCAL_SIZE": "4", "FAILOVER_HOSTFILE": str(hosts)}
     assert dist.detect(env).master_addr == "nid001"
+    # No launcher variable says how many ranks share a node: two hosts in the list mean multi-node.
+    info = dist.detect({"PMI_RANK": "3", "PMI_SIZE": "4", "PBS_NODEFILE": str(hosts)})
+    assert (info.master_addr, info.local_rank) == ("nid001", 3)
+    assert dist.detect({"PMI_RANK": "1", "PMI_SIZE": "2", "MPI_LOCALNRANKS": "2"}).master_addr == "127.0.0.1"
     env = {"SLURM_PROCID": "0", "SLURM_NTASKS": "8", "SLURM_NNODES": "2", "SLURM_JOB_ID": "7",
            "SLURM_JOB_NODELIST": "x1000c0s[3-4,7]b0n0,y1"}  # fmt: skip
     info = dist.detect(env)

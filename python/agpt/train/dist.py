@@ -20,19 +20,20 @@ from typing import Any
 
 from agpt.errors import ConfigError
 
-# (rank, world size, local rank, local world size) per launcher, in order of preference.
-_LAUNCHERS: tuple[tuple[str, str, str, str], ...] = (
-    ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"),  # torchrun
-    ("PALS_RANKID", "PALS_SIZE", "PALS_LOCAL_RANKID", "PALS_LOCAL_SIZE"),  # HPE PALS (PBS mpiexec)
-    (
-        "OMPI_COMM_WORLD_RANK",
-        "OMPI_COMM_WORLD_SIZE",
-        "OMPI_COMM_WORLD_LOCAL_RANK",
-        "OMPI_COMM_WORLD_LOCAL_SIZE",
-    ),
-    ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"),  # MPICH hydra
-    ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"),  # srun
+# (rank, world size) per launcher, in order of preference (torchrun first: it may run inside srun).
+_LAUNCHERS: tuple[tuple[str, str], ...] = (
+    ("RANK", "WORLD_SIZE"),  # torchrun
+    ("PALS_RANKID", "PALS_SIZE"),  # HPE PALS (PBS mpiexec) ...
+    ("PALS_RANKID", "PMI_SIZE"),  # ... which leaves the size to Cray PMI
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),  # Open MPI
+    ("PMI_RANK", "PMI_SIZE"),  # MPICH hydra, Cray PMI
+    ("SLURM_PROCID", "SLURM_NTASKS"),  # srun
 )
+# Ranks on this node: whichever the launcher exported (they agree when several are present).
+_LOCAL_RANK = ("LOCAL_RANK", "PALS_LOCAL_RANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
+               "PMI_LOCAL_RANK", "SLURM_LOCALID")  # fmt: skip
+_LOCAL_SIZE = ("LOCAL_WORLD_SIZE", "PALS_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
+               "PMI_LOCAL_SIZE")  # fmt: skip
 
 
 @dataclass(kw_only=True, slots=True)
@@ -54,16 +55,27 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
     return int(m.group(0)) if m else default
 
 
-def _first_host(env: Mapping[str, str]) -> str | None:
-    """The first host of $FAILOVER_HOSTFILE, $PBS_NODEFILE, or the Slurm node list."""
+def _hosts(env: Mapping[str, str]) -> list[str]:
+    """Distinct hosts of $FAILOVER_HOSTFILE or $PBS_NODEFILE, in order (empty when neither is set)."""
     for var in ("FAILOVER_HOSTFILE", "PBS_NODEFILE"):
         path = env.get(var)
         if path and Path(path).is_file():
+            hosts: list[str] = []
             for line in Path(path).read_text().splitlines():
-                host = line.split()[0] if line.split() else ""
-                if host and not host.startswith("#"):
-                    return host.split(":")[0]
-    nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
+                words = line.split()
+                host = words[0].split(":")[0] if words else ""
+                if host and not host.startswith("#") and host not in hosts:
+                    hosts.append(host)
+            return hosts
+    return []
+
+
+def _first_host(env: Mapping[str, str]) -> str | None:
+    """The first host of $FAILOVER_HOSTFILE, $PBS_NODEFILE, or the Slurm node list."""
+    hosts = _hosts(env)
+    if hosts:
+        return hosts[0]
+    nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
     if nodelist:
         return expand_first_slurm_host(nodelist)
     return None
@@ -101,19 +113,27 @@ def _default_port(env: Mapping[str, str], all_local: bool) -> int:
 def detect(env: Mapping[str, str] | None = None) -> DistInfo:
     """Rank and rendezvous from the launcher's environment; a lone process is rank 0 of 1."""
     env = os.environ if env is None else env
-    rank, world, local_rank, local_world, launcher = 0, 1, 0, 1, "none"
-    for r, w, lr, lw in _LAUNCHERS:
+    rank, world, launcher = 0, 1, "none"
+    for r, w in _LAUNCHERS:
         if r in env and w in env:
-            rank, world = _int(env, r, 0), _int(env, w, 1)
-            local_rank = _int(env, lr, rank)
-            local_world = _int(env, lw, world)
-            launcher = r
+            rank, world, launcher = _int(env, r, 0), _int(env, w, 1), r
             break
     if not 0 <= rank < world:
         raise ConfigError(f"{launcher}: rank {rank} is outside world size {world}")
-    all_local = local_world >= world or world == 1
-    if env.get("SLURM_NNODES") and launcher == "SLURM_PROCID":
+    local_rank = next((_int(env, v, 0) for v in _LOCAL_RANK if v in env), None)
+    local_world = next((_int(env, v, 1) for v in _LOCAL_SIZE if v in env), None)
+    if world == 1:
+        all_local = True
+    elif launcher == "SLURM_PROCID" and env.get("SLURM_NNODES"):
         all_local = _int(env, "SLURM_NNODES", 1) == 1
+    elif local_world is not None:
+        all_local = local_world >= world
+    else:  # nothing says how many ranks share this node: trust the host list, if any
+        all_local = len(_hosts(env)) <= 1
+    if local_rank is None:  # a guess for block placement; pick_device wraps it by the device count
+        local_rank = rank
+    if local_world is None:
+        local_world = world if all_local else 1
     addr = env.get("MASTER_ADDR") or env.get("AGPT_MASTER_ADDR")
     if not addr:
         addr = "127.0.0.1" if all_local else (_first_host(env) or "127.0.0.1")
