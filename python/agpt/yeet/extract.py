@@ -405,7 +405,10 @@ def _tar_extract(raw: IO[bytes], root: Path, compression: str, guard: _Guard) ->
 
 
 TAR_FLAGS = ["--no-same-owner", "--no-same-permissions", "--keep-old-files"]
-DECOMPRESS = {"zstd": ["zstd", "-d", "-c", "-q"], "gzip": ["gzip", "-d", "-c"]}
+DECOMPRESS = {
+    "zstd": ["zstd", "-d", "-c", "-q"],
+    "gzip": ["pigz" if shutil.which("pigz") else "gzip", "-d", "-c"],
+}
 
 
 def scan(raw: IO[bytes], compression: str) -> tuple[int, int]:
