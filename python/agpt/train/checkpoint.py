@@ -145,6 +145,8 @@ class Checkpointer:
         """Save `state()` as step-N; returns the seconds the caller (training thread) stalled."""
         t0 = time.perf_counter()
         self.wait()
+        if self.rank == 0:
+            self._drop_marker(step_dir(self.root, step))  # before anything else touches the directory
         sd = state()
         if self.cfg.async_save and not block:
             snapshot = self._snapshot(sd)
@@ -181,10 +183,7 @@ class Checkpointer:
         path = step_dir(self.root, step)
         if self.rank == 0:
             self.root.mkdir(parents=True, exist_ok=True)
-            marker = path / COMPLETE
-            if marker.exists():  # never leave a marker over files we are about to replace
-                marker.unlink()
-                _fsync_dir(path)
+            self._drop_marker(path)
             if path.exists():
                 shutil.rmtree(path)
             path.mkdir()
@@ -204,6 +203,14 @@ class Checkpointer:
             record = {"step": step, "time": int(time.time()), "world_size": self.world}
             _write_atomic(path / COMPLETE, json.dumps(record) + "\n")
             self.prune()
+
+    @staticmethod
+    def _drop_marker(path: Path) -> None:
+        """Never leave a `.complete` over files about to be replaced."""
+        marker = path / COMPLETE
+        if marker.exists():
+            marker.unlink()
+            _fsync_dir(path)
 
     def wait(self) -> None:
         """Block until the in-flight save (if any) ends; re-raise its failure here."""
