@@ -86,6 +86,7 @@ class TrainConfig:
     master_dtype: str = "fp32"  # dtype of the sharded parameters the optimizer updates
     device: str = "auto"  # auto, cpu, cuda, xpu, ...
     deterministic: bool = False
+    activation_checkpointing: bool = False  # recompute each block in backward: memory for ~30% compute
     dist_timeout_s: int = 900
     deadline_margin_s: int = 300  # save and stop this long before AGPT_DEADLINE_EPOCH
 

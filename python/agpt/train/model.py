@@ -12,6 +12,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from agpt.train.config import ModelConfig
 
@@ -105,6 +106,7 @@ class Transformer(nn.Module):
         self.output = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
         self.register_buffer("rope", torch.empty(0), persistent=False)
         self.rope: torch.Tensor
+        self.activation_checkpointing = False
 
     def init_weights(self) -> None:
         """Deterministic under a fixed seed; residual projections scaled by depth (GPT-2/Llama practice)."""
@@ -126,5 +128,8 @@ class Transformer(nn.Module):
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         h = self.tok_embeddings(tokens)
         for layer in self.layers:
-            h = layer(h, self.rope)
+            if self.activation_checkpointing and self.training and torch.is_grad_enabled():
+                h = checkpoint(layer, h, self.rope, use_reentrant=False)
+            else:
+                h = layer(h, self.rope)
         return self.output(self.norm(h))

@@ -81,7 +81,7 @@ class Trainer:
         self.accum = tc.global_batch // (tc.micro_batch * self.world)
         if tc.deterministic:
             os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-            torch.use_deterministic_algorithms(True)
+            torch.use_deterministic_algorithms(True, warn_only=True)
         self.device_str, backend = tdist.pick_device(tc.device, self.info.local_rank)
         self.device = torch.device(self.device_str)
         if self.device.type == "cpu" and not os.environ.get("OMP_NUM_THREADS"):
@@ -130,6 +130,7 @@ class Trainer:
             model.to_empty(device=self.device)
             model.init_weights()
         model.rope = model.rope.float()
+        model.activation_checkpointing = tc.activation_checkpointing
         return model
 
     def _build_optim(self) -> torch.optim.Optimizer:
