@@ -6,6 +6,7 @@ check the shape of the tree from what ssh was asked to do.
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -38,6 +39,8 @@ def test_fan_out_tree_sources_drive_their_children(tmp_path: Path) -> None:
     assert len(receipts) - len(relayed) >= 2  # the head fed the first wave itself
     extracts = [h for h, c in calls if "agpt.yeet.remote" in c]
     assert sorted(extracts) == sorted(hosts)
+    for h in hosts:  # the relayed tarballs are removed once every copy is done
+        assert sorted(os.listdir(tmp_path / "hosts" / h)) == ["data"]
 
 
 def test_unreachable_host_is_retried_then_reported_under_min_success(tmp_path: Path) -> None:

@@ -164,6 +164,13 @@ def run(s: YeetSettings, *, dest: str, hosts: list[str], emit: Callable[[str], N
                         f"yeet: {tgt} {'ok' if results[tgt].committed else 'FAILED'} "
                         f"({len(results)}/{len(hosts)} done)"
                     )
+        # every copy is done: the tarballs the nodes kept to serve others only take space now (often RAM)
+        holders = [h for h in hosts if h in tree.active]
+        for fut in [
+            exts.submit(_call, [*ssh, h, f"rm -f {shlex.quote(str(stage_file(dests[h], tb.sha256)))}"], 60.0)
+            for h in holders
+        ]:
+            fut.result()
     final = [results[h] for h in hosts]
     for line in report_lines(
         final, need=need, seconds=time.monotonic() - t0, nbytes=tb.size, verb="staged (ssh)"
