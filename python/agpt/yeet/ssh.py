@@ -22,7 +22,6 @@ import os
 import shlex
 import subprocess
 import sys
-import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -122,7 +121,6 @@ def run(s: YeetSettings, *, dest: str, hosts: list[str], emit: Callable[[str], N
     tree = _Tree(fanout=s.fanout, pending=deque(hosts))
     started: dict[str, float] = {}
     results: dict[str, NodeResult] = {}
-    lock = threading.Lock()
 
     def transfer(src: str, tgt: str) -> tuple[int, str]:
         recv = receive_command(dests[tgt], tb)
@@ -158,14 +156,13 @@ def run(s: YeetSettings, *, dest: str, hosts: list[str], emit: Callable[[str], N
                     if rc == 0:
                         inflight[exts.submit(extract, tgt)] = ("extract", src, tgt)
                     continue
-                with lock:
-                    results[tgt] = _extracted(tgt, hosts.index(tgt), dests[tgt], rc, err, started[tgt])
-                    emit(
-                        f"yeet: {tgt} {'ok' if results[tgt].committed else 'FAILED'} "
-                        f"({len(results)}/{len(hosts)} done)"
-                    )
+                results[tgt] = _extracted(tgt, hosts.index(tgt), dests[tgt], rc, err, started[tgt])
+                emit(
+                    f"yeet: {tgt} {'ok' if results[tgt].committed else 'FAILED'} "
+                    f"({len(results)}/{len(hosts)} done)"
+                )
         # every copy is done: the tarballs the nodes kept to serve others only take space now (often RAM)
-        holders = [h for h in hosts if h in tree.active]
+        holders = [h for h in hosts if h in tree.active or h in tree.strikes]  # every host that received
         for fut in [
             exts.submit(_call, [*ssh, h, f"rm -f {shlex.quote(str(stage_file(dests[h], tb.sha256)))}"], 60.0)
             for h in holders
