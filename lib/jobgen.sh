@@ -110,6 +110,9 @@ jobgen_render() {
     _jobgen_directive "$pfx" "" "--output=%x.o%j"
     _jobgen_directive "$pfx" "job.nodes $JOB_NODES + spares $spares (job.spares, else SITE_SPARES_PERCENT/SITE_SPARES_MIN)" "--nodes=$total"
     _jobgen_directive "$pfx" "job.walltime" "--time=$wall"
+    if [[ "$JOB_FAILOVER" == 1 ]]; then
+      _jobgen_directive "$pfx" "job.failover: a dead node must not end the allocation; a spare replaces it" "--no-kill"
+    fi
     if [[ -n "$JOB_RANKS_PER_NODE" ]]; then
       _jobgen_directive "$pfx" "job.ranks_per_node" "--ntasks-per-node=$JOB_RANKS_PER_NODE"
     else

@@ -102,7 +102,10 @@ launch_cmd() {
       ;;
     srun)
       printf -v nodelist '%s,' "${hosts[@]}"
-      LAUNCH_CMD=("$LAUNCH_SRUN" "--nodelist=${nodelist%,}" -N "$nh" "--ntasks-per-node=$ppn" -n "$np")
+      # --kill-on-bad-exit: one dead rank ends the step (its peers would wait in a collective forever);
+      # --label: every line says its rank, so the failover classifier can tell which host spoke.
+      LAUNCH_CMD=("$LAUNCH_SRUN" "--nodelist=${nodelist%,}" -N "$nh" "--ntasks-per-node=$ppn" -n "$np"
+        --kill-on-bad-exit=1 --label)
       [[ -n "$bind" ]] && LAUNCH_CMD+=("--cpu-bind=$bind")
       ;;
     *)

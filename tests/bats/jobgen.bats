@@ -130,6 +130,18 @@ conf() {  # conf NAME YAML-BODY: a config file holding only a job: section
   assert_line "export FAKE_TRAINER_FAULTS=die@5:n2"
   refute_line --partial "chain_start"
   refute_line --partial "failover_run"
+  refute_line "#SBATCH --no-kill"
+}
+
+@test "a Slurm job under failover keeps its allocation when a node dies (--no-kill)" {
+  c="$(conf nk 'job:
+  nodes: 4
+  spares: 2')"
+  run agpt jobgen --site generic --scheduler slurm "$c"
+  assert_success
+  assert_line "#SBATCH --no-kill"
+  run agpt jobgen --site generic --scheduler pbs "$c"
+  refute_line --partial "no-kill"
 }
 
 @test "bad config: unknown key, nodes <= 0, spares < 0, walltime that does not parse: exit 2 naming the field" {

@@ -37,14 +37,14 @@ local_setup() {
     launch_cmd prog'
   assert_success
   assert_line --index 0 --partial "srun --nodelist=x4102c5s2b0n0,x4102c5s3b0n0 -N 2"
-  assert_line --index 1 "srun --nodelist=n3,n6 -N 2 --ntasks-per-node=4 -n 8 --cpu-bind=cores --cpus-per-task=32 --gpus-per-node=4 prog"
+  assert_line --index 1 "srun --nodelist=n3,n6 -N 2 --ntasks-per-node=4 -n 8 --kill-on-bad-exit=1 --label --cpu-bind=cores --cpus-per-task=32 --gpus-per-node=4 prog"
 }
 
 @test "without a failover host file: the allocation's hosts (PBS_NODEFILE, de-duplicated)" {
   printf '%s\n' h1 h1 h2 h2 >"$BATS_TEST_TMPDIR/nodefile"
   PBS_JOBID=1.x PBS_NODEFILE="$BATS_TEST_TMPDIR/nodefile" run_strict 'env_site_load frontier; launch_cmd prog; cat "$(launch_hostfile)"'
   assert_success
-  assert_line --index 0 "srun --nodelist=h1,h2 -N 2 --ntasks-per-node=8 -n 16 --cpu-bind=threads --cpus-per-task=7 --gpus-per-task=1 --gpu-bind=closest prog"
+  assert_line --index 0 "srun --nodelist=h1,h2 -N 2 --ntasks-per-node=8 -n 16 --kill-on-bad-exit=1 --label --cpu-bind=threads --cpus-per-task=7 --gpus-per-task=1 --gpu-bind=closest prog"
   assert_line --index 1 h1
   assert_line --index 2 h2
 }
@@ -57,7 +57,7 @@ local_setup() {
 
 @test "hydra (generic site): two real MPICH ranks on this host" {
   LAUNCH_PPN=2 run_strict 'env_site_load generic
-    launch_run python3 -c "import os; print(\"rank\", os.environ[\"PMI_RANK\"], \"of\", os.environ[\"PMI_SIZE\"])" | sort'
+    launch_run python3 -c "import os; e = os.environ; os.write(1, (\"rank %s of %s\\n\" % (e[\"PMI_RANK\"], e[\"PMI_SIZE\"])).encode())" | sort'
   assert_success
   assert_line "rank 0 of 2"
   assert_line "rank 1 of 2"
@@ -91,7 +91,7 @@ local_setup() {
   run cat "$FAKE_PBS_DIR/calls.log"
   assert_output "mpiexec -n 2 --ppn 1 --hostfile $BATS_TEST_TMPDIR/active --cpu-bind list:1-8:9-16:17-24:25-32:33-40:41-48:53-60:61-68:69-76:77-84:85-92:93-100 --genvall $AGPT_ROOT/site/aurora/hooks/cleanup.sh"
   FAILOVER_HOSTFILE="$BATS_TEST_TMPDIR/active" run agpt launch --site perlmutter --dry-run -- agpt train
-  assert_output "srun --nodelist=x4102c5s2b0n0,x4102c5s3b0n0 -N 2 --ntasks-per-node=4 -n 8 --cpu-bind=cores --cpus-per-task=32 --gpus-per-node=4 agpt train"
+  assert_output "srun --nodelist=x4102c5s2b0n0,x4102c5s3b0n0 -N 2 --ntasks-per-node=4 -n 8 --kill-on-bad-exit=1 --label --cpu-bind=cores --cpus-per-task=32 --gpus-per-node=4 agpt train"
   run agpt launch --site generic
   assert_failure 2
   run agpt launch --site nowhere prog
