@@ -114,7 +114,7 @@ def report_lines(
     shown = results if len(results) <= DETAIL_MAX else sorted(ok, key=lambda r: -r.seconds)[:10] + bad
     for r in shown:
         status = "ok" if r.committed else "failed"
-        line = f"yeet: rank={r.rank} host={r.host} seconds={r.seconds:.2f} files={r.files} status={status}"
+        line = f"yeet: rank={r.rank} host={r.host} seconds={r.seconds:.2f} entries={r.files} status={status}"
         if r.error:
             line += f" error={r.error!r}"
         lines.append(line)
