@@ -12,6 +12,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from agpt.errors import BadInput
 
@@ -59,6 +60,20 @@ def read_run(run_dir: Path) -> RunCurve:
     return curve
 
 
+def swap_text(swapped: Any) -> str:
+    """`swap n3->n5` (or `blind swap ...`) from an event's `swapped`: the loop's {"out", "in", "blind"} record,
+    or a plain list of hosts."""
+    if isinstance(swapped, dict):
+        out = ",".join(str(h) for h in swapped.get("out") or [])
+        if not out:
+            return ""
+        new = ",".join(str(h) for h in swapped.get("in") or [])
+        return ("blind swap " if swapped.get("blind") else "swap ") + out + (f"->{new}" if new else "")
+    if isinstance(swapped, list) and swapped:
+        return "swap " + ",".join(str(h) for h in swapped)
+    return ""
+
+
 def plot_run(run_dir: Path, out: Path, *, title: str | None = None) -> Path:
     """Write the PNG and return its path."""
     import matplotlib
@@ -75,6 +90,7 @@ def plot_run(run_dir: Path, out: Path, *, title: str | None = None) -> Path:
     ymax = max(curve.loss.values())
     seen_labels: set[str] = set()
     after_failure = False
+    n_labels = 0
     for ev in curve.events:
         first = ev.get("first_step")
         if after_failure and isinstance(first, int | float):
@@ -93,12 +109,18 @@ def plot_run(run_dir: Path, out: Path, *, title: str | None = None) -> Path:
         label = "chain hand-over" if color == "#7f7f7f" else "failure"
         ax.axvline(x, color=color, ls="--", lw=1.2, label=None if label in seen_labels else label)
         seen_labels.add(label)
-        swapped = ev.get("swapped") or []
-        hosts = ",".join(str(h) for h in swapped) if isinstance(swapped, list) else str(swapped)
-        text = f"{cls}" + (f"\nswap {hosts}" if hosts else "")
+        text = f"{cls}" + (f"\n{swap_text(ev.get('swapped'))}" if swap_text(ev.get("swapped")) else "")
+        # Events a few steps apart would print over each other: stagger the labels down the plot.
         ax.annotate(
-            text, (x, ymax), xytext=(3, -4), textcoords="offset points", fontsize=8, va="top", color=color
+            text,
+            (x, ymax),
+            xytext=(3, -4 - 24 * (n_labels % 4)),
+            textcoords="offset points",
+            fontsize=8,
+            va="top",
+            color=color,
         )
+        n_labels += 1
     ax.set_xlabel("step")
     ax.set_ylabel("loss")
     ax.set_title(title or f"{run_dir.name}: loss, failures and recoveries")

@@ -59,3 +59,13 @@ def test_plot_without_progress_is_a_clear_error(tmp_path: Path) -> None:
     )
     assert res.returncode == 2
     assert "no `step=N loss=X` lines" in res.stderr
+
+
+def test_swap_labels_read_the_failover_loops_record() -> None:
+    from agpt.runplot import swap_text
+
+    assert swap_text({"out": ["n3"], "in": ["n5"], "blind": False, "returned": []}) == "swap n3->n5"
+    assert swap_text({"out": ["n2"], "in": ["n6"], "blind": True}) == "blind swap n2->n6"
+    assert swap_text({"out": [], "in": [], "blind": False}) == ""
+    assert swap_text(["n3"]) == "swap n3"
+    assert swap_text(None) == ""
