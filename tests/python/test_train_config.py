@@ -122,6 +122,9 @@ def test_cli_bad_input_exits_2_with_one_line(tmp_path: Path) -> None:
     assert r.returncode == 2 and "model.n_heads" in r.stderr
     r = _cli(tmp_path, "--config", str(tmp_path / "missing.yaml"))
     assert r.returncode == 2 and "missing.yaml" in r.stderr
+    (tmp_path / "file").write_text("")
+    r = _cli(tmp_path, "--config", str(TINY), "--run-dir", str(tmp_path / "file" / "run"))
+    assert r.returncode == 2 and "--run-dir" in r.stderr
 
 
 def test_lr_find_analysis_picks_steepest_descent_before_the_minimum() -> None:

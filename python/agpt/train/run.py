@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+from agpt.errors import BadInput
 from agpt.train.config import load_config
 
 
@@ -21,9 +23,16 @@ def train(
         list(sets),
         flags={"train.steps": steps, "checkpoint.interval": ckpt_interval, "train.run_dir": run_dir},
     )
+    rd = Path(cfg.train.run_dir) if cfg.train.run_dir else None
+    if rd is not None:
+        try:
+            (rd / "ckpt").mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise BadInput(f"--run-dir {rd}: cannot create ({exc.strerror})") from None
+        if not os.access(rd, os.W_OK):
+            raise BadInput(f"--run-dir {rd}: not writable")
     from agpt.train.trainer import Trainer
 
-    rd = Path(cfg.train.run_dir) if cfg.train.run_dir else None
     trainer = Trainer(cfg, rd)
     if rd is None and trainer.rank == 0:
         print("agpt: warning: no run directory (--run-dir or AGPT_RUN_DIR): checkpoints are off", flush=True)
