@@ -106,7 +106,7 @@ def test_rendezvous_from_host_list(tmp_path: Path) -> None:
 
 def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [str(ROOT / "bin/agpt"), "train", *args, "--run-dir", str(tmp_path / "run")],
+        [str(ROOT / "bin/agpt"), "train", "--run-dir", str(tmp_path / "run"), *args],
         env=agpt_env(),
         capture_output=True,
         text=True,
