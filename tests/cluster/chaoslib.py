@@ -416,11 +416,21 @@ def figures(run_dir: Path, faults: list[Fault], tokens_per_step: int) -> dict[st
     for f in faults:
         rows.append({"fault": f"{f.kind}@{f.step}", "fired": f.fired, "at_step": f.at_step,
                      "hosts": f.hosts, "attempt": f.log, "steps_lost": lost_by_log.get(f.log) if f.fired else None})  # fmt: skip
-    for ev in events:
-        if ev.get("class") == "walltime":
-            log = str(ev.get("log", "")).rsplit("/", 1)[-1]
-            rows.append({"fault": "walltime", "fired": True, "at_step": ev.get("last_step"), "hosts": [],
-                         "attempt": log, "steps_lost": lost_by_log.get(log)})  # fmt: skip
+    # A walltime hand-over: a job that stopped with `resubmit` because of its deadline (the trainer saved at
+    # it, or too little time was left for another attempt), not for want of spares.  Steps an injected fault
+    # lost in that last attempt are counted against the fault, not the walltime.
+    by_attempt = {(str(e.get("jobid")), e.get("attempt")): e for e in events}
+    for stop in _jsonl(run_dir / "events.jsonl"):
+        reason = str(stop.get("reason", ""))
+        if stop.get("event") != "stop" or stop.get("verdict") != "resubmit":
+            continue
+        if "deadline" not in reason and "FAILOVER_MIN_ATTEMPT_S" not in reason:
+            continue
+        ev = by_attempt.get((str(stop.get("jobid")), stop.get("attempt")), {})
+        log = str(ev.get("log", "")).rsplit("/", 1)[-1]
+        lost = lost_by_log.get(log) if ev.get("class") == "walltime" else 0
+        rows.append({"fault": "walltime", "fired": True, "at_step": ev.get("last_step"), "hosts": [],
+                     "attempt": log or f"{stop.get('jobid')}.-", "steps_lost": lost, "why": reason})  # fmt: skip
     return {
         "productive_s": round(productive, 2),
         "wall_s": round(wall, 2) if wall is not None else None,
