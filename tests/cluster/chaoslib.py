@@ -388,37 +388,53 @@ def bad_hosts(run_dir: Path) -> tuple[list[str], list[str]]:
     return proven, blind
 
 
-def figures(run_dir: Path, faults: list[Fault], tokens_per_step: int) -> dict[str, Any]:
-    """Effective training time ratio and steps lost per fault, from the attempt logs, events and chain."""
+def _log_steps(path: Path) -> tuple[int | None, int | None]:
+    """(first, last) step logged in an attempt log."""
+    found = STEP_RE.findall(path.read_bytes())
+    return (int(found[0][0]), int(found[-1][0])) if found else (None, None)
+
+
+def figures(
+    run_dir: Path, faults: list[Fault], tokens_per_step: int, *, started: float | None = None
+) -> dict[str, Any]:
+    """Effective training time ratio and steps lost per fault, from the attempt logs, events and chain.
+
+    Wall time runs from `started` (the submission; default the first start recorded) to the last job's end.
+    """
     events = [e for e in _jsonl(run_dir / "events.jsonl") if e.get("event") == "attempt"]
     chain = chain_records(run_dir)
+    logs = attempt_logs(run_dir)
     # Productive time: each step's time (tokens / tps) in the last attempt that ran it.
     step_s: dict[int, float] = {}
-    for path in attempt_logs(run_dir):
+    for path in logs:
         for s, tps in STEP_RE.findall(path.read_bytes()):
             t = float(tps)
             if t > 0:
                 step_s[int(s)] = tokens_per_step / t
     productive = sum(step_s.values())
-    started = min((float(r["started"]) for r in chain if "started" in r), default=None)
-    ended = max((float(r["ended"]) for r in chain if r.get("ended")), default=None)
-    wall = (ended - started) if started is not None and ended is not None else None
-    # Steps lost by an attempt: its last step minus the step the next attempt resumed from.
+    starts = [float(r["started"]) for r in [*chain, *events] if isinstance(r.get("started"), int | float)]
+    ends = [float(r["ended"]) for r in [*chain, *events] if isinstance(r.get("ended"), int | float)]
+    if started is None and starts:
+        started = min(starts)
+    wall = (max(ends) - started) if started is not None and ends else None
+    # Steps lost by an attempt: its last step minus the step the next attempt resumed from (both read from
+    # the logs, so an attempt whose job was killed before it recorded an event still counts).
+    spans = [(p.name, *_log_steps(p)) for p in logs]
     lost_by_log: dict[str, int | None] = {}
-    for i, ev in enumerate(events):
-        nxt = events[i + 1] if i + 1 < len(events) else None
-        last, first = ev.get("last_step"), (nxt or {}).get("first_step")
-        log = str(ev.get("log", "")).rsplit("/", 1)[-1]
-        lost_by_log[log] = (
-            max(0, last - (first - 1)) if isinstance(last, int) and isinstance(first, int) else None
+    for i, (name, _first, last) in enumerate(spans):
+        nxt_first = next((f for _n, f, _l in spans[i + 1 :] if f is not None), None)
+        lost_by_log[name] = (
+            max(0, last - (nxt_first - 1)) if last is not None and nxt_first is not None else None
         )
     rows = []
     for f in faults:
         rows.append({"fault": f"{f.kind}@{f.step}", "fired": f.fired, "at_step": f.at_step,
                      "hosts": f.hosts, "attempt": f.log, "steps_lost": lost_by_log.get(f.log) if f.fired else None})  # fmt: skip
-    # A walltime hand-over: a job that stopped with `resubmit` because of its deadline (the trainer saved at
-    # it, or too little time was left for another attempt), not for want of spares.  Steps an injected fault
-    # lost in that last attempt are counted against the fault, not the walltime.
+    faulted = {f.log for f in faults if f.fired}
+    # Walltime hand-overs: a job that stopped with `resubmit` because of its deadline (the trainer saved at
+    # it, or too little time was left for another attempt), not for want of spares; or a job the scheduler
+    # killed at its time limit before it could record an end (the next job of the chain took over).  Steps an
+    # injected fault lost in the same attempt are counted against the fault, not the walltime.
     by_attempt = {(str(e.get("jobid")), e.get("attempt")): e for e in events}
     for stop in _jsonl(run_dir / "events.jsonl"):
         reason = str(stop.get("reason", ""))
@@ -428,15 +444,20 @@ def figures(run_dir: Path, faults: list[Fault], tokens_per_step: int) -> dict[st
             continue
         ev = by_attempt.get((str(stop.get("jobid")), stop.get("attempt")), {})
         log = str(ev.get("log", "")).rsplit("/", 1)[-1]
-        lost = lost_by_log.get(log) if ev.get("class") == "walltime" else 0
+        lost = 0 if log in faulted else lost_by_log.get(log)
         rows.append({"fault": "walltime", "fired": True, "at_step": ev.get("last_step"), "hosts": [],
                      "attempt": log or f"{stop.get('jobid')}.-", "steps_lost": lost, "why": reason})  # fmt: skip
+    for name, _first, last in spans:
+        if b"DUE TO TIME LIMIT" in (run_dir / "attempts" / name).read_bytes():
+            rows.append({"fault": "walltime", "fired": True, "at_step": last, "hosts": [], "attempt": name,
+                         "steps_lost": 0 if name in faulted else lost_by_log.get(name),
+                         "why": "the scheduler killed the job at its time limit; the next job took over"})  # fmt: skip
     return {
         "productive_s": round(productive, 2),
         "wall_s": round(wall, 2) if wall is not None else None,
         "effective_ratio": round(productive / wall, 4) if wall else None,
         "jobs": len(chain),
-        "attempts": len(events),
+        "attempts": len(logs),
         "faults": rows,
     }
 

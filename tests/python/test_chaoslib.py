@@ -86,6 +86,27 @@ def test_figures_steps_lost_per_fault_walltime_and_ratio(tmp_path: Path) -> None
     assert chaoslib.last(run).startswith("done 8 ")
 
 
+def test_figures_a_job_killed_at_its_time_limit_is_a_walltime_hand_over(tmp_path: Path) -> None:
+    (tmp_path / "attempts").mkdir()
+    (tmp_path / "attempts/2.1.log").write_text(
+        "".join(f"0: step={i} loss=5.0 tps=512.0\n" for i in range(1, 41))
+        + "0: slurmstepd-n2: error: *** STEP 2.0 ON n2 CANCELLED AT 2026-11-29T12:16:38 DUE TO TIME LIMIT ***\n"
+    )
+    (tmp_path / "attempts/3.1.log").write_text(
+        "".join(f"step={i} loss=3.0 tps=512.0\n" for i in range(36, 51))
+    )
+    (tmp_path / "chain.jsonl").write_text(
+        json.dumps({"jobid": "2", "started": None, "ended": None, "verdict": "lost"}) + "\n"
+        + json.dumps({"jobid": "3", "started": 1040, "ended": 1060, "decision": "stop", "verdict": "done"}) + "\n"
+    )  # fmt: skip
+    fig = chaoslib.figures(tmp_path, [], tokens_per_step=512, started=1000.0)
+    assert fig["faults"] == [
+        {"fault": "walltime", "fired": True, "at_step": 40, "hosts": [], "attempt": "2.1.log", "steps_lost": 5,
+         "why": "the scheduler killed the job at its time limit; the next job took over"}
+    ]  # fmt: skip
+    assert fig["wall_s"] == 60.0 and fig["productive_s"] == 50.0
+
+
 def test_bad_hosts_splits_proven_from_blind(tmp_path: Path) -> None:
     (tmp_path / "hosts").mkdir()
     (tmp_path / "hosts/bad").write_text("n3\t1\t7\tsrun: error: Node failure on n3\nn1\t2\t7\tblind\n")
