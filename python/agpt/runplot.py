@@ -125,7 +125,8 @@ def plot_run(run_dir: Path, out: Path, *, title: str | None = None) -> Path:
     ax.set_ylabel("loss")
     ax.set_title(title or f"{run_dir.name}: loss, failures and recoveries")
     ax.grid(alpha=0.3)
-    ax.legend(loc="upper right")
+    # Lower left: a falling loss curve leaves it empty, and the event labels run along the top.
+    ax.legend(loc="lower left")
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp.png")
