@@ -18,13 +18,18 @@ pytestmark = pytest.mark.cluster
 def test_chaos_schedule_recovers_to_the_unfaulted_loss(tmp_path: Path) -> None:
     # Its own 8-node cluster: a failed node stays down and a proven-bad host is excluded from later jobs,
     # which the session's shared 6-node cluster could not absorb.
-    r = subprocess.run(
-        [str(ROOT / "tests/cluster/chaos"), "--seed", "1", "--out", str(tmp_path)],
-        env=agpt_env(),
-        capture_output=True,
-        text=True,
-        timeout=700,
-    )
+    try:
+        r = subprocess.run(
+            [str(ROOT / "tests/cluster/chaos"), "--seed", "1", "--out", str(tmp_path)],
+            env=agpt_env(),
+            capture_output=True,
+            text=True,
+            timeout=700,
+        )
+    finally:  # chaos takes its cluster down itself, unless it was killed
+        subprocess.run(
+            [str(ROOT / "tests/cluster/down"), "--dir", str(tmp_path / "cluster")], capture_output=True
+        )
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
     fig = json.loads((tmp_path / "run" / "chaos.json").read_text())
     assert fig["failures"] == []
