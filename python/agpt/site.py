@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agpt.errors import BadInput, ConfigError
+from agpt.failover.patterns import DEFAULT_SETS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -49,19 +50,7 @@ KEYS: dict[str, tuple[bool, str]] = {
 }
 SCHEDULERS = ("pbs", "slurm", "none")
 LAUNCHERS = ("pals", "hydra", "openmpi", "srun")
-PATTERN_SETS = (
-    "pals",
-    "hydra",
-    "openmpi",
-    "srun",
-    "cuda",
-    "level_zero",
-    "rocm",
-    "gloo",
-    "system",
-    "app",
-    "cascade",
-)
+PATTERN_SETS = DEFAULT_SETS  # the classifier's built-in sets (agpt.failover.patterns)
 INT_KEYS = ("SITE_GPUS_PER_NODE", "SITE_RANKS_PER_NODE", "SITE_SPARES_PERCENT", "SITE_SPARES_MIN")
 
 _ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
