@@ -17,6 +17,7 @@ started, and a grandchild that still holds the pipe cannot keep us waiting.
 from __future__ import annotations
 
 import argparse
+import errno
 import fcntl
 import math
 import os
@@ -380,6 +381,10 @@ class _Attempt:
         pattern = re.compile(s.progress_re.encode("utf-8", "surrogateescape"), re.MULTILINE)
         eager = s.startup_timeout is not None and s.startup_timeout != s.timeout
         self.progress = _Progress(pattern, eager)
+        # Zero copy: with no --log to feed and no startup regex to watch, the bytes need not pass through our
+        # memory: splice(2) moves them from the child's pipe to our stdout/stderr inside the kernel.  Only the
+        # "last progress" of the idle message is lost, and the failover loop always passes --log.
+        self.zero_copy = hasattr(os, "splice") and log_fd is None and not eager
         self.buf = bytearray(CHUNK)
         self.view = memoryview(self.buf)
         self.phase = RUN
@@ -548,6 +553,8 @@ class _Attempt:
 
     # ---- events ------------------------------------------------------------------------------------------
     def _read(self, fd: int) -> None:
+        if self.zero_copy and self._splice(fd):
+            return
         try:
             n = os.readv(fd, [self.buf])
         except BlockingIOError:
@@ -574,6 +581,26 @@ class _Attempt:
                 self.log_fd = None
                 self.say(f"--log: write failed ({e.strerror}); no longer logging")
         self.progress.feed(fd, self.buf, n, now)
+
+    def _splice(self, fd: int) -> bool:
+        """Pass a chunk through with splice(2); False when the destination cannot take it (then copy)."""
+        try:
+            n = os.splice(fd, self.dest[self.streams[fd]], CHUNK)
+        except BlockingIOError:
+            return True
+        except OSError as e:
+            if e.errno in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EBADF):
+                self.zero_copy = False  # e.g. a terminal, or an old kernel: copy from now on
+                return False
+            self._close(fd)  # our own stdout/stderr is gone: as in _read
+            return True
+        now = time.monotonic()
+        if n == 0:
+            self.progress.flush(now, eof=fd)
+            self._close(fd)
+        else:
+            self.last_output = now
+        return True
 
     def _close(self, fd: int) -> None:
         if self.streams.pop(fd, None) is not None:

@@ -518,3 +518,25 @@ def test_bench_runs_small(root: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "throughput ratio" in proc.stdout
     assert "cpu seconds" in proc.stdout
+
+
+@pytest.mark.parametrize("with_log", [False, True], ids=["zero-copy", "copy+log"])
+def test_pass_through_to_a_file_is_byte_identical_with_and_without_log(
+    tmp_path: Path, with_log: bool
+) -> None:
+    """Without --log the bytes go through splice(2) (no copy through our memory); with it, through a buffer.
+    Both give the same bytes, to a regular file as to a pipe."""
+    data = os.urandom(3 * 1024 * 1024 + 7)
+    src = tmp_path / "src.bin"
+    src.write_bytes(data)
+    out = tmp_path / "out.bin"
+    log = tmp_path / "w.log"
+    extra = ["--log", str(log)] if with_log else []
+    with out.open("wb") as fh:
+        proc = subprocess.run(
+            watch_argv(*extra, "--", "cat", str(src)), stdout=fh, env=agpt_env(), timeout=60
+        )
+    assert proc.returncode == 0
+    assert hashlib.sha256(out.read_bytes()).hexdigest() == hashlib.sha256(data).hexdigest()
+    if with_log:
+        assert log.read_bytes() == data
