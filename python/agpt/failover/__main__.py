@@ -14,7 +14,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "Decide the next step of the failover loop from the run directory (JSON).",
     ),
     "hosts": ("agpt.failover.hosts", "Split an allocation into active and spare hosts, resolve addresses."),
-    "patterns": ("agpt.failover.patterns", "Check every pattern set's examples (a site's own sets included)."),
+    "patterns": (
+        "agpt.failover.patterns",
+        "Check every pattern set's examples (a site's own sets included).",
+    ),
 }
 
 
