@@ -8,6 +8,9 @@ load helpers
   assert_output --partial "watch"
   assert_output --partial "train"
   assert_output --partial "jobgen"
+  # one line per command: every command line of the listing starts with two spaces and the name
+  run bash -c "agpt --help | sed -n '/^Commands:/,\$p' | tail -n +2"
+  for l in "${lines[@]}"; do [[ "$l" =~ ^\ \ [a-z-]+\ +[A-Z] ]]; done
 }
 
 @test "agpt --version prints the version" {

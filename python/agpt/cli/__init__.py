@@ -145,7 +145,8 @@ def _missing(name: str, help_text: str) -> click.Command:
 
 
 @click.group(
-    cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 120}
+    cls=LazyGroup,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100, "terminal_width": 100},
 )
 @click.version_option(__version__, prog_name="agpt")
 def cli() -> None:
