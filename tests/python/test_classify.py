@@ -453,6 +453,7 @@ RANK_SCRIPT = r"""
 echo "rank=$SLURM_PROCID host=$SLURMD_NODENAME"
 echo "step=$((10 + SLURM_PROCID))"
 if [ "$SLURM_PROCID" = "$FAULT_RANK" ]; then
+  sleep 2  # let srun's I/O forwarding carry every rank's first lines before the step is killed
   case "$FAULT" in
     ecc) echo "[rank$SLURM_PROCID]: RuntimeError: CUDA error: uncorrectable ECC error encountered"; exit 1 ;;
     segv) kill -SEGV $$ ;;
