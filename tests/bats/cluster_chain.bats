@@ -6,6 +6,9 @@
 # with 75 after 3 steps, as the real trainer does when its deadline nears.
 # shellcheck disable=SC2016
 load helpers
+# The real scheduler's timing varies on 2 loaded cores: one retry; twice in a row is still a failure.
+# shellcheck disable=SC2034  # read by bats
+BATS_TEST_RETRIES=1
 
 setup_file() {
   cluster_setup_file

@@ -5,6 +5,9 @@
 # Each asserts the swaps, the verdict and events.jsonl.
 # shellcheck disable=SC2016  # single-quoted job lines expand in the job, not here
 load helpers
+# The real scheduler's timing varies on 2 loaded cores: one retry; twice in a row is still a failure.
+# shellcheck disable=SC2034  # read by bats
+BATS_TEST_RETRIES=1
 bats_require_minimum_version 1.5.0
 
 setup_file() {
