@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from agpt.errors import ConfigError
+from agpt.failover.hostmatch import expand_hostlist, parse_hosts
 
 # (rank, world size) per launcher, in order of preference (torchrun first: it may run inside srun).
 _LAUNCHERS: tuple[tuple[str, str], ...] = (
@@ -29,6 +30,8 @@ _LAUNCHERS: tuple[tuple[str, str], ...] = (
     ("PMI_RANK", "PMI_SIZE"),  # MPICH hydra, Cray PMI
     ("SLURM_PROCID", "SLURM_NTASKS"),  # srun
 )
+# The rank variables alone, in the same order: for code that must not fail (error reporting).
+RANK_VARS: tuple[str, ...] = tuple(dict.fromkeys(r for r, _ in _LAUNCHERS))
 # Ranks on this node: whichever the launcher exported (they agree when several are present).
 _LOCAL_RANK = ("LOCAL_RANK", "PALS_LOCAL_RANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
                "PMI_LOCAL_RANK", "SLURM_LOCALID")  # fmt: skip
@@ -49,6 +52,16 @@ class DistInfo:
     launcher: str
 
 
+def env_rank(env: Mapping[str, str] | None = None) -> int:
+    """This process' rank as the launcher exported it, 0 when none did; never raises."""
+    env = os.environ if env is None else env
+    for name in RANK_VARS:
+        raw = env.get(name, "")
+        if raw.isdigit():
+            return int(raw)
+    return 0
+
+
 def _int(env: Mapping[str, str], name: str, default: int) -> int:
     raw = env.get(name, "")
     m = re.match(r"\d+", raw)
@@ -60,13 +73,7 @@ def _hosts(env: Mapping[str, str]) -> list[str]:
     for var in ("FAILOVER_HOSTFILE", "PBS_NODEFILE"):
         path = env.get(var)
         if path and Path(path).is_file():
-            hosts: list[str] = []
-            for line in Path(path).read_text().splitlines():
-                words = line.split()
-                host = words[0].split(":")[0] if words else ""
-                if host and not host.startswith("#") and host not in hosts:
-                    hosts.append(host)
-            return hosts
+            return parse_hosts(Path(path).read_text(errors="replace").splitlines())
     return []
 
 
@@ -77,25 +84,9 @@ def _first_host(env: Mapping[str, str]) -> str | None:
         return hosts[0]
     nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
     if nodelist:
-        return expand_first_slurm_host(nodelist)
+        first = expand_hostlist(nodelist, limit=1)
+        return first[0] if first else None
     return None
-
-
-def expand_first_slurm_host(nodelist: str) -> str:
-    """`x1000c0s[1-3,7]b0n0,foo` -> `x1000c0s1b0n0` (first host only, no scontrol needed)."""
-    first = ""
-    depth = 0
-    for ch in nodelist:
-        if ch == "," and depth == 0:
-            break
-        depth += ch == "["
-        depth -= ch == "]"
-        first += ch
-    m = re.match(r"^([^\[]*)\[([^\]]*)\](.*)$", first)
-    if not m:
-        return first
-    lo = m.group(2).split(",")[0].split("-")[0]
-    return expand_first_slurm_host(m.group(1) + lo + m.group(3))
 
 
 def _default_port(env: Mapping[str, str], all_local: bool) -> int:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import NoReturn
 
 from agpt.errors import AgptError, CheckpointError, ConfigError
+from agpt.train.dist import env_rank
 
 
 class NonFinite(AgptError):
@@ -23,14 +24,6 @@ class NonFinite(AgptError):
 
 # Raised alike on every rank (same config, same shared checkpoint, globally reduced numbers).
 _COLLECTIVE_ERRORS: tuple[type[BaseException], ...] = (ConfigError, CheckpointError, NonFinite)
-
-
-def _rank() -> int:
-    for name in ("RANK", "PALS_RANKID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"):
-        raw = os.environ.get(name, "")
-        if raw.isdigit():
-            return int(raw)
-    return 0
 
 
 def run_and_exit(
@@ -42,7 +35,7 @@ def run_and_exit(
     try:
         code = fn()
     except AgptError as exc:
-        if _rank() == 0 or not isinstance(exc, quiet):
+        if env_rank() == 0 or not isinstance(exc, quiet):
             print(f"agpt: error: {exc}", file=sys.stderr, flush=True)
         code = exc.exit_code
     except KeyboardInterrupt:
