@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agpt.failover.hosts import read_bad
+
 # rc -> (verdict, does the chain go on).  CONTRACT.md's exit codes; anything else is a failure that a
 # fresh allocation may fix (a node died, the job was killed), bounded by the no-progress guard.
 VERDICTS: dict[int, tuple[str, bool]] = {
@@ -91,19 +93,8 @@ def append_record(run_dir: Path, rec: dict[str, Any]) -> None:
 
 def proven_bad_hosts(run_dir: Path) -> list[str]:
     """Hosts in hosts/bad with evidence; `blind` evictions (a guess in a rotation) are not excluded."""
-    seen: dict[str, None] = {}
-    try:
-        lines = (run_dir / "hosts" / "bad").read_text(errors="replace").splitlines()
-    except FileNotFoundError:
-        return []
-    for line in lines:
-        parts = line.split("\t")
-        if not parts[0].strip():
-            continue
-        evidence = parts[3].strip() if len(parts) > 3 else ""
-        if evidence and evidence != "blind":
-            seen[parts[0].strip()] = None
-    return list(seen)
+    records = read_bad(run_dir / "hosts" / "bad")
+    return list(dict.fromkeys(r.host for r in records if r.evidence and not r.blind))
 
 
 @dataclass(kw_only=True, slots=True)

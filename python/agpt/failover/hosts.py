@@ -108,7 +108,7 @@ def read_bad(path: Path) -> list[BadRecord]:
         return out
     for line in text.splitlines():
         parts = line.split("\t", 3)
-        if not parts or not parts[0].strip():
+        if not parts or not parts[0].strip() or parts[0].startswith("#"):
             continue
         try:
             when = float(parts[1]) if len(parts) > 1 and parts[1] else 0.0

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from agpt.errors import BadInput
+from agpt.failover import hosts
 
 
 @dataclass(kw_only=True, slots=True)
@@ -169,25 +170,17 @@ def read_jsonl(path: Path, notes: list[str]) -> list[dict[str, Any]]:
 
 
 def read_bad(path: Path) -> list[dict[str, Any]]:
-    """hosts/bad: `host<TAB>time<TAB>jobid<TAB>evidence|blind` (malformed lines skipped)."""
-    out: list[dict[str, Any]] = []
-    if not path.is_file():
-        return out
-    for line in path.read_bytes().decode("utf-8", errors="replace").splitlines():
-        parts = line.rstrip("\n").split("\t", 3)
-        if not parts[0].strip() or parts[0].startswith("#"):
-            continue
-        why = parts[3] if len(parts) > 3 else ""
-        out.append(
-            {
-                "host": parts[0].strip(),
-                "time": _num(parts[1]) if len(parts) > 1 else None,
-                "jobid": parts[2] if len(parts) > 2 else "",
-                "blind": why == "blind",
-                "evidence": "" if why == "blind" else why,
-            }
-        )
-    return out
+    """hosts/bad records (hosts.read_bad) as the report shows them: evidence, or blind."""
+    return [
+        {
+            "host": r.host,
+            "time": r.time or None,
+            "jobid": r.jobid,
+            "blind": r.blind,
+            "evidence": "" if r.blind else r.evidence,
+        }
+        for r in hosts.read_bad(path)
+    ]
 
 
 def checkpoint_times(run_dir: Path) -> dict[int, float]:
