@@ -27,6 +27,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "agpt.cli.blend",
         "Blend token shards by corpus weights into a pinned, per-batch mixture index.",
     ),
+    "ckpt": (
+        "agpt.cli.ckpt",
+        "Export a checkpoint to Hugging Face, start a run from one, or inspect any checkpoint.",
+    ),
     "chain": ("stdlib:agpt.chain", "Show a run's chain of jobs (JOB layer): start, end, steps, verdict."),
     "data": ("agpt.cli.data", "Verify a blended data set against its manifest, or inspect its mixture."),
     "failover": (

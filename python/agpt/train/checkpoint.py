@@ -139,6 +139,8 @@ class Checkpointer:
         self._staged: dict[str, Any] | None = None
         self.in_flight_step: int | None = None
         self.last_saved_step: int | None = None
+        # What produced the checkpoints (agpt.ckpt.provenance.build); written as meta.json before `.complete`.
+        self.meta: dict[str, Any] | None = None
 
     # -- saving ---------------------------------------------------------------------------------
     def save(self, step: int, state: Callable[[], dict[str, Any]], *, block: bool = False) -> float:
@@ -199,6 +201,10 @@ class Checkpointer:
         # dcp.save returns only after every rank's (fsynced) write results reached the coordinator.
         dist.barrier(group=self.group)
         if self.rank == 0:
+            if self.meta is not None:
+                from agpt.ckpt import provenance
+
+                provenance.write(path, self.meta, step=step, world_size=self.world)
             _fsync_dir(path)
             record = {"step": step, "time": int(time.time()), "world_size": self.world}
             _write_atomic(path / COMPLETE, json.dumps(record) + "\n")

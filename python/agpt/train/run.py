@@ -34,6 +34,10 @@ def train(
     from agpt.train.trainer import Trainer
 
     trainer = Trainer(cfg, rd)
+    if trainer.ckpt is not None and trainer.rank == 0:
+        from agpt.ckpt import provenance
+
+        trainer.ckpt.meta = provenance.build(cfg.to_dict())
     if rd is None and trainer.rank == 0:
         print("agpt: warning: no run directory (--run-dir or AGPT_RUN_DIR): checkpoints are off", flush=True)
     trainer.resume()

@@ -1,0 +1,229 @@
+"""`agpt ckpt import`: a Hugging Face Llama folder as RUN_DIR/ckpt/step-N, so `agpt train` continues from it.
+
+The run's config decides the model; the folder must match it exactly (architecture, every tensor's
+name and shape), checked from config.json and the safetensors headers before any weight is read.
+The checkpoint is written by the trainer's own code path (model, fresh AdamW state, schedule and data
+position, meta.json, `.complete`), so resuming from it is an ordinary resume.  Run it under the
+launcher (mpiexec/srun) with as many ranks as needed to hold the model: each rank keeps only its FSDP
+shard, reading one full tensor at a time.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from agpt.ckpt import layout, provenance
+from agpt.errors import BadInput, CheckpointError, ConfigError
+from agpt.train.config import Config, load_config
+
+ARCH = "LlamaForCausalLM"
+IGNORED = ("rotary_emb.inv_freq",)  # buffers some older exports wrote; recomputed from rope_theta
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise BadInput(f"{path}: missing (not a Hugging Face model folder)") from None
+    except (OSError, ValueError) as exc:
+        raise BadInput(f"{path}: unreadable ({exc})") from None
+    if not isinstance(data, dict):
+        raise BadInput(f"{path}: expected a JSON object")
+    return data
+
+
+def check_config(hf_dir: Path, cfg: Config) -> dict[str, Any]:
+    """config.json names a Llama with the dimensions of the run's config, else BadInput naming the field."""
+    path = hf_dir / "config.json"
+    hc = _read_json(path)
+    archs = hc.get("architectures") or []
+    if ARCH not in archs and hc.get("model_type") != "llama":
+        raise BadInput(
+            f"{path}: architecture {', '.join(archs) or hc.get('model_type') or '?'} is not {ARCH} "
+            f"(only Llama-style models can be imported)"
+        )
+    if hc.get("rope_scaling"):
+        raise BadInput(f"{path}: rope_scaling {hc['rope_scaling']} is not supported (plain RoPE only)")
+    for flag in ("attention_bias", "mlp_bias"):
+        if hc.get(flag):
+            raise BadInput(f"{path}: {flag} is true; the model has no biases")
+    if hc.get("hidden_act", "silu") != "silu":
+        raise BadInput(f"{path}: hidden_act {hc['hidden_act']!r}, the model uses silu")
+    mc = cfg.model
+    want = {
+        "vocab_size": ("model.vocab_size", mc.vocab_size),
+        "hidden_size": ("model.dim", mc.dim),
+        "intermediate_size": ("model.ffn_dim", mc.hidden_dim),
+        "num_hidden_layers": ("model.n_layers", mc.n_layers),
+        "num_attention_heads": ("model.n_heads", mc.n_heads),
+        "num_key_value_heads": ("model.n_kv_heads", mc.n_kv_heads),
+        "head_dim": ("model.dim / model.n_heads", mc.dim // mc.n_heads),
+        "rope_theta": ("model.rope_theta", mc.rope_theta),
+        "rms_norm_eps": ("model.norm_eps", mc.norm_eps),
+    }
+    for key, (ours, value) in want.items():
+        have = hc.get(key)
+        if key == "num_key_value_heads" and have is None:
+            have = hc.get("num_attention_heads")
+        if key == "rope_theta" and have is None:
+            have = (hc.get("rope_parameters") or {}).get("rope_theta")
+        if have is None and key in ("head_dim", "rope_theta", "rms_norm_eps"):
+            continue
+        if have != value and not (isinstance(have, float) and abs(have - value) <= 1e-12 * abs(value)):
+            raise BadInput(f"{path}: {key} is {have}, the config's {ours} is {value}")
+    return hc
+
+
+def weight_files(hf_dir: Path) -> dict[str, Path]:
+    """HF tensor name -> safetensors file holding it (from the index, or the single model.safetensors)."""
+    from safetensors import safe_open
+
+    index = hf_dir / "model.safetensors.index.json"
+    single = hf_dir / "model.safetensors"
+    if index.exists():
+        data = _read_json(index)
+        wm = data.get("weight_map")
+        if not isinstance(wm, dict):
+            raise BadInput(f"{index}: no weight_map")
+        out = {name: hf_dir / str(f) for name, f in wm.items()}
+    elif single.exists():
+        try:
+            with safe_open(str(single), framework="pt") as f:
+                names = f.keys()  # safe_open is not a mapping
+                out = {name: single for name in names}
+        except Exception as exc:
+            raise BadInput(f"{single}: not a safetensors file ({exc})") from None
+    else:
+        bins = sorted(p.name for p in hf_dir.glob("*.bin"))
+        extra = f" ({bins[0]} is a pickle checkpoint: convert it to safetensors first)" if bins else ""
+        raise BadInput(f"{index}: missing, and no {single.name} either{extra}")
+    return out
+
+
+def check_weights(hf_dir: Path, cfg: Config, tied: bool) -> dict[str, Path]:
+    """Every tensor the config needs is there with its shape, and nothing else is; returns where each is."""
+    from safetensors import safe_open
+
+    files = weight_files(hf_dir)
+    plan = layout.tensor_plan(cfg.model)
+    needed = {hf for hf, _, _ in plan}
+    if tied and "lm_head.weight" not in files:
+        files["lm_head.weight"] = files.get("model.embed_tokens.weight", hf_dir / "model.safetensors")
+    for name in sorted(set(files) - needed):
+        if not name.endswith(IGNORED):
+            raise BadInput(f"{files[name]}: tensor {name} is not part of a Llama of this config")
+    shapes: dict[Path, dict[str, tuple[int, ...]]] = {}
+    for hf, _ours, shape in plan:
+        if hf not in files:
+            raise BadInput(f"{hf_dir}: tensor {hf} is missing (the config needs it)")
+        path = files[hf]
+        if path not in shapes:
+            try:
+                with safe_open(str(path), framework="pt") as f:
+                    names = f.keys()  # safe_open is not a mapping
+                    shapes[path] = {k: tuple(f.get_slice(k).get_shape()) for k in names}
+            except FileNotFoundError:
+                raise BadInput(f"{path}: missing (named by the index)") from None
+            except Exception as exc:
+                raise BadInput(f"{path}: not a readable safetensors file ({exc})") from None
+        src = (
+            "model.embed_tokens.weight"
+            if (tied and hf == "lm_head.weight" and hf not in shapes[path])
+            else hf
+        )
+        if src not in shapes[path]:
+            raise BadInput(f"{path}: tensor {src} is not in the file its index names")
+        if shapes[path][src] != shape:
+            raise BadInput(
+                f"{path}: tensor {src} has shape {list(shapes[path][src])}, the config needs {list(shape)}"
+            )
+    return files
+
+
+def import_hf(
+    hf_dir: str | Path,
+    config: str,
+    run_dir: str | Path,
+    *,
+    step: int = 0,
+    sets: tuple[str, ...] | list[str] = (),
+) -> Path:
+    """Write RUN_DIR/ckpt/step-STEP from HF_DIR; returns the step directory."""
+    src = Path(hf_dir)
+    rd = Path(run_dir)
+    if step < 0:
+        raise BadInput(f"--step {step}: must be >= 0")
+    cfg = load_config(config, list(sets), flags={"train.run_dir": str(rd)})
+    if not src.is_dir():
+        raise BadInput(f"{src}: not a folder")
+    hc = check_config(src, cfg)
+    tied = bool(hc.get("tie_word_embeddings", False))
+    files = check_weights(src, cfg, tied)
+    from agpt.train import checkpoint as ck
+
+    done = ck.complete_steps(rd / "ckpt")
+    if done:
+        raise CheckpointError(
+            f"{done[-1][1]}: the run already has checkpoints; import into a new run directory"
+        )
+    if step > cfg.train.steps:
+        raise ConfigError(f"--step {step}: beyond train.steps {cfg.train.steps}")
+    (rd / "ckpt").mkdir(parents=True, exist_ok=True)
+    return _write(src, cfg, rd, files, tied, step)
+
+
+def _write(src: Path, cfg: Config, rd: Path, files: dict[str, Path], tied: bool, step: int) -> Path:
+    import torch
+    from safetensors import safe_open
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    from agpt.train.trainer import DTYPE, Trainer
+
+    trainer = Trainer(cfg, rd)
+    assert trainer.ckpt is not None
+    if trainer.rank == 0:
+        meta = provenance.build(cfg.to_dict())
+        meta["source"] = {
+            "hf_dir": str(src.resolve()),
+            "config_json": json.loads((src / "config.json").read_text()),
+        }
+        trainer.ckpt.meta = meta
+    master = DTYPE[cfg.train.master_dtype]
+    by_ours = {ours: hf for hf, ours, _ in layout.tensor_plan(cfg.model)}
+    params = dict(trainer.model.named_parameters())
+    with torch.no_grad():
+        for ours, p in params.items():
+            hf = by_ours[ours]
+            name = "model.embed_tokens.weight" if (tied and hf == "lm_head.weight") else hf
+            path = files[hf]
+            with safe_open(str(path), framework="pt") as f:
+                names = f.keys()  # safe_open is not a mapping
+                if name not in names:
+                    name = "model.embed_tokens.weight"
+                full = f.get_tensor(name).to(dtype=master, device=p.device)
+            if isinstance(p, DTensor):
+                local = distribute_tensor(full, p.device_mesh, p.placements).to_local()
+                p.to_local().copy_(local)
+            else:
+                p.copy_(full)
+            del full
+    trainer.state()  # materialises AdamW's state (zero moments) the way every save does
+    for st in trainer.optim.state.values():
+        if isinstance(st.get("step"), torch.Tensor):
+            st["step"].zero_()  # a fresh optimizer: the first update is step 1, as in a new run
+    trainer.step = step
+    trainer.consumed = step * cfg.train.global_batch
+    trainer.save(block=True)
+    trainer.ckpt.wait()
+    path = ck_step_dir(rd, step)
+    if trainer.rank == 0:
+        print(f"agpt: imported {src} as {path} (step {step}); `agpt train` continues from it", flush=True)
+    return path
+
+
+def ck_step_dir(rd: Path, step: int) -> Path:
+    from agpt.train import checkpoint as ck
+
+    return ck.step_dir(rd / "ckpt", step)
