@@ -233,9 +233,9 @@ def export_hf(
             for hf, ours, _shape in entries:
                 t = reader.read(f"model.{ours}").to(torch_dtype).contiguous()
                 raw = t.view(torch.int16) if dtype == "bf16" else t
-                data = raw.numpy().tobytes()  # little-endian: checked at the start
-                f.write(data)
-                total += len(data)
+                data = raw.numpy()  # little-endian: checked at the start
+                f.write(memoryview(data).cast("B"))  # no bytes copy of the tensor
+                total += data.nbytes
                 weight_map[hf] = name
                 del t, raw, data
                 done += 1
