@@ -3,9 +3,7 @@
 Each weight is read from the DCP files on its own (torch.distributed.checkpoint reassembles the
 ranks' shards of that one tensor), converted to the output dtype and written into its place in a
 safetensors shard whose header was laid out beforehand from the checkpoint's metadata, so the peak
-memory is one tensor (plus its converted copy) whatever the model's size.  The safetensors layout
-(8-byte little-endian header length, JSON header of dtype/shape/data_offsets, then the raw
-little-endian bytes) follows https://github.com/huggingface/safetensors#format.  The folder is built
+memory is one tensor (plus its converted copy) whatever the model's size.  The folder is built
 beside OUT and renamed into place at the end, so a failed export leaves nothing that looks finished.
 """
 
@@ -14,13 +12,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import struct
 import sys
 import warnings
 from pathlib import Path
 from typing import Any
 
-from agpt.ckpt import layout, provenance
+from agpt.ckpt import layout, provenance, stfile
 from agpt.errors import BadInput, CheckpointError, DataError
 from agpt.train.config import Config
 
@@ -50,20 +47,6 @@ def plan_shards(
         shards[-1].append(t)
         size += n
     return shards
-
-
-def _header(entries: list[tuple[str, str, tuple[int, ...]]], st_dtype: str, itemsize: int) -> bytes:
-    header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
-    offset = 0
-    for hf, _ours, shape in entries:
-        n = itemsize
-        for d in shape:
-            n *= d
-        header[hf] = {"dtype": st_dtype, "shape": list(shape), "data_offsets": [offset, offset + n]}
-        offset += n
-    raw = json.dumps(header, separators=(",", ":")).encode()
-    raw += b" " * (-len(raw) % 8)  # the data starts 8-byte aligned, as the reference writer does
-    return struct.pack("<Q", len(raw)) + raw
 
 
 class TensorReader:
@@ -229,7 +212,7 @@ def export_hf(
     for i, entries in enumerate(shards):
         name = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
         with open(tmp / name, "wb") as f:
-            f.write(_header(entries, st_dtype, itemsize))
+            f.write(stfile.header_bytes([(hf, shape) for hf, _ours, shape in entries], st_dtype))
             for hf, ours, _shape in entries:
                 t = reader.read(f"model.{ours}").to(torch_dtype).contiguous()
                 raw = t.view(torch.int16) if dtype == "bf16" else t

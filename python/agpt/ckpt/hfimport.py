@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from agpt.ckpt import layout, provenance
+from agpt.ckpt import layout, provenance, stfile
 from agpt.errors import BadInput, CheckpointError, ConfigError
 from agpt.train.config import Config, load_config
 
@@ -78,8 +78,6 @@ def check_config(hf_dir: Path, cfg: Config) -> dict[str, Any]:
 
 def weight_files(hf_dir: Path) -> dict[str, Path]:
     """HF tensor name -> safetensors file holding it (from the index, or the single model.safetensors)."""
-    from safetensors import safe_open
-
     index = hf_dir / "model.safetensors.index.json"
     single = hf_dir / "model.safetensors"
     if index.exists():
@@ -87,59 +85,49 @@ def weight_files(hf_dir: Path) -> dict[str, Path]:
         wm = data.get("weight_map")
         if not isinstance(wm, dict):
             raise BadInput(f"{index}: no weight_map")
-        out = {name: hf_dir / str(f) for name, f in wm.items()}
-    elif single.exists():
-        try:
-            with safe_open(str(single), framework="pt") as f:
-                names = f.keys()  # safe_open is not a mapping
-                out = {name: single for name in names}
-        except Exception as exc:
-            raise BadInput(f"{single}: not a safetensors file ({exc})") from None
-    else:
-        bins = sorted(p.name for p in hf_dir.glob("*.bin"))
-        extra = f" ({bins[0]} is a pickle checkpoint: convert it to safetensors first)" if bins else ""
-        raise BadInput(f"{index}: missing, and no {single.name} either{extra}")
-    return out
+        return {name: hf_dir / str(f) for name, f in wm.items()}
+    if single.exists():
+        _start, header = stfile.read_header(single)
+        return {name: single for name in header}
+    bins = sorted(p.name for p in hf_dir.glob("*.bin"))
+    extra = f" ({bins[0]} is a pickle checkpoint: convert it to safetensors first)" if bins else ""
+    raise BadInput(f"{index}: missing, and no {single.name} either{extra}")
 
 
-def check_weights(hf_dir: Path, cfg: Config, tied: bool) -> dict[str, Path]:
+Located = dict[
+    str, tuple[Path, int, dict[str, Any], str]
+]  # HF name -> (file, data start, entry, name in file)
+
+
+def check_weights(hf_dir: Path, cfg: Config, tied: bool) -> Located:
     """Every tensor the config needs is there with its shape, and nothing else is; returns where each is."""
-    from safetensors import safe_open
-
     files = weight_files(hf_dir)
     plan = layout.tensor_plan(cfg.model)
     needed = {hf for hf, _, _ in plan}
-    if tied and "lm_head.weight" not in files:
-        files["lm_head.weight"] = files.get("model.embed_tokens.weight", hf_dir / "model.safetensors")
     for name in sorted(set(files) - needed):
         if not name.endswith(IGNORED):
             raise BadInput(f"{files[name]}: tensor {name} is not part of a Llama of this config")
-    shapes: dict[Path, dict[str, tuple[int, ...]]] = {}
+    headers: dict[Path, tuple[int, dict[str, dict[str, Any]]]] = {}
+    out: Located = {}
     for hf, _ours, shape in plan:
-        if hf not in files:
-            raise BadInput(f"{hf_dir}: tensor {hf} is missing (the config needs it)")
-        path = files[hf]
-        if path not in shapes:
-            try:
-                with safe_open(str(path), framework="pt") as f:
-                    names = f.keys()  # safe_open is not a mapping
-                    shapes[path] = {k: tuple(f.get_slice(k).get_shape()) for k in names}
-            except FileNotFoundError:
-                raise BadInput(f"{path}: missing (named by the index)") from None
-            except Exception as exc:
-                raise BadInput(f"{path}: not a readable safetensors file ({exc})") from None
-        src = (
-            "model.embed_tokens.weight"
-            if (tied and hf == "lm_head.weight" and hf not in shapes[path])
-            else hf
-        )
-        if src not in shapes[path]:
+        src = hf
+        if hf == "lm_head.weight" and tied and hf not in files:
+            src = "model.embed_tokens.weight"  # tied embeddings: the output layer is the embedding
+        if src not in files:
+            raise BadInput(f"{hf_dir}: tensor {src} is missing (the config needs it)")
+        path = files[src]
+        if path not in headers:
+            headers[path] = stfile.read_header(path)
+        start, header = headers[path]
+        if src not in header:
             raise BadInput(f"{path}: tensor {src} is not in the file its index names")
-        if shapes[path][src] != shape:
-            raise BadInput(
-                f"{path}: tensor {src} has shape {list(shapes[path][src])}, the config needs {list(shape)}"
-            )
-    return files
+        have = tuple(int(d) for d in header[src]["shape"])
+        if have != shape:
+            raise BadInput(f"{path}: tensor {src} has shape {list(have)}, the config needs {list(shape)}")
+        if header[src]["dtype"] not in stfile.ST_DTYPES:
+            raise BadInput(f"{path}: tensor {src} has dtype {header[src]['dtype']}; floating point expected")
+        out[hf] = (path, start, header[src], src)
+    return out
 
 
 def import_hf(
@@ -171,12 +159,11 @@ def import_hf(
     if step > cfg.train.steps:
         raise ConfigError(f"--step {step}: beyond train.steps {cfg.train.steps}")
     (rd / "ckpt").mkdir(parents=True, exist_ok=True)
-    return _write(src, cfg, rd, files, tied, step)
+    return _write(src, cfg, rd, files, step)
 
 
-def _write(src: Path, cfg: Config, rd: Path, files: dict[str, Path], tied: bool, step: int) -> Path:
+def _write(src: Path, cfg: Config, rd: Path, files: Located, step: int) -> Path:
     import torch
-    from safetensors import safe_open
     from torch.distributed.tensor import DTensor, distribute_tensor
 
     from agpt.train.trainer import DTYPE, Trainer
@@ -195,14 +182,8 @@ def _write(src: Path, cfg: Config, rd: Path, files: dict[str, Path], tied: bool,
     params = dict(trainer.model.named_parameters())
     with torch.no_grad():
         for ours, p in params.items():
-            hf = by_ours[ours]
-            name = "model.embed_tokens.weight" if (tied and hf == "lm_head.weight") else hf
-            path = files[hf]
-            with safe_open(str(path), framework="pt") as f:
-                names = f.keys()  # safe_open is not a mapping
-                if name not in names:
-                    name = "model.embed_tokens.weight"
-                full = f.get_tensor(name).to(dtype=master, device=p.device)
+            path, start, entry, name = files[by_ours[ours]]
+            full = stfile.read_tensor(path, start, entry, name).to(dtype=master, device=p.device)
             if isinstance(p, DTensor):
                 local = distribute_tensor(full, p.device_mesh, p.placements).to_local()
                 p.to_local().copy_(local)
