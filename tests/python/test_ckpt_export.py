@@ -132,7 +132,7 @@ def _copy_step(trained: Path, tmp_path: Path) -> Path:
     return dst
 
 
-@pytest.mark.parametrize("damage", ["no-complete", "missing-file", "truncated-file"])
+@pytest.mark.parametrize("damage", ["no-complete", "missing-file", "truncated-file", "corrupt-file"])
 def test_incomplete_checkpoint_exit_2_naming_the_file(trained: Path, tmp_path: Path, damage: str) -> None:
     step = _copy_step(trained, tmp_path)
     if damage == "no-complete":
@@ -141,10 +141,14 @@ def test_incomplete_checkpoint_exit_2_naming_the_file(trained: Path, tmp_path: P
     elif damage == "missing-file":
         bad = step / "__1_0.distcp"
         bad.unlink()
-    else:
+    elif damage == "truncated-file":
         bad = step / "__0_0.distcp"
         with open(bad, "r+b") as f:
             f.truncate(bad.stat().st_size // 2)
+    else:  # same size, bytes overwritten: only reading it shows the damage
+        bad = step / "__1_0.distcp"
+        with open(bad, "r+b") as f:
+            f.write(b"\0" * bad.stat().st_size)
     out = tmp_path / "out"
     r = run_agpt("ckpt", "export", str(step), str(out))
     assert r.returncode == 2, r.stderr

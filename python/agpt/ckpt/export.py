@@ -72,8 +72,9 @@ class TensorReader:
             raise
         except BaseException as exc:  # DCP's CheckpointException is a BaseException
             bad = ck.find_corrupt_file(self.sd.path, self.sd.metadata)
-            where = bad if bad is not None else self.sd.path
-            raise CheckpointError(f"{where}: cannot read tensor {key} ({ck.one_line(exc)})") from None
+            if bad is not None:
+                raise CheckpointError(f"{bad}: corrupt checkpoint data (tensor {key} unreadable)") from None
+            raise CheckpointError(f"{self.sd.path}: cannot read tensor {key} ({ck.one_line(exc)})") from None
         return target[key]
 
 
@@ -169,42 +170,22 @@ def write_tokenizer(out: Path, model: Path, max_len: int) -> tuple[int, int]:
     return int(sp.bos_id()), int(sp.eos_id())
 
 
-def export_hf(
-    step_path: str | Path,
-    out: str | Path,
-    *,
-    dtype: str = "bf16",
-    config: str | None = None,
-    tokenizer: str | None = None,
-    max_shard_bytes: int = DEFAULT_SHARD_BYTES,
-    progress: bool = False,
-) -> dict[str, Any]:
-    """Write OUT as a Hugging Face LlamaForCausalLM folder; returns a summary of what was written."""
+def _write_folder(
+    tmp: Path,
+    sd: layout.StepDir,
+    cfg: Config,
+    shards: list[list[tuple[str, str, tuple[int, ...]]]],
+    dtype: str,
+    tok: Path | None,
+    progress: bool,
+) -> int:
+    """Shards, index, config and tokenizer into tmp; returns the weight bytes written."""
     import torch
 
-    if sys.byteorder != "little":
-        raise BadInput("export: safetensors holds little-endian data; run it on a little-endian host")
-    if dtype not in DTYPES:
-        raise BadInput(f"--dtype {dtype}: use bf16 or fp32")
-    if max_shard_bytes <= 0:
-        raise BadInput(f"--max-shard-size {max_shard_bytes}: must be positive")
-    src = Path(step_path)
-    dst = Path(out)
-    check_out(dst)
-    sd = layout.open_step(src)
-    cfg = layout.run_config(sd, config)
-    layout.check_shapes(sd, cfg.model)
-    tok = tokenizer_source(cfg, sd, tokenizer)
-
-    st_dtype, itemsize = DTYPES[dtype]
+    st_dtype, _itemsize = DTYPES[dtype]
     torch_dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[dtype]
-    plan = layout.tensor_plan(cfg.model)
-    shards = plan_shards(plan, itemsize, max_shard_bytes)
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dst.parent / f".{dst.name}.partial"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
+    n_tensors = sum(len(e) for e in shards)
+    every = max(1, n_tensors // 10)
     reader = TensorReader(sd)
     weight_map: dict[str, str] = {}
     total = 0
@@ -222,8 +203,8 @@ def export_hf(
                 weight_map[hf] = name
                 del t, raw, data
                 done += 1
-                if progress:
-                    print(f"agpt: export: {done}/{len(plan)} tensors", file=sys.stderr, flush=True)
+                if progress and (done % every == 0 or done == n_tensors):
+                    print(f"agpt: export: {done}/{n_tensors} tensors", file=sys.stderr, flush=True)
             f.flush()
             os.fsync(f.fileno())
     _write_json(
@@ -234,9 +215,52 @@ def export_hf(
         bos, eos = write_tokenizer(tmp, tok, cfg.model.max_seq_len)
     _write_json(tmp / "config.json", hf_config(cfg, dtype, bos, eos))
     _write_json(tmp / "generation_config.json", {"bos_token_id": bos, "eos_token_id": eos})
-    if dst.exists():
-        dst.rmdir()  # checked empty above
-    os.replace(tmp, dst)
+    return total
+
+
+def export_hf(
+    step_path: str | Path,
+    out: str | Path,
+    *,
+    dtype: str = "bf16",
+    config: str | None = None,
+    tokenizer: str | None = None,
+    max_shard_bytes: int = DEFAULT_SHARD_BYTES,
+    sets: tuple[str, ...] | list[str] = (),
+    progress: bool = False,
+) -> dict[str, Any]:
+    """Write OUT as a Hugging Face LlamaForCausalLM folder; returns a summary of what was written."""
+
+    if sys.byteorder != "little":
+        raise BadInput("export: safetensors holds little-endian data; run it on a little-endian host")
+    if dtype not in DTYPES:
+        raise BadInput(f"--dtype {dtype}: use bf16 or fp32")
+    if max_shard_bytes <= 0:
+        raise BadInput(f"--max-shard-size {max_shard_bytes}: must be positive")
+    src = Path(step_path)
+    dst = Path(out)
+    check_out(dst)
+    sd = layout.open_step(src)
+    cfg = layout.run_config(sd, config, sets)
+    layout.check_shapes(sd, cfg.model)
+    tok = tokenizer_source(cfg, sd, tokenizer)
+
+    _st_dtype, itemsize = DTYPES[dtype]
+    plan = layout.tensor_plan(cfg.model)
+    shards = plan_shards(plan, itemsize, max_shard_bytes)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.parent / f".{dst.name}.partial"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    try:
+        total = _write_folder(tmp, sd, cfg, shards, dtype, tok, progress)
+        if dst.exists():
+            dst.rmdir()  # checked empty above
+        os.replace(tmp, dst)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # nothing half-written is left behind
+        raise
     return {
         "out": str(dst),
         "step": sd.step,

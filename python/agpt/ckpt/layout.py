@@ -102,10 +102,12 @@ def open_step(path: Path) -> StepDir:
     )
 
 
-def run_config(sd: StepDir, config: str | None) -> Config:
-    """The run's config: --config when given, else the one recorded in meta.json."""
+def run_config(sd: StepDir, config: str | None, sets: tuple[str, ...] | list[str] = ()) -> Config:
+    """The run's config: --config (with --set overrides) when given, else the one recorded in meta.json."""
     if config is not None:
-        return load_config(config, environ={})
+        return load_config(config, list(sets), environ={})
+    if sets:
+        raise ConfigError("--set: only with --config (meta.json holds the run's resolved config)")
     rec = (sd.meta or {}).get("config")
     if not isinstance(rec, dict):
         raise ConfigError(

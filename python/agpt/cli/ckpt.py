@@ -38,6 +38,7 @@ def _size(text: str) -> int:
 @click.option("--config", default=None, help="The run's config (default: the one recorded in meta.json).")
 @click.option("--tokenizer", default=None, help="SentencePiece model (default: the one the run's data pins).")
 @click.option("--max-shard-size", default="5GB", show_default=True, help="Largest safetensors file.")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a key of --config.")
 def export_cmd(
     step_dir: str,
     out: str,
@@ -46,6 +47,7 @@ def export_cmd(
     config: str | None,
     tokenizer: str | None,
     max_shard_size: str,
+    sets: tuple[str, ...],
 ) -> None:
     """Write checkpoint STEP_DIR (RUN_DIR/ckpt/step-N) as a Hugging Face folder OUT, one tensor at a time.
 
@@ -61,7 +63,8 @@ def export_cmd(
         config=config,
         tokenizer=tokenizer,
         max_shard_bytes=_size(max_shard_size),
-        progress=False,
+        sets=sets,
+        progress=True,
     )
     tok = (
         f", tokenizer {r['tokenizer']}"
