@@ -42,6 +42,24 @@ def test_import_then_export_gives_identical_tensors(exported: Path, tmp_path: Pa
     assert files_of(out) == files_of(exported)
 
 
+def test_imports_a_folder_saved_by_transformers(exported: Path, tmp_path: Path) -> None:
+    """save_pretrained's own layout (one model.safetensors, rope_parameters) imports to the same weights."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import LlamaForCausalLM
+
+    saved = tmp_path / "saved"
+    LlamaForCausalLM.from_pretrained(exported, dtype=torch.float32).save_pretrained(saved)
+    r = _import(saved, tmp_path / "run")
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = tmp_path / "out"
+    r = run_agpt("ckpt", "export", str(tmp_path / "run" / "ckpt" / "step-0"), str(out), "--dtype", "fp32")
+    assert r.returncode == 0, r.stderr
+    a = load_file(exported / "model-00001-of-00001.safetensors")
+    b = load_file(out / "model-00001-of-00001.safetensors")
+    assert a.keys() == b.keys() and all(a[k].equal(b[k]) for k in a)
+
+
 def test_a_run_started_from_an_import_continues_training(exported: Path, blend: Path, tmp_path: Path) -> None:
     run = tmp_path / "run"
     r = _import(exported, run, "--set", f"data.path={blend}")

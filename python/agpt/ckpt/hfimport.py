@@ -46,6 +46,9 @@ def check_config(hf_dir: Path, cfg: Config) -> dict[str, Any]:
         )
     if hc.get("rope_scaling"):
         raise BadInput(f"{path}: rope_scaling {hc['rope_scaling']} is not supported (plain RoPE only)")
+    rope_type = (hc.get("rope_parameters") or {}).get("rope_type", "default")
+    if rope_type != "default":
+        raise BadInput(f"{path}: rope_parameters.rope_type {rope_type!r} is not supported (plain RoPE only)")
     for flag in ("attention_bias", "mlp_bias"):
         if hc.get(flag):
             raise BadInput(f"{path}: {flag} is true; the model has no biases")
