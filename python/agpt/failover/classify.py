@@ -123,7 +123,7 @@ class Hit:
 
 @dataclass(kw_only=True, slots=True)
 class Classification:
-    """One attempt's verdict: CONTRACT.md's four fields, then what a blind swap can use.
+    """One attempt's verdict: docs/contract.md's four fields, then what a blind swap can use.
 
     suspect_hosts: hosts the evidence points nearest to, best first (crash lines, then launcher exit notices in
     log order, then the first killed follower); last_heard: the host of the last labelled line; rank_hosts: the
