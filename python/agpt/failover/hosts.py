@@ -91,18 +91,16 @@ class BadRecord:
 
 
 def read_bad(path: Path) -> list[BadRecord]:
-    """hosts/bad records.  Skipped: blank and `#` lines; with a note on stderr, a torn last line (no newline and
-    fewer than four fields: a writer killed mid-line) and a line whose host is not a host name."""
+    """hosts/bad records.  Skipped: blank and `#` lines; with a note on stderr, a torn line (fewer than the four
+    fields every append writes: a writer killed mid-line) and a line whose host is not a host name."""
     out: list[BadRecord] = []
-    lines = rundir.read_lines(path)
-    torn = lines.pop() if lines else ""  # split("\n") leaves what follows the last newline: "" unless torn
     skipped = 0
-    for i, line in enumerate([*lines, torn]):
+    for line in rundir.read_lines(path):
         parts = line.split("\t", 3)
         if not line.strip() or line.startswith("#"):
             continue
         host = parts[0].strip()
-        if (i == len(lines) and len(parts) < 4) or not rundir.valid_host(host):
+        if len(parts) < 4 or not rundir.valid_host(host):
             skipped += 1
             continue
         out.append(
