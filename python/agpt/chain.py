@@ -124,9 +124,11 @@ def _fmt_time(t: Any) -> str:
 def read_lock(run_dir: Path) -> tuple[str, str]:
     """chain.lock: `SUCCESSOR SUBMITTER EPOCH`, written by lib/chain.sh; ('', '') when absent."""
     try:
-        words = (run_dir / "chain.lock").read_text().split()
+        words = (run_dir / rundir.CHAIN_LOCK).read_bytes().decode("utf-8", errors="replace").split()
     except FileNotFoundError:
         return ("", "")
+    except OSError as e:
+        raise BadInput(f"{run_dir / rundir.CHAIN_LOCK}: unreadable: {e.strerror or e}") from None
     return (words[0] if words else "", words[1] if len(words) > 1 else "")
 
 

@@ -295,3 +295,34 @@ SH
   assert_output "$(printf '127 "app" {"out":[],"in":[],"blind":false,"returned":[]}\n%.0s' 1 2)"
   assert [ ! -e "$RUN/hosts/bad" ]
 }
+
+@test "a hostile allocation line is refused (2) naming the file and line; nothing in it runs" {
+  printf 'h1\nh2;touch %s/pwned\n$(touch %s/pwned)\n' "$BATS_TEST_TMPDIR" "$BATS_TEST_TMPDIR" >"$ALLOC"
+  run bash "$(job <<<'')"
+  assert_failure 2
+  assert_output --partial "$ALLOC:2: not a host name"
+  assert [ ! -e "$BATS_TEST_TMPDIR/pwned" ]
+}
+
+@test "the cleanup hook gets {hosts} and {hostfile} shell-quoted: a planted host list runs nothing" {
+  mkdir -p "$RUN/hosts" "$BATS_TEST_TMPDIR/a dir"
+  printf 'h1\n$(touch %s/pwned)\n' "$BATS_TEST_TMPDIR" >"$RUN/hosts/active"
+  run bash -c "source '$AGPT_ROOT/lib/failover.sh'; AGPT_RUN_DIR='$RUN'
+    FAILOVER_CLEANUP_HOOK='printf \"<%s>\\n\" {hosts} {nhosts}'; _failover_cleanup"
+  assert_success
+  assert_line "<h1,\$(touch $BATS_TEST_TMPDIR/pwned)>"
+  assert_line "<2>"
+  assert [ ! -e "$BATS_TEST_TMPDIR/pwned" ]
+}
+
+@test "failover_run works under a caller's IFS without a space; a near deadline still prints the report" {
+  run bash "$(job <<<$'IFS=$\'\\n\\t\'')"
+  assert_success
+  assert_line "verdict: 0"
+  run ev attempt attempt rc class
+  assert_output '1 0 "success"'
+  run bash "$(job <<<$'IFS=$\'\\n\\t\'\nexport AGPT_DEADLINE_EPOCH=$((EPOCHSECONDS + 30)); FAILOVER_MIN_ATTEMPT_S=120')"
+  assert_failure 75
+  assert_output --partial "not starting attempt 2: stop, resubmit (exit 75)"
+  assert_output --partial "failover report: $RUN"
+}
