@@ -30,6 +30,8 @@ def test_exit_codes_match_errors_py() -> None:
     rows = {r[1]: int(r[0]) for r in _table("## Exit codes") if r[1]}
     consts = {k: v for k, v in vars(errors).items() if k.startswith("EXIT_")}
     assert rows == consts
+    codes = {int(r[0]) for r in _table("## Exit codes") if r[0].isdigit()}
+    assert {watch.EXIT_CANNOT_RUN, watch.EXIT_NOT_FOUND} <= codes
 
 
 def test_verdict_table_matches_the_code() -> None:
