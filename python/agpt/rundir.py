@@ -107,16 +107,16 @@ VERDICT_EXIT: dict[str, int] = {
 }
 FAILOVER_VERDICTS = ("done", "failed", "stuck", "repeat", "resubmit")
 
-# Launchers' rank/size variables, most specific first (torchrun, HPE PALS, Open MPI, MPICH hydra/Cray PMI, PMIx,
-# Slurm).  PALS leaves the size to Cray PMI, hence its second row.
+# (rank, world size) variables per launcher, in order of preference (torchrun first: it may run inside srun).
+# The trainer (train/dist.py) reads rank and size from the first row present; `agpt yeet` (yeet/mpi.py) takes any
+# row but torchrun's as "an MPI launcher or srun started this process".
 LAUNCHERS: tuple[tuple[str, str], ...] = (
-    ("RANK", "WORLD_SIZE"),
-    ("PALS_RANKID", "PALS_SIZE"),
-    ("PALS_RANKID", "PMI_SIZE"),
-    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
-    ("PMI_RANK", "PMI_SIZE"),
-    ("PMIX_RANK", "PMIX_SIZE"),
-    ("SLURM_PROCID", "SLURM_NTASKS"),
+    ("RANK", "WORLD_SIZE"),  # torchrun
+    ("PALS_RANKID", "PALS_SIZE"),  # HPE PALS (PBS mpiexec) ...
+    ("PALS_RANKID", "PMI_SIZE"),  # ... which leaves the size to Cray PMI
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),  # Open MPI
+    ("PMI_RANK", "PMI_SIZE"),  # MPICH hydra, Cray PMI
+    ("SLURM_PROCID", "SLURM_NTASKS"),  # srun
 )
 
 # The longest duration any flag, setting or record may hold: a year.  Larger values (1e400 is inf) would overflow
