@@ -20,21 +20,13 @@
 # Every value in the script is either marked EDIT or says where it came from (SITE_* key of the profile,
 # or job.* key of the config), so a sysadmin can audit a job script without reading this file.
 
-_jobgen_home() {
-  if [[ -n "${AGPT_HOME:-}" ]]; then
-    printf '%s\n' "$AGPT_HOME"
-  else
-    (cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-  fi
-}
-
 # Usage: jobgen_spares NODES
 # ceil(NODES * SITE_SPARES_PERCENT / 100), raised to SITE_SPARES_MIN when that still leaves at least 3/4 of
 # the allocation training: agpt.rundir.spares_for, the formula the failover loop inverts when it splits the
 # allocation (one formula, so the job asks for exactly the spares the loop keeps).
 # Globals read: SITE_SPARES_PERCENT, SITE_SPARES_MIN, AGPT_PYTHON
 jobgen_spares() {
-  PYTHONPATH="$(_jobgen_home)/python${PYTHONPATH:+:$PYTHONPATH}" "${AGPT_PYTHON:-python3}" -m agpt.rundir \
+  PYTHONPATH="$(_env_home)/python${PYTHONPATH:+:$PYTHONPATH}" "${AGPT_PYTHON:-python3}" -m agpt.rundir \
     spares "$1" "${SITE_SPARES_PERCENT:-0}" "${SITE_SPARES_MIN:-0}"
 }
 
@@ -63,7 +55,7 @@ _jobgen_directive() {
 jobgen_render() {
   local site="$1" sched="$2" config="$3" jobscript="$4" portable="${5:-0}"
   local home py vars prof spares total wall pfx cfg_path
-  home="$(_jobgen_home)"
+  home="$(_env_home)"
   py="${AGPT_PYTHON:-python3}"
   case "$sched" in
     pbs) pfx="#PBS" ;;

@@ -368,16 +368,22 @@ def parse_hostfile(lines: Iterable[str], *, where: str = "hostfile") -> list[str
     return out
 
 
-def read_hostfile(path: Path, *, missing_ok: bool = False) -> list[str]:
-    """parse_hostfile of a file; a missing file is BadInput (or [] with missing_ok)."""
+def read_text(path: Path, *, what: str, missing_ok: bool = False) -> str:
+    """A small text file, decoded leniently; missing or unreadable: BadInput naming `what` (or "" with
+    missing_ok when it is missing)."""
     try:
-        text = Path(path).read_bytes().decode("utf-8", errors="replace")
+        return Path(path).read_bytes().decode("utf-8", errors="replace")
     except FileNotFoundError:
         if missing_ok:
-            return []
-        raise BadInput(f"hostfile not found: {path}") from None
+            return ""
+        raise BadInput(f"{what} not found: {path}") from None
     except OSError as e:
-        raise BadInput(f"hostfile unreadable: {path}: {e.strerror or e}") from None
+        raise BadInput(f"{what} unreadable: {path}: {e.strerror or e}") from None
+
+
+def read_hostfile(path: Path, *, missing_ok: bool = False) -> list[str]:
+    """parse_hostfile of a file; a missing file is BadInput (or [] with missing_ok)."""
+    text = read_text(path, what="hostfile", missing_ok=missing_ok)
     return parse_hostfile(text.splitlines(), where=str(path))
 
 

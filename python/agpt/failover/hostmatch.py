@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agpt import rundir
-from agpt.errors import BadInput
 
 # Interface suffixes that name the same node on another network: `nid001234-hsn0`, `node7-ib0`.
 _IFACE_SUFFIX = re.compile(r"-(?:hsn|nmn|hmn|can|chn|ib|eth|opa|mgmt)\d*$")
@@ -127,13 +126,7 @@ def _dedup_nodes(names: Iterable[str]) -> list[str]:
 
 def read_ipmap(path: str | Path) -> list[tuple[str, str]]:
     """`IP HOST` pairs of an address map (hosts/ip); a line may list several names after the address."""
-    p = Path(path)
-    try:
-        text = p.read_bytes().decode("utf-8", errors="replace")
-    except FileNotFoundError:
-        raise BadInput(f"ipmap not found: {p}") from None
-    except OSError as e:
-        raise BadInput(f"ipmap unreadable: {p}: {e.strerror or e}") from None
+    text = rundir.read_text(Path(path), what="ipmap")
     pairs: list[tuple[str, str]] = []
     for raw in text.splitlines():
         fields = raw.split("#", 1)[0].split()
