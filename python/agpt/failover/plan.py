@@ -38,6 +38,7 @@ import argparse
 import contextlib
 import io
 import json
+import os
 import re
 import sys
 import time
@@ -400,12 +401,20 @@ def append_event(path: Path, ev: dict[str, Any]) -> None:
     rundir.append_jsonl(path, ev)
 
 
+def _walltime_margin() -> float:
+    """FAILOVER_WALLTIME_MARGIN as the classifier reads it; a bad value there is the classifier's to report."""
+    try:
+        return rundir.seconds(os.environ.get("FAILOVER_WALLTIME_MARGIN") or rundir.WALLTIME_MARGIN_S, "margin")
+    except BadInput:
+        return rundir.WALLTIME_MARGIN_S
+
+
 def fallback_classification(rc: int, *, now: float, deadline: float | None, note: str) -> dict[str, Any]:
     """A class from rc and the clock alone, when the classifier gave none: a scraper failure never stops the
     loop, it degrades to "no evidence" and says so."""
     if rc == 0:
         cls = "success"
-    elif deadline is not None and now >= deadline - rundir.WALLTIME_MARGIN_S:
+    elif deadline is not None and now >= deadline - _walltime_margin():
         cls = "walltime"
     elif rc == 124:
         cls = "hang"
