@@ -200,3 +200,15 @@ def test_plan_cli_refuses_extreme_settings_with_exit_2(value: str) -> None:
                 and len(err.getvalue().strip().splitlines()) == 1
                 and flag.strip("-") in err.getvalue().lower().replace("_", "-")
             )
+
+
+@pytest.mark.parametrize("value", ["1e400", "nan", "-inf", "1e300", "-1", "x"])
+@pytest.mark.parametrize(
+    "flag", ["--spares-percent", "--spares-min", "--resolve-timeout", "--spares", "--active"]
+)
+def test_hosts_init_refuses_extreme_settings_with_exit_2(flag: str, value: str) -> None:
+    with run_dir() as d:
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            rc = hosts.main(["init", "--run-dir", str(d), "--hosts", "h1,h2,h3", flag, value])
+        assert rc == 2 and len(err.getvalue().strip().splitlines()) == 1, err.getvalue()

@@ -35,6 +35,7 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from agpt import rundir
 from agpt.errors import BadInput
@@ -183,6 +184,10 @@ def split_hosts(
         raise BadInput(f"failover hosts: --active must be at least 1, got {active}")
     if spares is not None and spares < 0:
         raise BadInput(f"failover hosts: --spares must not be negative, got {spares}")
+    if not 0 <= percent <= 100:  # NaN fails too
+        raise BadInput(f"SITE_SPARES_PERCENT/--spares-percent: must be 0 to 100, got {percent}")
+    if not 0 <= minimum <= 10**7:
+        raise BadInput(f"SITE_SPARES_MIN/--spares-min: must be 0 or more, got {minimum}")
     all_hosts = clean_hosts(hosts)
     known_bad = proven_bad(bad)
     suspect = suspects(bad) - known_bad
@@ -506,9 +511,18 @@ def _opt_int(v: str | None, flag: str) -> int | None:
         raise BadInput(f"failover hosts: {flag} must be an integer, got '{v}'") from None
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:
+        raise BadInput(f"failover hosts: {message}")
+
+
+def _seconds(flag: str) -> Any:
+    return lambda v: rundir.seconds(v, flag)
+
+
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="agpt failover hosts", description=__doc__.split("\n")[0])
-    sub = ap.add_subparsers(dest="sub", required=True)
+    ap = _Parser(prog="agpt failover hosts", description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="sub", required=True, parser_class=_Parser)
     p = sub.add_parser("init", help="split the allocation into hosts/{all,active,spare}, resolve hosts/ip")
     p.add_argument("--run-dir", required=True)
     src = p.add_mutually_exclusive_group(required=True)
@@ -519,7 +533,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--spares-percent", type=float, default=2.0)
     p.add_argument("--spares-min", type=int, default=4)
     p.add_argument("--degrade", action="store_true", help="run on fewer hosts than asked instead of refusing")
-    p.add_argument("--resolve-timeout", type=float, default=10.0, help="seconds for all lookups (0: none)")
+    p.add_argument(
+        "--resolve-timeout",
+        type=_seconds("--resolve-timeout"),
+        default=10.0,
+        help="seconds for all lookups (0: none)",
+    )
     p = sub.add_parser("swap", help="swap hosts out of hosts/active for spares")
     p.add_argument("--run-dir", required=True)
     p.add_argument("--out", required=True, help="comma-separated active hosts to swap out")
@@ -535,14 +554,14 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("preflight", help="run a command per host ({host}); evict the hosts where it fails")
     p.add_argument("--run-dir", required=True)
     p.add_argument("--cmd", required=True)
-    p.add_argument("--timeout", type=float, default=120.0)
+    p.add_argument("--timeout", type=_seconds("--timeout"), default=120.0)
     p.add_argument("--workers", type=int, default=32)
     p.add_argument("--jobid", default="")
     p.add_argument("--log", help="write every host's output here, [host]-prefixed")
     p = sub.add_parser("each", help="run a command per active host ({host}), e.g. a cleanup hook")
     p.add_argument("--run-dir", required=True)
     p.add_argument("--cmd", required=True)
-    p.add_argument("--timeout", type=float, default=60.0)
+    p.add_argument("--timeout", type=_seconds("--timeout"), default=60.0)
     p.add_argument("--workers", type=int, default=32)
     return ap
 
@@ -552,7 +571,11 @@ def _csv(v: str | None) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    try:
+        args = _parser().parse_args(argv)
+    except BadInput as e:
+        sys.stderr.write(f"agpt: error: {e}\n")
+        return e.exit_code
     run_dir = Path(args.run_dir)
     try:
         if args.sub == "init":
