@@ -404,7 +404,9 @@ def append_event(path: Path, ev: dict[str, Any]) -> None:
 def _walltime_margin() -> float:
     """FAILOVER_WALLTIME_MARGIN as the classifier reads it; a bad value there is the classifier's to report."""
     try:
-        return rundir.seconds(os.environ.get("FAILOVER_WALLTIME_MARGIN") or rundir.WALLTIME_MARGIN_S, "margin")
+        return rundir.seconds(
+            os.environ.get("FAILOVER_WALLTIME_MARGIN") or rundir.WALLTIME_MARGIN_S, "margin"
+        )
     except BadInput:
         return rundir.WALLTIME_MARGIN_S
 
