@@ -20,7 +20,8 @@
 #   CHAIN_MAX_JOBS          jobs a chain may run, this one included (default 50)
 #   CHAIN_MAX_NO_PROGRESS   stop after this many jobs in a row with no new complete checkpoint (default 2)
 #   CHAIN_DISABLE           1: record nothing, submit nothing (default 0)
-#   CHAIN_LOG               where messages go (default: stderr)
+#   CHAIN_LOG               a file messages are appended to (default "": standard error; not reopened as /dev/stderr, which
+#                           would reopen a redirected batch log and write over the job's own output)
 # Globals written: CHAIN_JOB_ID, CHAIN_NEXT_JOB_ID, CHAIN_STARTED, CHAIN_START_STEP, CHAIN_SCRIPT_PATH
 #
 # Why a successor at the start and not at the end: a job killed at walltime never reaches its end, and the
@@ -29,7 +30,7 @@
 : "${CHAIN_MAX_JOBS:=50}"
 : "${CHAIN_MAX_NO_PROGRESS:=2}"
 : "${CHAIN_DISABLE:=0}"
-: "${CHAIN_LOG:=/dev/stderr}"
+: "${CHAIN_LOG:=}"
 CHAIN_JOB_ID=""
 CHAIN_NEXT_JOB_ID=""
 CHAIN_STARTED=""
@@ -37,14 +38,18 @@ CHAIN_START_STEP=0
 CHAIN_SCRIPT_PATH=""
 
 _chain_say() {
-  printf 'chain: %s\n' "$*" >>"$CHAIN_LOG"
+  if [[ -n "$CHAIN_LOG" ]]; then
+    printf 'chain: %s\n' "$*" >>"$CHAIN_LOG"
+  else
+    printf 'chain: %s\n' "$*" >&2
+  fi
 }
 
-# The stdlib-only decisions (python/agpt/chain.py), runnable without the training venv.
+_chain_root="$(cd -P "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+# The stdlib-only decisions (python/agpt/chain.py), runnable without the training venv (bin/agpt-chain).
 _chain_py() {
-  local home
-  home="${AGPT_HOME:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}"
-  PYTHONPATH="$home/python${PYTHONPATH:+:$PYTHONPATH}" "${AGPT_PYTHON:-python3}" -m agpt.chain "$@"
+  "$_chain_root/bin/agpt-chain" "$@"
 }
 
 # A short-lived mutex around chain.lock (mkdir is atomic on NFS and Lustre); one older than 60 s belongs
@@ -71,13 +76,49 @@ _chain_unmutex() {
   rmdir "$AGPT_RUN_DIR/.chain.mutex" 2>/dev/null || true
 }
 
+# Usage: _chain_lock_write SUCCESSOR : chain.lock = `SUCCESSOR THIS_JOB EPOCH`, in one step (temporary + mv).
+_chain_lock_write() {
+  local tmp="$AGPT_RUN_DIR/chain.lock.tmp.$$"
+  printf '%s %s %s\n' "$1" "$CHAIN_JOB_ID" "$(date +%s)" >"$tmp" && mv -f "$tmp" "$AGPT_RUN_DIR/chain.lock"
+}
+
+# Usage: _chain_lock_state (under the mutex) : what chain.lock means for this job, one line:
+#   keep SUCC        this job submitted SUCC before a requeue, and SUCC is still queued: keep it
+#   busy SUBMITTER   another job of this chain is running on the run directory: do not train twice
+#   queued SUCC      a successor submitted by a job that has ended is queued: submit nothing
+#   free [PRED]      no live successor: submit one (PRED: the job that submitted this one, from the lock)
+_chain_lock_state() {
+  local IFS=$' \t\n' succ="" submitter=""
+  if [[ -f "$AGPT_RUN_DIR/chain.lock" ]]; then
+    read -r succ submitter _ <"$AGPT_RUN_DIR/chain.lock" || true
+  fi
+  if [[ -n "$succ" && "$succ" != "$CHAIN_JOB_ID" ]]; then
+    if sched_job_alive "$succ"; then
+      if [[ "$submitter" == "$CHAIN_JOB_ID" ]]; then
+        _chain_say "successor $succ (submitted by this job before a requeue) is still queued; keeping it"
+        echo "keep $succ"
+      elif [[ -n "$submitter" ]] && sched_job_alive "$submitter"; then
+        _chain_say "job $submitter of this chain is running (successor $succ queued): not training twice in $AGPT_RUN_DIR"
+        echo "busy $submitter"
+      else
+        _chain_say "successor $succ (submitted by $submitter) is already queued; not submitting another"
+        echo "queued $succ"
+      fi
+      return 0
+    fi
+    _chain_say "stale lock: successor $succ (submitted by $submitter) is gone; taking the chain over"
+  fi
+  [[ "$succ" == "$CHAIN_JOB_ID" ]] || submitter=""
+  echo "free $submitter"
+}
+
 # Usage: chain_start SCRIPT
 # Globals read: AGPT_RUN_DIR, CHAIN_MAX_JOBS, CHAIN_DISABLE; written: CHAIN_JOB_ID, CHAIN_NEXT_JOB_ID,
 #   CHAIN_STARTED, CHAIN_START_STEP
 # Returns: 0 (a failed submission is logged: chain_end tries again); 1 when another job of this chain is
 #   running on the same run directory (do not train twice); 2 on bad arguments
 chain_start() {
-  local script="${1:-}" succ="" submitter="" decision exclude next
+  local IFS=$' \t\n' script="${1:-}" state="" who="" decision exclude next
   CHAIN_STARTED="$(date +%s)"
   CHAIN_NEXT_JOB_ID=""
   if [[ -z "${AGPT_RUN_DIR:-}" ]]; then
@@ -100,33 +141,16 @@ chain_start() {
     return 2
   fi
   _chain_mutex || return 0
-  if [[ -f "$AGPT_RUN_DIR/chain.lock" ]]; then
-    read -r succ submitter _ <"$AGPT_RUN_DIR/chain.lock" || true
+  read -r state who <<<"$(_chain_lock_state)" || true
+  case "$state" in
+    keep) CHAIN_NEXT_JOB_ID="$who" CHAIN_SCRIPT_PATH="$script" ;;
+    busy) _chain_unmutex; return 1 ;;
+  esac
+  if [[ "$state" != free ]]; then
+    _chain_unmutex
+    return 0
   fi
-  if [[ -n "$succ" && "$succ" != "$CHAIN_JOB_ID" ]]; then
-    if sched_job_alive "$succ"; then
-      if [[ "$submitter" == "$CHAIN_JOB_ID" ]]; then
-        # This job was requeued and runs again: the successor it submitted the first time is still ours.
-        CHAIN_NEXT_JOB_ID="$succ"
-        CHAIN_SCRIPT_PATH="$script"
-        _chain_say "successor $succ (submitted by this job before a requeue) is still queued; keeping it"
-        _chain_unmutex
-        return 0
-      fi
-      if [[ -n "$submitter" ]] && sched_job_alive "$submitter"; then
-        _chain_say "job $submitter of this chain is running (successor $succ queued): not training twice in $AGPT_RUN_DIR"
-        _chain_unmutex
-        return 1
-      fi
-      _chain_say "successor $succ (submitted by $submitter) is already queued; not submitting another"
-      _chain_unmutex
-      return 0
-    fi
-    _chain_say "stale lock: successor $succ (submitted by $submitter) is gone; taking the chain over"
-    submitter=""
-  fi
-  [[ "$succ" == "$CHAIN_JOB_ID" ]] || submitter=""
-  decision="$(_chain_py start "$AGPT_RUN_DIR" --job "$CHAIN_JOB_ID" --predecessor "$submitter" \
+  decision="$(_chain_py start "$AGPT_RUN_DIR" --job "$CHAIN_JOB_ID" --predecessor "$who" \
     --max-jobs "$CHAIN_MAX_JOBS")" || decision="submit"
   if [[ "$decision" != submit ]]; then
     _chain_say "this is the chain's last job (${decision#last })"
@@ -137,8 +161,7 @@ chain_start() {
   exclude="$(_chain_py bad-hosts "$AGPT_RUN_DIR")" || exclude=""
   if next="$(sched_submit --after "$CHAIN_JOB_ID" --exclude "$exclude" "$script")"; then
     CHAIN_NEXT_JOB_ID="$next"
-    printf '%s %s %s\n' "$next" "$CHAIN_JOB_ID" "$(date +%s)" >"$AGPT_RUN_DIR/chain.lock.tmp.$$"
-    mv -f "$AGPT_RUN_DIR/chain.lock.tmp.$$" "$AGPT_RUN_DIR/chain.lock"
+    _chain_lock_write "$next"
     _chain_say "successor $next submitted (afterany:$CHAIN_JOB_ID)"
   else
     _chain_say "could not submit the successor now; will retry at the end of this job"
@@ -149,11 +172,11 @@ chain_start() {
 }
 
 # Usage: chain_end RC
-# RC: the failover verdict (CONTRACT.md exit codes) or the job command's own exit code.
+# RC: the failover verdict (docs/contract.md exit codes) or the job command's own exit code.
 # Globals read: CHAIN_* from chain_start, AGPT_RUN_DIR, CHAIN_MAX_JOBS, CHAIN_MAX_NO_PROGRESS
 # Returns: 0 once recorded; 1 when recording failed
 chain_end() {
-  local rc="${1:?chain_end: exit code}" out decision verdict reason exclude next
+  local IFS=$' \t\n' rc="${1:?chain_end: exit code}" out decision verdict reason exclude next
   if [[ "$CHAIN_DISABLE" == 1 || -z "$CHAIN_JOB_ID" ]]; then
     return 0
   fi
@@ -181,7 +204,7 @@ chain_end() {
   if [[ -z "$next" && -n "${CHAIN_SCRIPT_PATH:-}" ]]; then
     # The submission at start failed: try once more while this job still exists for afterany.
     if next="$(sched_submit --after "$CHAIN_JOB_ID" "$CHAIN_SCRIPT_PATH")" && _chain_mutex; then
-      printf '%s %s %s\n' "$next" "$CHAIN_JOB_ID" "$(date +%s)" >"$AGPT_RUN_DIR/chain.lock"
+      _chain_lock_write "$next"
       _chain_unmutex
       _chain_say "successor $next submitted at the end of job $CHAIN_JOB_ID"
     fi

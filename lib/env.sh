@@ -22,17 +22,22 @@
 #                    pip comes from the system site packages (the venv is made --without-pip: seconds faster)
 #   ENV_STAGE        1 to stage the venv (default: SITE_VENV_STAGE)
 #   ENV_YEET_FLAGS   extra flags for `agpt yeet` (default: none)
-#   ENV_LOG          where messages go (default: stderr)
+#   ENV_LOG          a file messages are appended to (default "": standard error; not reopened as /dev/stderr, which
+#                    would reopen a redirected batch log and write over the job's own output)
 #
 # Shell options: module scripts and activate are not `set -u` clean, so each function here that runs them
 # makes the caller's options local (`local -`); they are back as they were when it returns.
 
 : "${ENV_PIP_INSTALL:=}"
 : "${ENV_YEET_FLAGS:=}"
-: "${ENV_LOG:=/dev/stderr}"
+: "${ENV_LOG:=}"
 
 _env_say() {
-  printf 'env: %s\n' "$*" >>"$ENV_LOG"
+  if [[ -n "$ENV_LOG" ]]; then
+    printf 'env: %s\n' "$*" >>"$ENV_LOG"
+  else
+    printf 'env: %s\n' "$*" >&2
+  fi
 }
 
 _env_home() {

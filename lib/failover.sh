@@ -4,7 +4,7 @@
 #
 # Source it into any job script (sets only FAILOVER_* defaults; runs nothing; changes no shell option):
 #   source "$AGPT_HOME/lib/failover.sh"
-#   export AGPT_RUN_DIR=/lus/proj/runs/20b            # the run directory (CONTRACT.md), survives the chain
+#   export AGPT_RUN_DIR=/lus/proj/runs/20b            # the run directory (docs/contract.md), survives the chain
 #   rc=0
 #   failover_run srun --nodelist {hosts} -N {nhosts} --ntasks-per-node=1 python3 train.py || rc=$?
 #   exit "$rc"                                       # 0 done, 1 failed, 3 stuck, 4 repeat, 75 resubmit
@@ -17,8 +17,11 @@
 # Each attempt's environment: FAILOVER_HOSTFILE (RUN_DIR/hosts/active), FAILOVER_HOSTS (comma list),
 # FAILOVER_NUM_HOSTS, FAILOVER_ATTEMPT (1, 2, ...), AGPT_RUN_DIR, AGPT_DEADLINE_EPOCH (when known); and the
 # words {hostfile} {hosts} {nhosts} in CMD are replaced.  The decisions live in `agpt failover plan` (Python,
-# unit-tested); this file is the glue.  Files written: RUN_DIR/hosts/*, attempts/JOBID.N.log, events.jsonl;
-# at the stop, `agpt failover report RUN_DIR` prints the run's timeline to the log.
+# unit-tested), called once per attempt: it classifies the attempt's log in-process, swaps hosts, appends
+# events.jsonl and answers `ACTION EXIT BACKOFF_S ATTEMPT`; this file is the glue.  Files written:
+# RUN_DIR/hosts/*, attempts/JOBID.N.log and .class.json, events.jsonl; at every stop the run's timeline
+# (`agpt failover report`) goes to the log.  Host names are only [A-Za-z0-9._-] (a hostile allocation line is
+# refused, exit 2) and are shell-quoted where a hook's command text is built.  Works under any caller's IFS.
 #
 # Settings (environment, read when a function runs; defaults set when sourced)
 #   FAILOVER_SPARES           spare hosts; default "": ~SITE_SPARES_PERCENT (2)% of active, at least
@@ -30,6 +33,7 @@
 #   FAILOVER_MAX_BLIND        blind swaps a hang/crash rotation may try before it can be a repeat (default 8)
 #   FAILOVER_MIN_ATTEMPT_S    never start an attempt with less time left than this (default 600)
 #   FAILOVER_BACKOFF          seconds before relaunch 1, 2, ... the last repeated (default "5 10 20 40 60")
+#                             (these five defaults are agpt.failover.plan.Settings'; a test keeps them equal)
 #   FAILOVER_IDLE_TIMEOUT     `agpt watch --timeout`: seconds of silence that mean a hang (default 900)
 #   FAILOVER_STARTUP_TIMEOUT  silence allowed before the first progress line (default 1800)
 #   FAILOVER_GRACE            SIGTERM to SIGKILL when the watchdog fires (default 30)
@@ -81,6 +85,8 @@
 
 _failover_root="$(cd -P "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 _failover_inited=""
+_failover_attempt=""
+_failover_rc=""
 
 # Usage: _failover_logged CMD... : runs CMD with its standard error (and its output, with --all) in FAILOVER_LOG.
 # Appending to /dev/stderr would reopen a redirected batch log and write over the job's own output.
@@ -141,13 +147,19 @@ _failover_allocation() {
   fi
 }
 
-# Usage: _failover_subst OUTVAR WORD... : OUTVAR=(WORD... with {hostfile} {hosts} {nhosts} replaced)
+# Usage: _failover_subst [--quoted] OUTVAR WORD... : OUTVAR=(WORD... with {hostfile} {hosts} {nhosts} replaced)
+# --quoted: the values are shell-quoted, for words that are command text (`bash -c`).
 _failover_subst() {
+  local q=0 hf="$AGPT_RUN_DIR/hosts/active" hosts n a
+  [[ "$1" == --quoted ]] && { q=1; shift; }
   local -n _failover_out="$1"
   shift
-  local hf="$AGPT_RUN_DIR/hosts/active" hosts n a
   hosts="$(paste -sd, "$hf")"
   n="$(grep -c . "$hf")" || n=0
+  if ((q)); then
+    printf -v hf '%q' "$hf"
+    printf -v hosts '%q' "$hosts"
+  fi
   _failover_out=()
   for a in "$@"; do
     a="${a//"{hostfile}"/"$hf"}"
@@ -159,14 +171,14 @@ _failover_subst() {
 
 # Usage: failover_init
 # Splits the allocation into RUN_DIR/hosts/{all,active,spare}, resolves hosts/ip; hosts proven bad in hosts/bad
-# (earlier jobs) are left out, blind suspects go last.
+# (earlier jobs) are left out, blind suspects go last.  A line that is not a host name is refused (exit 2).
 # Globals read: AGPT_RUN_DIR, FAILOVER_HOSTS_FROM, FAILOVER_SPARES, FAILOVER_ACTIVE, FAILOVER_DEGRADE,
 #   SITE_SPARES_PERCENT, SITE_SPARES_MIN, FAILOVER_RESOLVE_TIMEOUT
 # Returns: 0; 2 with the numbers when the allocation is too small (or AGPT_RUN_DIR is unset); 1 otherwise
 failover_init() {
-  local rc=0 alloc degrade=()
+  local IFS=$' \t\n' rc=0 alloc src=- degrade=()
   if [[ -z "${AGPT_RUN_DIR:-}" ]]; then
-    _failover_say "error: AGPT_RUN_DIR is not set (the run directory of CONTRACT.md)"
+    _failover_say "error: AGPT_RUN_DIR is not set (the run directory of docs/contract.md)"
     return 2
   fi
   mkdir -p "$AGPT_RUN_DIR/hosts" "$AGPT_RUN_DIR/attempts" || return 1
@@ -176,7 +188,9 @@ failover_init() {
     return 2
   }
   [[ "$FAILOVER_DEGRADE" == 1 ]] && degrade=(--degrade)
-  printf '%s\n' "$alloc" | _failover_py hosts init --run-dir "$AGPT_RUN_DIR" --hostfile - \
+  # A named file goes by name, so a line it refuses is named as FILE:LINE.
+  [[ -n "$FAILOVER_HOSTS_FROM" ]] && src="$FAILOVER_HOSTS_FROM"
+  printf '%s\n' "$alloc" | _failover_py hosts init --run-dir "$AGPT_RUN_DIR" --hostfile "$src" \
     --spares "$FAILOVER_SPARES" --active "$FAILOVER_ACTIVE" "${degrade[@]}" \
     --spares-percent "${SITE_SPARES_PERCENT:-2}" --spares-min "${SITE_SPARES_MIN:-4}" \
     --resolve-timeout "$FAILOVER_RESOLVE_TIMEOUT" >/dev/null || rc=$?
@@ -209,11 +223,67 @@ _failover_cleanup() {
     _failover_logged --all "$_failover_root/bin/agpt-failover" hosts each --run-dir "$AGPT_RUN_DIR" \
       --cmd "$FAILOVER_CLEANUP_HOOK" --timeout "$FAILOVER_CLEANUP_TIMEOUT" || rc=$?
   else
-    _failover_subst cmd "$FAILOVER_CLEANUP_HOOK"
+    _failover_subst --quoted cmd "$FAILOVER_CLEANUP_HOOK"
     _failover_logged --all env FAILOVER_HOSTFILE="$AGPT_RUN_DIR/hosts/active" \
       timeout -k 5 "$FAILOVER_CLEANUP_TIMEOUT" bash -c "${cmd[0]}" || rc=$?
   fi
   ((rc == 0)) || _failover_say "cleanup hook failed (rc $rc); relaunching anyway"
+  return 0
+}
+
+# Usage: _failover_act "ACTION EXIT BACKOFF_S ATTEMPT" PLAN_RC WHEN
+# Acts on `agpt failover plan --shell`'s words: relaunch -> sleeps the backoff, runs the cleanup hook (not before
+# the first attempt), sets _failover_attempt, returns 0; stop -> sets _failover_rc, returns 1.  No decision (plan
+# failed): says so, prints the report, _failover_rc 2 (bad input) or 1.
+_failover_act() {
+  local action code backoff attempt
+  IFS=' ' read -r action code backoff attempt <<<"$1" || true
+  case "${action:-}" in
+    relaunch)
+      _failover_attempt="$attempt"
+      if [[ "$3" != before* ]]; then
+        sleep "$backoff"
+        _failover_cleanup
+      fi
+      return 0
+      ;;
+    stop) _failover_rc="$code" ;;
+    *)
+      _failover_say "error: 'agpt failover plan' gave no decision $3 (rc $2)"
+      _failover_logged --all "$_failover_root/bin/agpt-failover" report "$AGPT_RUN_DIR" || true
+      _failover_rc=1
+      [[ "$2" == 2 ]] && _failover_rc=2
+      ;;
+  esac
+  return 1
+}
+
+# Usage: _failover_setup OUTVAR_PLAN OUTVAR_WATCH OUTVAR_CLASSIFY DEADLINE
+# The fixed arguments of every `plan` call, of `agpt watch`, and the classifier's options (after `--`).
+_failover_setup() {
+  local -n _failover_p="$1" _failover_w="$2" _failover_c="$3"
+  _failover_p=(plan --run-dir "$AGPT_RUN_DIR" --jobid "$FAILOVER_JOBID" --deadline "$4" --apply --shell --report
+    --max-attempts "$FAILOVER_MAX_ATTEMPTS" --max-repeat "$FAILOVER_MAX_REPEAT" --max-blind "$FAILOVER_MAX_BLIND"
+    --min-attempt-s "$FAILOVER_MIN_ATTEMPT_S" --backoff "$FAILOVER_BACKOFF" --progress-re "$FAILOVER_PROGRESS_RE")
+  _failover_w=("$_failover_root/bin/agpt-watch" --timeout "$FAILOVER_IDLE_TIMEOUT"
+    --startup-timeout "$FAILOVER_STARTUP_TIMEOUT" --grace "$FAILOVER_GRACE" --progress-re "$FAILOVER_PROGRESS_RE")
+  [[ -n "$FAILOVER_PROGRESS_FILE" ]] && _failover_w+=(--progress-file "$FAILOVER_PROGRESS_FILE")
+  _failover_c=()
+  if [[ -n "$FAILOVER_PATTERN_SETS" ]]; then
+    _failover_c=(--patterns "$FAILOVER_PATTERN_SETS")
+  elif declare -p SITE_FAILOVER_PATTERNS >/dev/null 2>&1; then
+    _failover_c=(--patterns "$(IFS=,; printf '%s' "${SITE_FAILOVER_PATTERNS[*]}")")
+  fi
+}
+
+# Usage: _failover_env OUTVAR ATTEMPT DEADLINE : OUTVAR=(NAME=VALUE... of the attempt's environment)
+_failover_env() {
+  local -n _failover_e="$1"
+  local hf="$AGPT_RUN_DIR/hosts/active" n
+  n="$(grep -c . "$hf")" || n=0
+  _failover_e=(FAILOVER_HOSTFILE="$hf" FAILOVER_HOSTS="$(paste -sd, "$hf")" FAILOVER_NUM_HOSTS="$n"
+    FAILOVER_ATTEMPT="$2" AGPT_RUN_DIR="$AGPT_RUN_DIR")
+  [[ -n "$3" ]] && _failover_e+=(AGPT_DEADLINE_EPOCH="$3")
   return 0
 }
 
@@ -226,16 +296,14 @@ failover_run() {
   if (($# == 0)); then
     _failover_say "usage: failover_run CMD [ARGS...]"
     return 2
-  fi
-  if [[ -z "${AGPT_RUN_DIR:-}" ]]; then
-    _failover_say "error: AGPT_RUN_DIR is not set (the run directory of CONTRACT.md)"
+  elif [[ -z "${AGPT_RUN_DIR:-}" ]]; then
+    _failover_say "error: AGPT_RUN_DIR is not set (the run directory of docs/contract.md)"
     return 2
   fi
-  local jobid deadline rc prc n=0 log cls started ended decision action code backoff hosts nhosts
-  local -a argv watch envs patterns=() limits
+  local IFS=$' \t\n' deadline rc prc n log started ended decision # the caller's IFS may lack the space
+  local -a argv plan watch cls envs
   _failover_jobid
-  jobid="$FAILOVER_JOBID"
-  if [[ "$_failover_inited" != "$jobid" || ! -s "$AGPT_RUN_DIR/hosts/active" ]]; then
+  if [[ "$_failover_inited" != "$FAILOVER_JOBID" || ! -s "$AGPT_RUN_DIR/hosts/active" ]]; then
     rc=0
     failover_init || rc=$?
     ((rc == 0)) || return "$rc"
@@ -244,64 +312,26 @@ failover_run() {
   failover_preflight || rc=$?
   ((rc == 0)) || return "$rc"
   deadline="$(_failover_deadline)"
-  [[ -n "$FAILOVER_PATTERN_SETS" ]] && patterns=(--patterns "$FAILOVER_PATTERN_SETS")
-  if [[ -z "$FAILOVER_PATTERN_SETS" ]] && declare -p SITE_FAILOVER_PATTERNS >/dev/null 2>&1; then
-    patterns=(--patterns "$(IFS=,; printf '%s' "${SITE_FAILOVER_PATTERNS[*]}")")
-  fi
-  # A job requeued under the same id continues its attempt count (its earlier logs stay, history stays apart).
-  n="$(_failover_py plan --run-dir "$AGPT_RUN_DIR" --jobid "$jobid" --next-attempt)" || n=1
-  n=$((n - 1))
-  limits=(--jobid "$jobid" --deadline "$deadline" --max-attempts "$FAILOVER_MAX_ATTEMPTS"
-    --max-repeat "$FAILOVER_MAX_REPEAT" --max-blind "$FAILOVER_MAX_BLIND"
-    --min-attempt-s "$FAILOVER_MIN_ATTEMPT_S" --backoff "$FAILOVER_BACKOFF")
-  watch=("$_failover_root/bin/agpt-watch" --timeout "$FAILOVER_IDLE_TIMEOUT"
-    --startup-timeout "$FAILOVER_STARTUP_TIMEOUT" --grace "$FAILOVER_GRACE" --progress-re "$FAILOVER_PROGRESS_RE")
-  [[ -n "$FAILOVER_PROGRESS_FILE" ]] && watch+=(--progress-file "$FAILOVER_PROGRESS_FILE")
+  _failover_setup plan watch cls "$deadline"
+  # Once, before the first attempt: its number (a requeued job id continues its count) and whether it may start.
+  prc=0
+  decision="$(_failover_py "${plan[@]}" --before)" || prc=$?
+  _failover_act "$decision" "$prc" "before the first attempt" || return "$_failover_rc"
+  n="$_failover_attempt"
   while :; do
-    n=$((n + 1))
-    prc=0
-    decision="$(_failover_py plan --run-dir "$AGPT_RUN_DIR" --attempt "$n" --before --apply --shell \
-      "${limits[@]}")" || prc=$?
-    read -r action code backoff <<<"$decision" || true
-    if [[ "${action:-}" == stop ]]; then
-      _failover_say "not starting attempt $n: stop (exit $code)"
-      return "$code"
-    elif [[ "${action:-}" != relaunch ]]; then
-      _failover_say "error: 'agpt failover plan' gave no decision before attempt $n (rc $prc)"
-      ((prc == 2)) && return 2
-      return 1
-    fi
-    hosts="$(paste -sd, "$AGPT_RUN_DIR/hosts/active")"
-    nhosts="$(grep -c . "$AGPT_RUN_DIR/hosts/active")" || nhosts=0
     _failover_subst argv "$@"
-    log="$AGPT_RUN_DIR/attempts/$jobid.$n.log"
-    cls="$AGPT_RUN_DIR/attempts/$jobid.$n.class.json"
-    envs=(FAILOVER_HOSTFILE="$AGPT_RUN_DIR/hosts/active" FAILOVER_HOSTS="$hosts" FAILOVER_NUM_HOSTS="$nhosts"
-      FAILOVER_ATTEMPT="$n" AGPT_RUN_DIR="$AGPT_RUN_DIR")
-    [[ -n "$deadline" ]] && envs+=(AGPT_DEADLINE_EPOCH="$deadline")
-    _failover_say "attempt $n on $nhosts host(s) ($hosts): ${argv[*]}"
+    _failover_env envs "$n" "$deadline"
+    log="$AGPT_RUN_DIR/attempts/$FAILOVER_JOBID.$n.log"
+    _failover_say "attempt $n on ${envs[2]#*=} host(s) (${envs[1]#*=}): ${argv[*]}"
     : >"$log"
     started="$(date +%s.%N)"
     rc=0
     env "${envs[@]}" "${watch[@]}" --log "$log" -- "${argv[@]}" || rc=$?
     ended="$(date +%s.%N)"
-    _failover_py classify --rc "$rc" --hostfile "$AGPT_RUN_DIR/hosts/active" --ipmap "$AGPT_RUN_DIR/hosts/ip" \
-      ${deadline:+--deadline "$deadline"} --now "${ended%%.*}" --progress-re "$FAILOVER_PROGRESS_RE" \
-      "${patterns[@]}" "$log" >"$cls" ||
-      _failover_say "classifier failed on $log; deciding from the exit code"
-    decision="$(_failover_py plan --run-dir "$AGPT_RUN_DIR" --attempt "$n" --rc "$rc" --log "$log" \
-      --classification "$cls" --started "$started" --ended "$ended" --progress-re "$FAILOVER_PROGRESS_RE" \
-      "${limits[@]}" --apply --shell)" || prc=$?
-    read -r action code backoff <<<"$decision" || true
-    if [[ "${action:-}" == stop ]]; then
-      _failover_logged --all "$_failover_root/bin/agpt-failover" report "$AGPT_RUN_DIR" || true
-      return "$code"
-    elif [[ "${action:-}" != relaunch ]]; then
-      _failover_say "error: 'agpt failover plan' gave no decision after attempt $n (rc $prc)"
-      ((prc == 2)) && return 2
-      return 1
-    fi
-    sleep "$backoff"
-    _failover_cleanup
+    prc=0
+    decision="$(_failover_py "${plan[@]}" --attempt "$n" --rc "$rc" --log "$log" --started "$started" \
+      --ended "$ended" -- "${cls[@]}")" || prc=$?
+    _failover_act "$decision" "$prc" "after attempt $n" || return "$_failover_rc"
+    n=$((n + 1))
   done
 }

@@ -20,24 +20,14 @@
 # Every value in the script is either marked EDIT or says where it came from (SITE_* key of the profile,
 # or job.* key of the config), so a sysadmin can audit a job script without reading this file.
 
-_jobgen_home() {
-  if [[ -n "${AGPT_HOME:-}" ]]; then
-    printf '%s\n' "$AGPT_HOME"
-  else
-    (cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-  fi
-}
-
 # Usage: jobgen_spares NODES
 # ceil(NODES * SITE_SPARES_PERCENT / 100), raised to SITE_SPARES_MIN when that still leaves at least 3/4 of
-# the allocation training.  Globals read: SITE_SPARES_PERCENT, SITE_SPARES_MIN
+# the allocation training: agpt.rundir.spares_for, the formula the failover loop inverts when it splits the
+# allocation (one formula, so the job asks for exactly the spares the loop keeps).
+# Globals read: SITE_SPARES_PERCENT, SITE_SPARES_MIN, AGPT_PYTHON
 jobgen_spares() {
-  local n="$1" pct="${SITE_SPARES_PERCENT:-0}" min="${SITE_SPARES_MIN:-0}" s
-  s=$(((n * pct + 99) / 100))
-  if ((s < min && min * 3 <= n)); then
-    s=$min
-  fi
-  echo "$s"
+  PYTHONPATH="$(_env_home)/python${PYTHONPATH:+:$PYTHONPATH}" "${AGPT_PYTHON:-python3}" -m agpt.rundir \
+    spares "$1" "${SITE_SPARES_PERCENT:-0}" "${SITE_SPARES_MIN:-0}"
 }
 
 # Usage: jobgen_walltime SECONDS pbs|slurm
@@ -64,8 +54,8 @@ _jobgen_directive() {
 # Returns: 0 and prints the script; 2 on a bad config, site or scheduler (one line on stderr)
 jobgen_render() {
   local site="$1" sched="$2" config="$3" jobscript="$4" portable="${5:-0}"
-  local home py vars prof spares total wall queue account fs d pfx cfg_path run_dir cmd e how
-  home="$(_jobgen_home)"
+  local home py vars prof spares total wall pfx cfg_path
+  home="$(_env_home)"
   py="${AGPT_PYTHON:-python3}"
   case "$sched" in
     pbs) pfx="#PBS" ;;
@@ -84,7 +74,7 @@ jobgen_render() {
   }
   prof="site/$site/profile.sh"
   spares="$JOB_SPARES"
-  [[ -n "$spares" ]] || spares="$(jobgen_spares "$JOB_NODES")"
+  [[ -n "$spares" ]] || spares="$(jobgen_spares "$JOB_NODES")" || return 2
   total=$((JOB_NODES + spares))
   wall="$(jobgen_walltime "$JOB_WALLTIME_S" "$sched")"
   if [[ "$portable" == 1 ]]; then
@@ -93,6 +83,18 @@ jobgen_render() {
     cfg_path="$(cd "$(dirname "$config")" && pwd)/$(basename "$config")"
   fi
 
+  _jobgen_directives
+  _jobgen_preamble
+  _jobgen_exports
+  _jobgen_body
+}
+
+# The four parts of the script.  Each reads jobgen_render's locals (site sched config jobscript portable home
+# prof spares total wall pfx cfg_path, JOB_*) and SITE_*, and prints its lines.
+
+# The header comment and the scheduler's directives.
+_jobgen_directives() {
+  local queue account fs d e how
   echo "#!/bin/bash"
   echo "# $JOB_NAME: $JOB_NODES node$( ((JOB_NODES == 1)) || echo s) + $spares spare$( ((spares == 1)) || echo s) on $site ($sched), $wall per job, chained until training is done."
   how="agpt jobgen --site $site --scheduler $sched"
@@ -148,6 +150,10 @@ jobgen_render() {
     d=""
   done
 
+}
+
+# `set -euo pipefail`, AGPT_DEBUG, AGPT_HOME and PATH.
+_jobgen_preamble() {
   cat <<'EOF'
 set -euo pipefail
 [[ "${AGPT_DEBUG:-0}" == 1 ]] && { export PS4='+ ${BASH_SOURCE##*/}:${LINENO}:${FUNCNAME[0]:-main}: '; set -x; }
@@ -176,6 +182,11 @@ fi
 export PATH="$AGPT_HOME/bin:$PATH"
 
 EOF
+}
+
+# The run's settings: AGPT_*, FAILOVER_*, CHAIN_*, LAUNCH_*, job.env.
+_jobgen_exports() {
+  local run_dir e
   run_dir="$JOB_RUN_DIR"
   if [[ "$run_dir" != /* ]]; then
     run_dir="\$PWD/$(printf '%q' "$run_dir")"
@@ -213,6 +224,11 @@ EOF
       echo "export ${e%%=*}=$(printf '%q' "${e#*=}")"
     done
   fi
+}
+
+# The libraries, the environment, the chain and the failover loop (or the bare command), the verdict.
+_jobgen_body() {
+  local cmd
   cat <<'EOF'
 
 for lib in sched env launch chain failover; do

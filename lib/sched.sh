@@ -19,15 +19,20 @@
 # Settings
 #   SCHED_KIND      pbs|slurm|none; default: from the environment (PBS_JOBID, SLURM_JOB_ID), then from the
 #                   commands on PATH (sbatch, qsub). A generated job script sets it.
-#   SCHED_LOG       where messages go (default: stderr)
+#   SCHED_LOG       a file messages are appended to (default "": standard error; not reopened as /dev/stderr, which
+#                   would reopen a redirected batch log and write over the job's own output)
 #
 # Why Bash: a job script runs these before any Python environment exists, and a sysadmin reads them.
 
 : "${SCHED_KIND:=}"
-: "${SCHED_LOG:=/dev/stderr}"
+: "${SCHED_LOG:=}"
 
 _sched_say() {
-  printf 'sched: %s\n' "$*" >>"$SCHED_LOG"
+  if [[ -n "$SCHED_LOG" ]]; then
+    printf 'sched: %s\n' "$*" >>"$SCHED_LOG"
+  else
+    printf 'sched: %s\n' "$*" >&2
+  fi
 }
 
 # Usage: sched_detect

@@ -25,17 +25,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agpt import rundir
+from agpt.errors import BadInput
 from agpt.failover.hosts import read_bad
 
-# rc -> (verdict, does the chain go on).  CONTRACT.md's exit codes; anything else is a failure that a
+# rc -> (verdict, does the chain go on).  The exit codes of docs/contract.md; anything else is a failure that a
 # fresh allocation may fix (a node died, the job was killed), bounded by the no-progress guard.
+_GOES_ON = ("resubmit", "idle")
 VERDICTS: dict[int, tuple[str, bool]] = {
-    0: ("done", False),
-    2: ("usage", False),
-    3: ("stuck", False),
-    4: ("repeat", False),
-    75: ("resubmit", True),
-    124: ("idle", True),
+    code: (verdict, verdict in _GOES_ON)
+    for verdict, code in rundir.VERDICT_EXIT.items()
+    if verdict != "failed"
 }
 
 
@@ -49,46 +49,18 @@ def verdict_of(rc: int) -> tuple[str, bool]:
 
 
 def latest_step(run_dir: Path) -> int:
-    """The highest step with a `.complete` marker: the only checkpoints resume trusts (CONTRACT.md)."""
-    best = 0
-    for d in (run_dir / "ckpt").glob("step-*"):
-        try:
-            step = int(d.name.split("-", 1)[1])
-        except ValueError:
-            continue
-        if step > best and (d / ".complete").is_file():
-            best = step
-    return best
+    """The highest step with a `.complete` marker: the only checkpoints resume trusts (docs/contract.md)."""
+    return rundir.latest_checkpoint(run_dir) or 0
 
 
 def read_chain(run_dir: Path) -> list[dict[str, Any]]:
-    """chain.jsonl's records; a torn last line (a job killed mid-write) is skipped, not fatal."""
-    path = run_dir / "chain.jsonl"
-    out: list[dict[str, Any]] = []
-    try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    except FileNotFoundError:
-        return out
-    for line in lines:
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(rec, dict):
-            out.append(rec)
-    return out
+    """chain.jsonl's records; a torn or unreadable line (a job killed mid-write) is skipped with a note."""
+    return rundir.read_jsonl(run_dir / rundir.CHAIN)
 
 
 def append_record(run_dir: Path, rec: dict[str, Any]) -> None:
-    """One line per job, written with a single O_APPEND write so concurrent writers never interleave."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    data = (json.dumps(rec, sort_keys=False) + "\n").encode()
-    fd = os.open(run_dir / "chain.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    """One line per job: one O_APPEND write on a fresh line (see rundir.append_line)."""
+    rundir.append_jsonl(run_dir / rundir.CHAIN, rec)
 
 
 def proven_bad_hosts(run_dir: Path) -> list[str]:
@@ -107,9 +79,9 @@ class Limits:
 
     def __post_init__(self) -> None:
         if self.max_jobs < 1:
-            raise ValueError("CHAIN_MAX_JOBS must be at least 1")
+            raise BadInput("CHAIN_MAX_JOBS must be at least 1")
         if self.max_no_progress < 1:
-            raise ValueError("CHAIN_MAX_NO_PROGRESS must be at least 1")
+            raise BadInput("CHAIN_MAX_NO_PROGRESS must be at least 1")
 
 
 def decide_start(records: list[dict[str, Any]], limits: Limits) -> tuple[bool, str]:
@@ -141,17 +113,22 @@ def decide_end(
 
 
 def _fmt_time(t: Any) -> str:
-    if not isinstance(t, (int, float)):
+    if isinstance(t, bool) or not isinstance(t, (int, float)):
         return "?"
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+    except (OverflowError, OSError, ValueError):  # a record's time out of the clock's range
+        return "?"
 
 
 def read_lock(run_dir: Path) -> tuple[str, str]:
     """chain.lock: `SUCCESSOR SUBMITTER EPOCH`, written by lib/chain.sh; ('', '') when absent."""
     try:
-        words = (run_dir / "chain.lock").read_text().split()
+        words = (run_dir / rundir.CHAIN_LOCK).read_bytes().decode("utf-8", errors="replace").split()
     except FileNotFoundError:
         return ("", "")
+    except OSError as e:
+        raise BadInput(f"{run_dir / rundir.CHAIN_LOCK}: unreadable: {e.strerror or e}") from None
     return (words[0] if words else "", words[1] if len(words) > 1 else "")
 
 
@@ -163,7 +140,7 @@ def status_rows(run_dir: Path) -> list[list[str]]:
         verdict = str(r.get("verdict", "?"))
         if r.get("reason") and r.get("reason") != verdict:
             verdict += f" ({r['reason']})"
-        nxt = r.get("next_jobid") or (
+        nxt = str(r.get("next_jobid") or "") or (
             f"cancelled {r['cancelled_jobid']}" if r.get("cancelled_jobid") else "-"
         )
         rows.append(
@@ -198,7 +175,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         sys.stdout.write(
             "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() + "\n"
         )
-    last = records[-1]["verdict"] if records else "none yet"
+    last = str(records[-1].get("verdict", "?")) if records else "none yet"
     tail = (
         f", successor {pending} pending" if pending and (not records or records[-1].get("next_jobid")) else ""
     )
@@ -215,7 +192,7 @@ def cmd_start(args: argparse.Namespace) -> int:
     if pred and pred != args.job and not any(str(r.get("jobid")) == pred for r in records):
         # The predecessor was killed before chain_end could run (walltime SIGKILL, node crash): say so.
         # Its progress: a newer complete checkpoint than the one the chain had recorded before it.
-        before = max((int(r.get("end_step") or 0) for r in records), default=0)
+        before = max((rundir.integer(r.get("end_step")) or 0 for r in records), default=0)
         now = latest_step(run_dir)
         rec = {
             "jobid": pred,
@@ -266,10 +243,37 @@ def cmd_end(args: argparse.Namespace) -> int:
     return 0
 
 
+_DEFAULTS = Limits()
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:
+        raise BadInput(message)
+
+
+def _count(name: str, default: int) -> Any:
+    """An argparse type: a whole number; '' (lib/chain.sh passes its settings as given) is the default."""
+
+    def parse(text: str) -> int:
+        return default if not text.strip() else rundir.whole(text, name, minimum=-(10**6))
+
+    return parse
+
+
+def _exit_status(text: str) -> int:
+    rc = rundir.whole(text, "--rc", minimum=-255, maximum=255)
+    return 128 - rc if rc < 0 else rc
+
+
+def _epoch(text: str) -> int:
+    v = rundir.epoch(text, "time")
+    if v is None:
+        raise BadInput(f"not an epoch time: {text!r}")
+    return int(v)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
-        prog="agpt chain", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    ap = _Parser(prog="agpt chain", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="SUBCOMMAND")
     p = sub.add_parser("status", help="the chain as a table (job, start, end, steps, verdict, next)")
     p.add_argument("run_dir", metavar="RUN_DIR")
@@ -285,29 +289,37 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument("--job", required=True)
     p.add_argument("--predecessor", default="", help="the job that submitted this one (from chain.lock)")
-    p.add_argument("--max-jobs", type=int, default=50)
+    p.add_argument(
+        "--max-jobs", type=_count("CHAIN_MAX_JOBS", _DEFAULTS.max_jobs), default=_DEFAULTS.max_jobs
+    )
     p.set_defaults(fn=cmd_start)
     p = sub.add_parser("end", help="at job end: record the verdict and decide")
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument("--job", required=True)
-    p.add_argument("--rc", type=int, required=True)
-    p.add_argument("--started", type=int, required=True)
-    p.add_argument("--ended", type=int)
-    p.add_argument("--start-step", type=int, required=True)
+    p.add_argument("--rc", type=_exit_status, required=True)
+    p.add_argument("--started", type=_epoch, required=True)
+    p.add_argument("--ended", type=_epoch)
+    p.add_argument("--start-step", type=_count("--start-step", 0), required=True)
     p.add_argument("--next", default="")
-    p.add_argument("--max-jobs", type=int, default=50)
-    p.add_argument("--max-no-progress", type=int, default=2)
+    p.add_argument(
+        "--max-jobs", type=_count("CHAIN_MAX_JOBS", _DEFAULTS.max_jobs), default=_DEFAULTS.max_jobs
+    )
+    p.add_argument(
+        "--max-no-progress",
+        type=_count("CHAIN_MAX_NO_PROGRESS", _DEFAULTS.max_no_progress),
+        default=_DEFAULTS.max_no_progress,
+    )
     p.set_defaults(fn=cmd_end)
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     try:
+        args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
         rc: int = args.fn(args)
-    except ValueError as exc:
+    except BadInput as exc:
         sys.stderr.write(f"agpt chain: {exc}\n")
-        return 2
+        return exc.exit_code
     return rc
 
 

@@ -1,6 +1,6 @@
 """A run's loss curve with its failures and recoveries marked, as a PNG.
 
-Reads what every run directory already has (CONTRACT.md): the progress lines in attempts/*.log
+Reads what every run directory already has (docs/contract.md): the progress lines in attempts/*.log
 (`step=N loss=X ...`, with or without a launcher's rank or host prefix) and events.jsonl (one object
 per attempt end and per stop).  Each failed attempt becomes a red dashed line at its last step,
 labelled with its class and the hosts swapped; chain hand-overs (walltime, resubmit) are grey.
@@ -8,12 +8,12 @@ labelled with its class and the hosts swapped; chain hand-overs (walltime, resub
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agpt import rundir
 from agpt.errors import BadInput
 
 _STEP_RE = re.compile(rb"\bstep[=:] ?([0-9]+)\b.*?\bloss[=:] ?([-+0-9.eEnaif]+)")
@@ -49,14 +49,8 @@ def read_run(run_dir: Path) -> RunCurve:
                 except ValueError:
                     continue
     events = run_dir / "events.jsonl"
-    if events.is_file():
-        for n, text in enumerate(events.read_text(errors="replace").splitlines(), 1):
-            if not text.strip():
-                continue
-            try:
-                curve.events.append(json.loads(text))
-            except json.JSONDecodeError as exc:
-                raise BadInput(f"{events}:{n}: not JSON ({exc.msg})") from exc
+    if events.is_file():  # a torn or unreadable line is skipped with a note (docs/contract.md)
+        curve.events.extend(rundir.read_jsonl(events))
     return curve
 
 

@@ -28,6 +28,7 @@ import subprocess
 import sys
 import time
 
+from agpt import rundir
 from agpt.errors import EXIT_IDLE, EXIT_USAGE, BadInput
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs start-up time
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
 DEFAULT_TIMEOUT = 600.0
 DEFAULT_GRACE = 10.0
 DEFAULT_BACKOFF: tuple[float, ...] = (5.0, 10.0, 20.0, 40.0, 60.0)
-DEFAULT_PROGRESS_RE = r"\bstep[=:] ?[0-9]+"
+DEFAULT_PROGRESS_RE = rundir.PROGRESS_RE
 EXIT_CANNOT_RUN = 126
 EXIT_NOT_FOUND = 127
 
@@ -60,8 +61,12 @@ STOPPING = (signal.SIGTERM, signal.SIGINT)
 
 
 def _check_seconds(flag: str, value: float) -> float:
+    """Seconds >= 0 and at most rundir.MAX_SECONDS (a year): a larger value would overflow the poll and the
+    sleeps, after the child had started."""
     if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
         raise BadInput(f"{flag}: must be a number of seconds >= 0, got {value!r}")
+    if value > rundir.MAX_SECONDS:
+        raise BadInput(f"{flag}: at most {rundir.MAX_SECONDS:.0f} seconds (a year), got {value!r}")
     return float(value)
 
 

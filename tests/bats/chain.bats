@@ -205,3 +205,11 @@ field() { python3 -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1
   assert_failure 2
   assert_output --partial "no such run directory"
 }
+
+@test "chain_start and chain_end work under a caller's IFS without a space" {
+  run_strict "IFS=\$'\\n\\t'; chain_start '$JOB'; $(declare -f ckpt); ckpt 10; chain_end 75; chain_start '$JOB'"
+  assert_success
+  assert_line "chain: verdict resubmit (rc 75): the chain goes on"
+  assert_line "chain: successor 1001.fakepbs (submitted by this job before a requeue) is still queued; keeping it"
+  assert_equal "$(field 0 verdict)" resubmit
+}

@@ -83,7 +83,7 @@ show_job() {  # for a failing test's output
   cat "$RUN/events.jsonl" 2>/dev/null || true
 }
 
-@test "(a) cluster: a rank dies naming its host: that host is swapped, training resumes and finishes" {
+@test "cluster: a rank dies naming its host: that host is swapped, training resumes and finishes" {
   write_job <<<'export FAKE_TRAINER_FAULTS=die@3:n2'
   id="$(submit)"
   rc="$(wait_job "$id")"
@@ -102,7 +102,7 @@ show_job() {  # for a failing test's output
   assert_line --index 1 8
 }
 
-@test "(b) cluster: a node fails for real (slurmd killed): srun names it, it is swapped, training finishes" {
+@test "cluster: a node fails for real (slurmd killed): srun names it, it is swapped, training finishes" {
   # Through the job layer's launcher, as generated job scripts run it: `agpt launch` reads hosts/active.
   LAUNCH="agpt launch" write_job <<<'export LAUNCH_LAUNCHER=srun AGPT_SITE=generic'
   id="$(submit)"
@@ -128,7 +128,7 @@ show_job() {  # for a failing test's output
   assert_output $'n1\nn2\nn5\nn4'
 }
 
-@test "(c) cluster: a silent hang: the watchdog fires, blind swaps reach the guilty host within 4 attempts" {
+@test "cluster: a silent hang: the watchdog fires, blind swaps reach the guilty host within 4 attempts" {
   write_job <<<'export FAKE_TRAINER_FAULTS=hang@3:n4; FAILOVER_IDLE_TIMEOUT=5 FAILOVER_STARTUP_TIMEOUT=10'
   id="$(submit)"
   rc="$(wait_job "$id" 240)"

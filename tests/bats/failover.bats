@@ -156,7 +156,7 @@ SH
   assert_line "args=h1,h2,h3,h4,4,$RUN/hosts/active env=h1,h2,h3,h4,4,1,dl"
 }
 
-@test "(a) a rank dies naming its host: exactly that host is swapped, training resumes and finishes" {
+@test "a rank dies naming its host: exactly that host is swapped, training resumes and finishes" {
   run bash "$(job <<<'FAULTS=die@3:h2')"
   assert_success
   assert_line "verdict: 0"
@@ -171,7 +171,7 @@ SH
   assert_line --index 1 10
 }
 
-@test "(d) a config bug: stuck (3) after two attempts without progress, spares untouched" {
+@test "a config bug: stuck (3) after two attempts without progress, spares untouched" {
   first_pass_only
   run bash "$(job <<<'FAULTS=app@1')"
   assert_failure 3
@@ -187,7 +187,7 @@ SH
   assert [ ! -e "$RUN/hosts/bad" ]
 }
 
-@test "(e) a deterministic failure at step k: repeat (4) after FAILOVER_MAX_REPEAT attempts" {
+@test "a deterministic failure at step k: repeat (4) after FAILOVER_MAX_REPEAT attempts" {
   first_pass_only
   # rank 0 reports a non-finite loss at step 5 every time, after resuming from the checkpoint at step 4
   run bash "$(job <<<'FAULTS=nan@5')"
@@ -200,7 +200,7 @@ SH
   assert_output $'h1\nh2\nh3\nh4'
 }
 
-@test "(f) spares exhausted after progress: resubmit (75), every bad host recorded for the next job" {
+@test "spares exhausted after progress: resubmit (75), every bad host recorded for the next job" {
   first_pass_only
   run bash "$(job <<<'FAULTS=die@3:h2,die@5:h5,die@7:h6
 STEPS=12')"
@@ -220,7 +220,7 @@ STEPS=12')"
   refute_output --regexp $'(^|\n)h[256]($|\n)'
 }
 
-@test "(g) deadline near: resubmit (75) without starting an attempt" {
+@test "deadline near: resubmit (75) without starting an attempt" {
   run bash "$(job <<<'export AGPT_DEADLINE_EPOCH=$((EPOCHSECONDS + 30)); FAILOVER_MIN_ATTEMPT_S=120')"
   assert_failure 75
   run ev stop verdict exit reason
@@ -231,7 +231,7 @@ STEPS=12')"
   assert_output ""
 }
 
-@test "(g) deadline near after a failure: resubmit (75) instead of a doomed relaunch" {
+@test "deadline near after a failure: resubmit (75) instead of a doomed relaunch" {
   first_pass_only
   run bash "$(job <<<'export AGPT_DEADLINE_EPOCH=$((EPOCHSECONDS + 240)); FAILOVER_MIN_ATTEMPT_S=200
 FAILOVER_BACKOFF=60; FAULTS=die@3:h2')"
@@ -244,7 +244,7 @@ FAILOVER_BACKOFF=60; FAULTS=die@3:h2')"
   assert_output h2
 }
 
-@test "(c) a silent hang: the watchdog fires, blind swaps reach the guilty host, recorded as blind" {
+@test "a silent hang: the watchdog fires, blind swaps reach the guilty host, recorded as blind" {
   first_pass_only
   run bash "$(job <<<'FAULTS=hang@3:h3; FAILOVER_IDLE_TIMEOUT=3 FAILOVER_STARTUP_TIMEOUT=6')"
   assert_success
@@ -294,4 +294,35 @@ SH
   run ev attempt rc class swapped
   assert_output "$(printf '127 "app" {"out":[],"in":[],"blind":false,"returned":[]}\n%.0s' 1 2)"
   assert [ ! -e "$RUN/hosts/bad" ]
+}
+
+@test "a hostile allocation line is refused (2) naming the file and line; nothing in it runs" {
+  printf 'h1\nh2;touch %s/pwned\n$(touch %s/pwned)\n' "$BATS_TEST_TMPDIR" "$BATS_TEST_TMPDIR" >"$ALLOC"
+  run bash "$(job <<<'')"
+  assert_failure 2
+  assert_output --partial "$ALLOC:2: not a host name"
+  assert [ ! -e "$BATS_TEST_TMPDIR/pwned" ]
+}
+
+@test "the cleanup hook gets {hosts} and {hostfile} shell-quoted: a planted host list runs nothing" {
+  mkdir -p "$RUN/hosts" "$BATS_TEST_TMPDIR/a dir"
+  printf 'h1\n$(touch %s/pwned)\n' "$BATS_TEST_TMPDIR" >"$RUN/hosts/active"
+  run bash -c "source '$AGPT_ROOT/lib/failover.sh'; AGPT_RUN_DIR='$RUN'
+    FAILOVER_CLEANUP_HOOK='printf \"<%s>\\n\" {hosts} {nhosts}'; _failover_cleanup"
+  assert_success
+  assert_line "<h1,\$(touch $BATS_TEST_TMPDIR/pwned)>"
+  assert_line "<2>"
+  assert [ ! -e "$BATS_TEST_TMPDIR/pwned" ]
+}
+
+@test "failover_run works under a caller's IFS without a space; a near deadline still prints the report" {
+  run bash "$(job <<<$'IFS=$\'\\n\\t\'')"
+  assert_success
+  assert_line "verdict: 0"
+  run ev attempt attempt rc class
+  assert_output '1 0 "success"'
+  run bash "$(job <<<$'IFS=$\'\\n\\t\'\nexport AGPT_DEADLINE_EPOCH=$((EPOCHSECONDS + 30)); FAILOVER_MIN_ATTEMPT_S=120')"
+  assert_failure 75
+  assert_output --partial "not starting attempt 2: stop, resubmit (exit 75)"
+  assert_output --partial "failover report: $RUN"
 }

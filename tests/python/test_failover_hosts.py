@@ -18,7 +18,7 @@ def test_clean_hosts_dedups_and_skips_blank_lines() -> None:
 
 
 @pytest.mark.parametrize(
-    ("n", "spares"), [(1, 0), (3, 0), (6, 1), (8, 2), (16, 4), (100, 4), (512, 11), (1024, 21)]
+    ("n", "spares"), [(1, 0), (3, 1), (6, 1), (8, 1), (16, 4), (100, 4), (512, 11), (1024, 21)]
 )
 def test_default_spares(n: int, spares: int) -> None:
     assert H.default_spares(n, percent=2, minimum=4) == spares

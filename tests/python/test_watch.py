@@ -21,7 +21,7 @@ from agpt import watch as watchmod
 from conftest import BIN, agpt_env
 
 PY = sys.executable
-SLACK = 1.5  # scheduling noise on a loaded machine, on top of the bounds the issue sets
+SLACK = 1.5  # scheduling noise on a loaded machine, on top of the bounds the tests assert
 
 
 def watch_argv(*args: str) -> list[str]:

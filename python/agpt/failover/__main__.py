@@ -11,7 +11,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "report": ("agpt.failover.report", "A human timeline of a run's attempts, swaps and time lost (--json)."),
     "plan": (
         "agpt.failover.plan",
-        "Decide the next step of the failover loop from the run directory (JSON).",
+        "Classify an attempt (in-process) and decide the failover loop's next step (JSON or --shell).",
     ),
     "hosts": ("agpt.failover.hosts", "Split an allocation into active and spare hosts, resolve addresses."),
     "patterns": (

@@ -37,9 +37,10 @@ from typing import Any, NoReturn
 from agpt.errors import BadInput
 from agpt.failover import patterns as pat
 from agpt.failover.hostmatch import HostMatcher, read_hostfile, read_ipmap
+from agpt.rundir import CLASSES as CLASSES
+from agpt.rundir import PROGRESS_RE as DEFAULT_PROGRESS_RE
+from agpt.rundir import WALLTIME_MARGIN_S as DEFAULT_MARGIN_S
 
-DEFAULT_PROGRESS_RE = r"\bstep[=:] ?[0-9]+"
-DEFAULT_MARGIN_S = 120.0
 CHUNK_BYTES = 1 << 20
 MIB = 1 << 20
 HEAD_BYTES = 32 * MIB
@@ -53,7 +54,6 @@ MAX_SIGNATURES = 256
 MAX_REPORTERS = 16
 LAST_HEARD_LOOKBACK = 64
 
-CLASSES = ("success", "walltime", "node", "hang", "crash", "system", "app")
 # Strength of one line's evidence: a line counts once, as its strongest match.
 _STRENGTH = {"node": 6, "system": 5, "crash": 4, "app": 3, "hang-hint": 2, "weak": 1, "cascade-ignore": 0}
 
@@ -123,7 +123,7 @@ class Hit:
 
 @dataclass(kw_only=True, slots=True)
 class Classification:
-    """One attempt's verdict: CONTRACT.md's four fields, then what a blind swap can use.
+    """One attempt's verdict: docs/contract.md's four fields, then what a blind swap can use.
 
     suspect_hosts: hosts the evidence points nearest to, best first (crash lines, then launcher exit notices in
     log order, then the first killed follower); last_heard: the host of the last labelled line; rank_hosts: the

@@ -11,13 +11,12 @@ Standard library only.
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agpt.errors import BadInput
+from agpt import rundir
 
 # Interface suffixes that name the same node on another network: `nid001234-hsn0`, `node7-ib0`.
 _IFACE_SUFFIX = re.compile(r"-(?:hsn|nmn|hmn|can|chn|ib|eth|opa|mgmt)\d*$")
@@ -37,20 +36,12 @@ def host_key(name: str) -> str:
     n = name.strip(_STRIP).lower().rstrip(".")
     if not n:
         return ""
-    short = n.split(".", 1)[0] if not _is_ip(n) else n
+    short = n.split(".", 1)[0] if not rundir.is_ip(n) else n
     short = _IFACE_SUFFIX.sub("", short)
     m = _XNAME_NIC.match(short)
     if m:
         short = m.group(1)
     return short
-
-
-def _is_ip(text: str) -> bool:
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    return True
 
 
 def _strip_port(token: str) -> str:
@@ -111,32 +102,21 @@ def _expand_one(part: str) -> Iterator[str]:
 
 
 def read_hostfile(path: str | Path) -> list[str]:
-    """Hosts of a hostfile, one per line, in file order; blank lines and `#` comments ignored, duplicates dropped.
-
-    A line may carry launcher extras (`host slots=4`, `host:4`): only the name counts.  Two spellings of one
-    node (`nid001234`, `nid001234-hsn0`) count once, as first spelled.
-    """
-    p = Path(path)
-    try:
-        text = p.read_bytes().decode("utf-8", errors="replace")
-    except FileNotFoundError:
-        raise BadInput(f"hostfile not found: {p}") from None
-    except OSError as e:
-        raise BadInput(f"hostfile unreadable: {p}: {e.strerror or e}") from None
-    return parse_hosts(text.splitlines())
+    """Hosts of a hostfile (agpt.rundir.read_hostfile: one per line, `host slots=4` and `host:4` name host,
+    blank lines and `#` comments ignored, names outside [A-Za-z0-9._-] refused), in file order; two spellings
+    of one node (`nid001234`, `nid001234-hsn0`) count once, as first spelled."""
+    return _dedup_nodes(rundir.read_hostfile(Path(path)))
 
 
 def parse_hosts(lines: Iterable[str]) -> list[str]:
     """The de-duplicated host names of hostfile lines (see read_hostfile)."""
+    return _dedup_nodes(rundir.parse_hostfile(lines))
+
+
+def _dedup_nodes(names: Iterable[str]) -> list[str]:
     hosts: list[str] = []
     seen: set[str] = set()
-    for raw in lines:
-        line = raw.split("#", 1)[0].strip()
-        if not line:
-            continue
-        name = line.split()[0]
-        if not _is_ip(name) and re.fullmatch(r"[^:]+:\d+", name):
-            name = name.rsplit(":", 1)[0]
+    for name in names:
         key = host_key(name)
         if key and key not in seen:
             seen.add(key)
@@ -146,20 +126,14 @@ def parse_hosts(lines: Iterable[str]) -> list[str]:
 
 def read_ipmap(path: str | Path) -> list[tuple[str, str]]:
     """`IP HOST` pairs of an address map (hosts/ip); a line may list several names after the address."""
-    p = Path(path)
-    try:
-        text = p.read_bytes().decode("utf-8", errors="replace")
-    except FileNotFoundError:
-        raise BadInput(f"ipmap not found: {p}") from None
-    except OSError as e:
-        raise BadInput(f"ipmap unreadable: {p}: {e.strerror or e}") from None
+    text = rundir.read_text(Path(path), what="ipmap")
     pairs: list[tuple[str, str]] = []
     for raw in text.splitlines():
         fields = raw.split("#", 1)[0].split()
         if len(fields) < 2:
             continue
         ip, names = fields[0], fields[1:]
-        if not _is_ip(ip) and _is_ip(names[0]):  # tolerate `HOST IP` as /etc/hosts would not
+        if not rundir.is_ip(ip) and rundir.is_ip(names[0]):  # tolerate `HOST IP` as /etc/hosts would not
             ip, names = names[0], [fields[0]]
         pairs.extend((ip, n) for n in names)
     return pairs
@@ -210,7 +184,7 @@ class HostMatcher:
         if t in self._exact:
             return t
         bare = _strip_port(t)
-        if _is_ip(bare):
+        if rundir.is_ip(bare):
             return self._by_ip.get(bare.lower())
         return self._name(bare.strip("[]:"))
 

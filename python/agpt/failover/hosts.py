@@ -1,4 +1,4 @@
-"""`agpt failover hosts`: the run directory's host lists (CONTRACT.md `hosts/`), and the swaps on them.
+"""`agpt failover hosts`: the run directory's host lists (docs/contract.md `hosts/`), and the swaps on them.
 
 Standard library only: this runs on the recovery path, when the training environment may be what broke.
 
@@ -14,14 +14,16 @@ Why these rules:
   spare: a new allocation can land on it again.  A host evicted blind is only a suspect: it stays usable but
   goes to the back of the line, so it becomes a spare before it becomes active.
 - Every rewrite of active/spare goes through a temporary file and `os.replace`, so a job killed in the middle
-  of a swap leaves either the old or the new lists, never half of one.
+  of a swap leaves either the old or the new lists, never half of one; and every read-modify-write of them holds
+  an flock on hosts/.lock, so two swaps at once never lose one.
+- Host names enter through one parser (agpt.rundir.parse_hostfile): only [A-Za-z0-9._-] or an IP address, so a
+  name is never shell text when a hook or a launcher command is built from it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import shlex
 import socket
@@ -33,7 +35,9 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from agpt import rundir
 from agpt.errors import BadInput
 
 BLIND = "blind"
@@ -44,30 +48,18 @@ def _say(msg: str) -> None:
     sys.stderr.flush()
 
 
-def clean_hosts(lines: Iterable[str]) -> list[str]:
-    """One host per line: first word of each line, blank lines and comments skipped, duplicates dropped.
+def clean_hosts(lines: Iterable[str], *, where: str = "hostfile") -> list[str]:
+    """One host per line (agpt.rundir.parse_hostfile): first word, `host:N` and `host slots=N` name host, blank
+    lines and comments skipped, duplicates dropped, a name outside [A-Za-z0-9._-] refused (BadInput).
 
     A PBS nodefile repeats a host once per rank; a Slurm hostfile may have `host slots=N`.
     """
-    seen: set[str] = set()
-    out: list[str] = []
-    for raw in lines:
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        host = line.split()[0]
-        if host not in seen:
-            seen.add(host)
-            out.append(host)
-    return out
+    return rundir.parse_hostfile(lines, where=where)
 
 
 def read_hosts(path: Path) -> list[str]:
     """The hosts of a one-host-a-line file; a missing file is an empty list."""
-    try:
-        return clean_hosts(path.read_text(errors="replace").splitlines())
-    except FileNotFoundError:
-        return []
+    return rundir.read_hostfile(path, missing_ok=True)
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -100,28 +92,28 @@ class BadRecord:
 
 
 def read_bad(path: Path) -> list[BadRecord]:
-    """hosts/bad records; malformed lines are skipped (the file is append-only and may be hand-edited)."""
+    """hosts/bad records.  Skipped: blank and `#` lines; with a note on stderr, a torn line (fewer than the four
+    fields every append writes: a writer killed mid-line) and a line whose host is not a host name."""
     out: list[BadRecord] = []
-    try:
-        text = path.read_text(errors="replace")
-    except FileNotFoundError:
-        return out
-    for line in text.splitlines():
+    skipped = 0
+    for line in rundir.read_lines(path):
         parts = line.split("\t", 3)
-        if not parts or not parts[0].strip() or parts[0].startswith("#"):
+        if not line.strip() or line.startswith("#"):
             continue
-        try:
-            when = float(parts[1]) if len(parts) > 1 and parts[1] else 0.0
-        except ValueError:
-            when = 0.0
+        host = parts[0].strip()
+        if len(parts) < 4 or not rundir.valid_host(host):
+            skipped += 1
+            continue
         out.append(
             BadRecord(
-                host=parts[0].strip(),
-                time=when,
+                host=host,
+                time=(rundir.num(parts[1]) or 0.0) if len(parts) > 1 else 0.0,
                 jobid=parts[2] if len(parts) > 2 else "",
                 evidence=parts[3] if len(parts) > 3 else "",
             )
         )
+    if skipped:
+        rundir.note(f"{path}: {skipped} unreadable line(s) skipped (torn, or not a host name)")
     return out
 
 
@@ -135,13 +127,16 @@ def append_bad(
 ) -> None:
     """Append `host<TAB>time<TAB>jobid<TAB>evidence|blind` lines (one write, O_APPEND)."""
     when = time.time() if now is None else now
+    hosts = list(hosts)
+    wrong = [h for h in hosts if not rundir.valid_host(h)]
+    if wrong:
+        raise BadInput(
+            f"{path}: not a host name: {wrong[0][:80]!r} (allowed: letters, digits, '.', '_', '-')"
+        )
     ev = BLIND if evidence == BLIND else _one_line(evidence)
-    text = "".join(f"{h}\t{when:.0f}\t{jobid}\t{ev}\n" for h in hosts)
-    if not text:
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as f:
-        f.write(text)
+    jid = "".join(str(jobid).split())  # a field of its own: no tab, no newline
+    text = "".join(f"{h}\t{when:.0f}\t{jid}\t{ev}\n" for h in hosts)
+    rundir.append_line(path, text)
 
 
 def proven_bad(records: Iterable[BadRecord]) -> set[str]:
@@ -153,15 +148,10 @@ def suspects(records: Iterable[BadRecord]) -> set[str]:
 
 
 def default_spares(usable: int, *, percent: float, minimum: int) -> int:
-    """~`percent`% of the active hosts, at least `minimum` when the allocation allows, never negative.
-
-    "Allows" means the minimum never takes more than a quarter of the allocation: 6 hosts keep 1 spare,
-    16 keep 4, 512 keep 11 (2%).
-    """
-    if usable <= 0:
-        return 0
-    by_percent = math.ceil(usable * percent / (100.0 + percent)) if percent > 0 else 0
-    return max(0, min(max(by_percent, minimum), usable // 4))
+    """The spares of `usable` hosts (agpt.rundir.split_counts): the inverse of what job generation asks for,
+    so A active + spares_for(A) hosts split back into A and spares_for(A).  6 hosts keep 1 spare, 16 keep 4,
+    512 keep 11 (2%)."""
+    return rundir.split_counts(usable, percent=percent, minimum=minimum)[1]
 
 
 @dataclass(kw_only=True, slots=True)
@@ -194,6 +184,10 @@ def split_hosts(
         raise BadInput(f"failover hosts: --active must be at least 1, got {active}")
     if spares is not None and spares < 0:
         raise BadInput(f"failover hosts: --spares must not be negative, got {spares}")
+    if not 0 <= percent <= 100:  # NaN fails too
+        raise BadInput(f"SITE_SPARES_PERCENT/--spares-percent: must be 0 to 100, got {percent}")
+    if not 0 <= minimum <= 10**7:
+        raise BadInput(f"SITE_SPARES_MIN/--spares-min: must be 0 or more, got {minimum}")
     all_hosts = clean_hosts(hosts)
     known_bad = proven_bad(bad)
     suspect = suspects(bad) - known_bad
@@ -321,22 +315,23 @@ def init_run_hosts(
     resolve_timeout: float = 10.0,
 ) -> Split:
     """Write hosts/all, active, spare and ip for a new job; hosts/bad is read, never rewritten."""
-    rh = RunHosts(run_dir=run_dir)
-    split = split_hosts(
-        hosts,
-        bad=rh.bad(),
-        active=active,
-        spares=spares,
-        percent=percent,
-        minimum=minimum,
-        degrade=degrade,
-    )
-    write_hosts(rh.path("all"), split.all)
-    write_hosts(rh.path("spare"), split.spare)
-    write_hosts(rh.path("active"), split.active)
-    pairs = resolve(split.active + split.spare, timeout=resolve_timeout) if resolve_timeout > 0 else []
-    write_atomic(rh.path("ip"), "".join(f"{ip} {h}\n" for ip, h in pairs))
-    return split
+    with rundir.locked(run_dir / rundir.HOSTS_LOCK):
+        rh = RunHosts(run_dir=run_dir)
+        split = split_hosts(
+            hosts,
+            bad=rh.bad(),
+            active=active,
+            spares=spares,
+            percent=percent,
+            minimum=minimum,
+            degrade=degrade,
+        )
+        write_hosts(rh.path("all"), split.all)
+        write_hosts(rh.path("spare"), split.spare)
+        write_hosts(rh.path("active"), split.active)
+        pairs = resolve(split.active + split.spare, timeout=resolve_timeout) if resolve_timeout > 0 else []
+        write_atomic(rh.path("ip"), "".join(f"{ip} {h}\n" for ip, h in pairs))
+        return split
 
 
 @dataclass(kw_only=True, slots=True)
@@ -363,35 +358,36 @@ def swap(
     attempt, put back at the end of the spare list.  Hosts out are appended to hosts/bad, as `blind` when
     the swap is a guess.  Raises BadInput when a host is not active or there are not enough spares.
     """
-    rh = RunHosts(run_dir=run_dir)
-    active = rh.active()
-    spare = [h for h in rh.spare() if h not in returned]
-    outs = [h for h in dict.fromkeys(out)]
-    missing = [h for h in outs if h not in active]
-    if missing:
-        raise BadInput(f"failover hosts swap: not active: {','.join(missing)}")
-    if swap_in is None:
-        ins = spare[: len(outs)]
-    else:
-        ins = list(swap_in)
-        unknown = [h for h in ins if h not in spare and h not in returned]
-        if unknown:
-            raise BadInput(f"failover hosts swap: not a spare: {','.join(unknown)}")
-    if len(ins) < len(outs):
-        raise BadInput(f"failover hosts swap: {len(outs)} host(s) out but only {len(ins)} spare(s)")
-    ins = ins[: len(outs)]
-    repl = dict(zip(outs, ins, strict=True))
-    new_active = [repl.get(h, h) for h in active]
-    pool = spare + [h for h in returned if h not in active]
-    new_spare = [h for h in pool if h not in ins]
-    # Spare list first: a crash between the two writes then leaves a host in both lists, never in neither.
-    write_hosts(rh.path("spare"), new_spare)
-    write_hosts(rh.path("active"), new_active)
-    if outs:
-        append_bad(
-            rh.path("bad"), outs, jobid=jobid, evidence=BLIND if blind else (evidence or "named"), now=now
-        )
-    return SwapResult(swap_out=outs, swap_in=ins, returned=[h for h in returned if h not in active])
+    with rundir.locked(run_dir / rundir.HOSTS_LOCK):
+        rh = RunHosts(run_dir=run_dir)
+        active = rh.active()
+        spare = [h for h in rh.spare() if h not in returned]
+        outs = [h for h in dict.fromkeys(out)]
+        missing = [h for h in outs if h not in active]
+        if missing:
+            raise BadInput(f"failover hosts swap: not active: {','.join(missing)}")
+        if swap_in is None:
+            ins = spare[: len(outs)]
+        else:
+            ins = list(swap_in)
+            unknown = [h for h in ins if h not in spare and h not in returned]
+            if unknown:
+                raise BadInput(f"failover hosts swap: not a spare: {','.join(unknown)}")
+        if len(ins) < len(outs):
+            raise BadInput(f"failover hosts swap: {len(outs)} host(s) out but only {len(ins)} spare(s)")
+        ins = ins[: len(outs)]
+        repl = dict(zip(outs, ins, strict=True))
+        new_active = [repl.get(h, h) for h in active]
+        pool = spare + [h for h in returned if h not in active]
+        new_spare = [h for h in pool if h not in ins]
+        # Spare list first: a crash between the two writes then leaves a host in both lists, never in neither.
+        write_hosts(rh.path("spare"), new_spare)
+        write_hosts(rh.path("active"), new_active)
+        if outs:
+            append_bad(
+                rh.path("bad"), outs, jobid=jobid, evidence=BLIND if blind else (evidence or "named"), now=now
+            )
+        return SwapResult(swap_out=outs, swap_in=ins, returned=[h for h in returned if h not in active])
 
 
 def mark_bad(run_dir: Path, hosts: Sequence[str], *, jobid: str, evidence: str) -> None:
@@ -465,40 +461,45 @@ def preflight(
     A failing active host is swapped for a healthy spare, a failing spare is dropped; each is recorded in
     hosts/bad with the command's last output line as evidence.  Returns the hosts evicted.
     """
-    if "{host}" not in command:
-        raise BadInput(f"FAILOVER_PREFLIGHT: the command must name the host to test as {{host}}: {command!r}")
-    rh = RunHosts(run_dir=run_dir)
-    active, spare_all = rh.active(), rh.spare()
-    hosts = active + spare_all
-    outputs, failed = run_each(hosts, command, timeout=timeout, workers=workers)
-    if log is not None:
-        _write_prefixed(log, hosts, outputs, failed)
-    bad_active = [h for h in active if h in failed]
-    spare = [h for h in spare_all if h not in failed]
-    if len(spare) < len(bad_active):
-        append_bad(rh.path("bad"), list(failed), jobid=jobid, evidence="preflight failed")
-        raise BadInput(
-            f"failover preflight: {len(bad_active)} active host(s) failed ({','.join(bad_active)}) "
-            f"but only {len(spare)} healthy spare(s)"
-        )
-    repl = dict(zip(bad_active, spare[: len(bad_active)], strict=True))
-    write_hosts(rh.path("spare"), spare[len(bad_active) :])
-    write_hosts(rh.path("active"), [repl.get(h, h) for h in active])
-    for h in hosts:
-        if h in failed:
-            append_bad(rh.path("bad"), [h], jobid=jobid, evidence=f"preflight {failed[h]}")
-    return [h for h in hosts if h in failed]
+    with rundir.locked(run_dir / rundir.HOSTS_LOCK):
+        if "{host}" not in command:
+            raise BadInput(
+                f"FAILOVER_PREFLIGHT: the command must name the host to test as {{host}}: {command!r}"
+            )
+        rh = RunHosts(run_dir=run_dir)
+        active, spare_all = rh.active(), rh.spare()
+        hosts = active + spare_all
+        outputs, failed = run_each(hosts, command, timeout=timeout, workers=workers)
+        if log is not None:
+            _write_prefixed(log, hosts, outputs, failed)
+        bad_active = [h for h in active if h in failed]
+        spare = [h for h in spare_all if h not in failed]
+        if len(spare) < len(bad_active):
+            append_bad(rh.path("bad"), list(failed), jobid=jobid, evidence="preflight failed")
+            raise BadInput(
+                f"failover preflight: {len(bad_active)} active host(s) failed ({','.join(bad_active)}) "
+                f"but only {len(spare)} healthy spare(s)"
+            )
+        repl = dict(zip(bad_active, spare[: len(bad_active)], strict=True))
+        write_hosts(rh.path("spare"), spare[len(bad_active) :])
+        write_hosts(rh.path("active"), [repl.get(h, h) for h in active])
+        for h in hosts:
+            if h in failed:
+                append_bad(rh.path("bad"), [h], jobid=jobid, evidence=f"preflight {failed[h]}")
+        return [h for h in hosts if h in failed]
 
 
 def _read_allocation(args: argparse.Namespace) -> list[str]:
     if args.hosts is not None:
-        return clean_hosts(args.hosts.replace(",", "\n").splitlines())
+        return clean_hosts(args.hosts.replace(",", "\n").splitlines(), where="--hosts")
     if args.hostfile == "-":
-        return clean_hosts(sys.stdin.read().splitlines())
+        text = sys.stdin.buffer.read().decode("utf-8", errors="replace")
+        return clean_hosts(text.splitlines(), where="the allocation (standard input)")
     try:
-        return clean_hosts(Path(args.hostfile).read_text(errors="replace").splitlines())
+        text = Path(args.hostfile).read_bytes().decode("utf-8", errors="replace")
     except OSError as e:
         raise BadInput(f"failover hosts: --hostfile {args.hostfile}: {e.strerror or e}") from e
+    return clean_hosts(text.splitlines(), where=args.hostfile)
 
 
 def _opt_int(v: str | None, flag: str) -> int | None:
@@ -510,9 +511,18 @@ def _opt_int(v: str | None, flag: str) -> int | None:
         raise BadInput(f"failover hosts: {flag} must be an integer, got '{v}'") from None
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:
+        raise BadInput(f"failover hosts: {message}")
+
+
+def _seconds(flag: str) -> Any:
+    return lambda v: rundir.seconds(v, flag)
+
+
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="agpt failover hosts", description=__doc__.split("\n")[0])
-    sub = ap.add_subparsers(dest="sub", required=True)
+    ap = _Parser(prog="agpt failover hosts", description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="sub", required=True, parser_class=_Parser)
     p = sub.add_parser("init", help="split the allocation into hosts/{all,active,spare}, resolve hosts/ip")
     p.add_argument("--run-dir", required=True)
     src = p.add_mutually_exclusive_group(required=True)
@@ -523,7 +533,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--spares-percent", type=float, default=2.0)
     p.add_argument("--spares-min", type=int, default=4)
     p.add_argument("--degrade", action="store_true", help="run on fewer hosts than asked instead of refusing")
-    p.add_argument("--resolve-timeout", type=float, default=10.0, help="seconds for all lookups (0: none)")
+    p.add_argument(
+        "--resolve-timeout",
+        type=_seconds("--resolve-timeout"),
+        default=10.0,
+        help="seconds for all lookups (0: none)",
+    )
     p = sub.add_parser("swap", help="swap hosts out of hosts/active for spares")
     p.add_argument("--run-dir", required=True)
     p.add_argument("--out", required=True, help="comma-separated active hosts to swap out")
@@ -539,14 +554,14 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("preflight", help="run a command per host ({host}); evict the hosts where it fails")
     p.add_argument("--run-dir", required=True)
     p.add_argument("--cmd", required=True)
-    p.add_argument("--timeout", type=float, default=120.0)
+    p.add_argument("--timeout", type=_seconds("--timeout"), default=120.0)
     p.add_argument("--workers", type=int, default=32)
     p.add_argument("--jobid", default="")
     p.add_argument("--log", help="write every host's output here, [host]-prefixed")
     p = sub.add_parser("each", help="run a command per active host ({host}), e.g. a cleanup hook")
     p.add_argument("--run-dir", required=True)
     p.add_argument("--cmd", required=True)
-    p.add_argument("--timeout", type=float, default=60.0)
+    p.add_argument("--timeout", type=_seconds("--timeout"), default=60.0)
     p.add_argument("--workers", type=int, default=32)
     return ap
 
@@ -556,7 +571,11 @@ def _csv(v: str | None) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    try:
+        args = _parser().parse_args(argv)
+    except BadInput as e:
+        sys.stderr.write(f"agpt: error: {e}\n")
+        return e.exit_code
     run_dir = Path(args.run_dir)
     try:
         if args.sub == "init":

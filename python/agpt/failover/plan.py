@@ -1,7 +1,8 @@
 """`agpt failover plan`: what the failover loop does after an attempt (or before one), as one pure function.
 
 Standard library only.  Every decision of lib/failover.sh lives here, so it is unit-tested without a cluster and
-the Bash loop stays glue: run the attempt, classify its log, ask `plan`, act, repeat.
+the Bash loop stays glue: run the attempt, ask `plan` (which classifies the log in-process and writes
+attempts/JOBID.N.class.json), act, repeat.  One call per attempt; `--before` runs once, before the first.
 
 `decide()` takes the attempt that just ended (its class from `agpt failover classify`, its steps), the host lists
 and the earlier attempts of this job (events.jsonl), and returns
@@ -34,7 +35,10 @@ The rules, in order (why in brackets):
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
+import os
 import re
 import sys
 import time
@@ -43,13 +47,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agpt.errors import BadInput
+from agpt import rundir
+from agpt.errors import EXIT_RESUBMIT, EXIT_USAGE, BadInput
+from agpt.rundir import BLIND_CLASSES, CLASSES
 
-CLASSES = ("success", "walltime", "node", "hang", "crash", "system", "app")
-BLIND_CLASSES = ("hang", "crash")
-NO_SUCH_COMMAND = (2, 126, 127)  # CONTRACT.md bad input; the shell's "cannot execute" and "not found"
-EXIT_CODES = {"done": 0, "failed": 1, "stuck": 3, "repeat": 4, "resubmit": 75}
-DEFAULT_PROGRESS_RE = r"\bstep[=:] ?[0-9]+"
+NO_SUCH_COMMAND = (
+    EXIT_USAGE,
+    126,
+    127,
+)  # bad input (docs/contract.md); the shell's "cannot execute", "not found"
+EXIT_CODES = {v: rundir.VERDICT_EXIT[v] for v in rundir.FAILOVER_VERDICTS}
+DEFAULT_PROGRESS_RE = rundir.PROGRESS_RE
 
 
 @dataclass(kw_only=True, slots=True)
@@ -69,10 +77,14 @@ class Settings:
             raise BadInput(f"FAILOVER_MAX_REPEAT must be at least 2, got {self.max_repeat}")
         if self.max_blind < 1:
             raise BadInput(f"FAILOVER_MAX_BLIND must be at least 1, got {self.max_blind}")
-        if self.min_attempt_s < 0:
-            raise BadInput(f"FAILOVER_MIN_ATTEMPT_S must not be negative, got {self.min_attempt_s}")
-        if not self.backoff or any(b < 0 for b in self.backoff):
+        for name, v in (("max_attempts", self.max_attempts), ("max_repeat", self.max_repeat)):
+            if v > 1_000_000:
+                raise BadInput(f"FAILOVER_{name.upper()} must be at most 1000000, got {v}")
+        self.max_blind = min(self.max_blind, 1_000_000)
+        self.min_attempt_s = rundir.seconds(self.min_attempt_s, "FAILOVER_MIN_ATTEMPT_S")
+        if not self.backoff:
             raise BadInput(f"FAILOVER_BACKOFF must be non-negative seconds, got {self.backoff}")
+        self.backoff = tuple(rundir.seconds(b, "FAILOVER_BACKOFF") for b in self.backoff)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -246,7 +258,7 @@ def decide(
         return _stop("done", "training finished" if att.rc == 0 else "classified success")
     if cls == "walltime":
         return _stop("resubmit", "killed at the job's deadline", mark_bad=named)
-    if att.rc == 75:
+    if att.rc == EXIT_RESUBMIT:
         return _stop("resubmit", "the trainer asked to be resubmitted (rc 75)", mark_bad=named)
 
     rotation = min(len(active), settings.max_blind) + 1  # attempts a blind rotation needs to try every host
@@ -322,7 +334,9 @@ def decide(
 
 
 def scan_steps(log: Path, pattern: str = DEFAULT_PROGRESS_RE) -> tuple[int | None, int | None, int]:
-    """(first step, last step, progress lines) of a log, streamed in bounded memory (any bytes, any size)."""
+    """(first step, last step, progress lines) of a log, streamed in bounded memory (any bytes, any size).
+
+    Only when the classifier gave no answer: its JSON carries first_step and last_step."""
     rx = re.compile(pattern)
     num = re.compile(r"[0-9]+")
     first: int | None = None
@@ -336,7 +350,7 @@ def scan_steps(log: Path, pattern: str = DEFAULT_PROGRESS_RE) -> tuple[int | Non
                     break
                 m = rx.search(chunk.decode("utf-8", errors="replace"))
                 n = num.search(m.group(0)) if m else None
-                if n is None:
+                if n is None or len(n.group(0)) > 18:
                     continue
                 step = int(n.group(0))
                 count += 1
@@ -349,70 +363,125 @@ def scan_steps(log: Path, pattern: str = DEFAULT_PROGRESS_RE) -> tuple[int | Non
 
 
 def latest_checkpoint(run_dir: Path) -> int | None:
-    """The highest N of RUN_DIR/ckpt/step-N/.complete (CONTRACT.md), None when there is none."""
-    best: int | None = None
-    for marker in (run_dir / "ckpt").glob("step-*/.complete"):
-        try:
-            n = int(marker.parent.name.split("-", 1)[1])
-        except ValueError:
-            continue
-        if best is None or n > best:
-            best = n
-    return best
+    """The highest N of RUN_DIR/ckpt/step-N/.complete (docs/contract.md), None when there is none."""
+    return rundir.latest_checkpoint(run_dir)
 
 
 def read_events(path: Path) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    try:
-        text = path.read_text(errors="replace")
-    except FileNotFoundError:
-        return out
-    for line in text.splitlines():
-        try:
-            ev = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(ev, dict):
-            out.append(ev)
+    """events.jsonl's records (a torn or unreadable line is skipped with a note on stderr)."""
+    return rundir.read_jsonl(path)
+
+
+def _clean_event(ev: dict[str, Any]) -> dict[str, Any]:
+    """An attempt record as decide() reads it: numbers that are numbers, `swapped` a dict (records are data)."""
+    out = dict(ev)
+    out["attempt"] = rundir.integer(ev.get("attempt")) or 0
+    for k in ("first_step", "last_step", "ckpt_step"):
+        out[k] = rundir.integer(ev.get(k))
+    sw = ev.get("swapped")
+    if not isinstance(sw, dict):
+        sw = {}
+    out["swapped"] = {
+        "out": [h for h in sw.get("out") or [] if isinstance(h, str)]
+        if isinstance(sw.get("out"), list)
+        else [],
+        "in": [h for h in sw.get("in") or [] if isinstance(h, str)] if isinstance(sw.get("in"), list) else [],
+        "blind": bool(sw.get("blind")),
+    }
+    out["class"] = ev.get("class") if isinstance(ev.get("class"), str) else "crash"
     return out
 
 
 def job_history(events: Sequence[dict[str, Any]], jobid: str) -> list[dict[str, Any]]:
     """This job's attempt events (a chain's earlier jobs ran on other hosts)."""
-    return [e for e in events if e.get("event") == "attempt" and str(e.get("jobid")) == jobid]
+    return [_clean_event(e) for e in events if e.get("event") == "attempt" and str(e.get("jobid")) == jobid]
 
 
 def append_event(path: Path, ev: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as f:
-        f.write(json.dumps(ev, sort_keys=False) + "\n")
+    rundir.append_jsonl(path, ev)
 
 
-def load_classification(path: str | None, *, rc: int, now: float, deadline: float | None) -> dict[str, Any]:
-    """The classifier's JSON; when it gave none (missing, crashed, not JSON), a fallback from rc and the clock.
+def _walltime_margin() -> float:
+    """FAILOVER_WALLTIME_MARGIN as the classifier reads it; a bad value there is the classifier's to report."""
+    try:
+        return rundir.seconds(
+            os.environ.get("FAILOVER_WALLTIME_MARGIN") or rundir.WALLTIME_MARGIN_S, "margin"
+        )
+    except BadInput:
+        return rundir.WALLTIME_MARGIN_S
 
-    A scraper failure must never stop the loop: it degrades to "no evidence" and says so.
-    """
-    data: Any = None
-    note = ""
-    if path:
-        try:
-            data = json.loads(Path(path).read_text(errors="replace") or "null")
-        except (OSError, ValueError) as e:
-            note = f"classifier output unreadable ({e.__class__.__name__})"
-    if isinstance(data, dict) and data.get("class") in CLASSES:
-        return data
-    if not note:
-        note = "classifier gave no answer"
+
+def fallback_classification(rc: int, *, now: float, deadline: float | None, note: str) -> dict[str, Any]:
+    """A class from rc and the clock alone, when the classifier gave none: a scraper failure never stops the
+    loop, it degrades to "no evidence" and says so."""
     if rc == 0:
         cls = "success"
-    elif deadline is not None and now >= deadline - 60:
+    elif deadline is not None and now >= deadline - _walltime_margin():
         cls = "walltime"
     elif rc == 124:
         cls = "hang"
     else:
         cls = "crash"
     return {"class": cls, "bad_hosts": [], "evidence": [f"({note}; fell back to rc {rc})"], "last_step": None}
+
+
+def load_classification(path: str | None, *, rc: int, now: float, deadline: float | None) -> dict[str, Any]:
+    """The classifier's JSON from a file; when it gave none (missing, crashed, not JSON), the fallback."""
+    data: Any = None
+    note = ""
+    if path:
+        try:
+            data = rundir.parse_json_line(Path(path).read_text(errors="replace") or "null")
+        except (OSError, ValueError, RecursionError) as e:
+            note = f"classifier output unreadable ({e.__class__.__name__})"
+    if isinstance(data, dict) and data.get("class") in CLASSES:
+        return data
+    return fallback_classification(rc, now=now, deadline=deadline, note=note or "classifier gave no answer")
+
+
+def classify_attempt(
+    run_dir: Path,
+    *,
+    log: Path,
+    rc: int,
+    now: float,
+    deadline: float | None,
+    progress_re: str | None,
+    extra: Sequence[str] = (),
+    out: Path | None = None,
+) -> dict[str, Any]:
+    """`agpt failover classify` in this process, on hosts/active and hosts/ip, with `extra` classify options
+    passed through as given; its JSON is written to `out` (attempts/JOBID.N.class.json).  When it cannot answer
+    (bad option, missing log, a scraper bug), the fallback from rc and the clock, written there too."""
+    from agpt.failover import classify as cl  # the classifier's patterns load only when an attempt ended
+
+    argv = [str(log), "--rc", str(rc), "--hostfile", str(run_dir / rundir.HOSTS_ACTIVE), "--now", repr(now)]
+    if (run_dir / rundir.HOSTS_IP).is_file():
+        argv += ["--ipmap", str(run_dir / rundir.HOSTS_IP)]
+    if deadline is not None:
+        argv += ["--deadline", repr(deadline)]
+    if progress_re:
+        argv += ["--progress-re", progress_re]
+    buf = io.StringIO()
+    code: Any = 1
+    try:
+        with contextlib.redirect_stdout(buf):
+            code = cl.main([*argv, *extra])
+    except Exception as e:  # a classifier bug must not stop the loop
+        sys.stderr.write(f"failover: classifier error ({type(e).__name__}: {e})\n")
+    data: Any = None
+    if code == 0:
+        with contextlib.suppress(ValueError, RecursionError):
+            data = rundir.parse_json_line(buf.getvalue())
+    if not (isinstance(data, dict) and data.get("class") in CLASSES):
+        sys.stderr.write(f"failover: classifier failed on {log} (rc {code}); deciding from the exit code\n")
+        data = fallback_classification(rc, now=now, deadline=deadline, note="classifier gave no answer")
+    if out is not None:
+        from agpt.failover.hosts import write_atomic
+
+        with contextlib.suppress(OSError):
+            write_atomic(out, json.dumps(data) + "\n")
+    return dict(data)
 
 
 def _suspects(c: dict[str, Any]) -> list[str]:
@@ -430,66 +499,83 @@ def _suspects(c: dict[str, Any]) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def _float_or_none(v: str | None) -> float | None:
-    if v is None or v == "":
-        return None
-    try:
-        return float(v)
-    except ValueError:
-        raise BadInput(f"failover plan: not a number: '{v}'") from None
+_DEFAULTS = Settings()
+
+
+def _opt(v: str | None, parse: Any, default: Any) -> Any:
+    """A flag's value: '' or absent is the Settings default (lib/failover.sh passes its settings as given)."""
+    return default if v is None or str(v).strip() == "" else parse(v)
 
 
 def _settings(args: argparse.Namespace) -> Settings:
+    def backoff(text: str) -> tuple[float, ...]:
+        try:
+            return tuple(float(x) for x in text.replace(",", " ").split())
+        except ValueError:
+            raise BadInput(f"failover plan: --backoff wants seconds like '5 10 20', got '{text}'") from None
+
     try:
-        backoff = tuple(float(x) for x in args.backoff.replace(",", " ").split())
-    except ValueError:
-        raise BadInput(
-            f"failover plan: --backoff wants seconds like '5 10 20', got '{args.backoff}'"
-        ) from None
-    try:
-        re.compile(args.progress_re)
-    except re.error as e:
+        re.compile(args.progress_re or DEFAULT_PROGRESS_RE)
+    except (re.error, RecursionError) as e:
         raise BadInput(
             f"FAILOVER_PROGRESS_RE: not a regular expression ({e}): {args.progress_re!r}"
         ) from None
+
+    def count(name: str) -> Any:
+        return lambda v: rundir.whole(v, name, minimum=-(10**6))
+
+    d = _DEFAULTS
     return Settings(
-        max_attempts=args.max_attempts,
-        max_repeat=args.max_repeat,
-        max_blind=args.max_blind,
-        min_attempt_s=args.min_attempt_s,
-        backoff=backoff,
+        max_attempts=_opt(args.max_attempts, count("FAILOVER_MAX_ATTEMPTS"), d.max_attempts),
+        max_repeat=_opt(args.max_repeat, count("FAILOVER_MAX_REPEAT"), d.max_repeat),
+        max_blind=_opt(args.max_blind, count("FAILOVER_MAX_BLIND"), d.max_blind),
+        min_attempt_s=_opt(
+            args.min_attempt_s, lambda v: rundir.seconds(v, "FAILOVER_MIN_ATTEMPT_S"), d.min_attempt_s
+        ),
+        backoff=_opt(args.backoff, backoff, d.backoff),
     )
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:
+        raise BadInput(f"failover plan: {message}")
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
+    ap = _Parser(
         prog="agpt failover plan",
-        description="Decide the failover loop's next step from the run directory; print JSON (or --shell words).",
+        description="Decide the failover loop's next step from the run directory; print JSON (or --shell words). "
+        "After an attempt it classifies the log in-process (writing attempts/JOBID.N.class.json); options "
+        "after `--` go to `agpt failover classify` as given.",
     )
     ap.add_argument("--run-dir", required=True)
     ap.add_argument("--jobid", default="local")
-    ap.add_argument("--attempt", type=int, help="the attempt number in this job (1-based)")
+    ap.add_argument("--attempt", help="the attempt number in this job (1-based; with --before: default next)")
     ap.add_argument(
         "--next-attempt",
         action="store_true",
         help="print the number of this job's next attempt (a requeued job id continues its count)",
     )
-    ap.add_argument("--before", action="store_true", help="decide whether this attempt may start")
-    ap.add_argument("--rc", type=int, help="the attempt's exit status")
-    ap.add_argument("--log", help="the attempt's log (progress lines are counted here)")
-    ap.add_argument("--classification", help="file holding `agpt failover classify` JSON")
-    ap.add_argument("--started", type=float)
-    ap.add_argument("--ended", type=float)
-    ap.add_argument("--now", type=float, help="the clock (tests)")
+    ap.add_argument("--before", action="store_true", help="decide whether the first attempt may start")
+    ap.add_argument("--rc", help="the attempt's exit status")
+    ap.add_argument("--log", help="the attempt's log (classified, progress lines counted)")
+    ap.add_argument("--classification", help="file holding `agpt failover classify` JSON (skips classifying)")
+    ap.add_argument("--started")
+    ap.add_argument("--ended")
+    ap.add_argument("--now", help="the clock (tests)")
     ap.add_argument("--deadline", default="", help="epoch at which the job ends ('' unknown)")
-    ap.add_argument("--progress-re", default=DEFAULT_PROGRESS_RE)
-    ap.add_argument("--max-attempts", type=int, default=20)
-    ap.add_argument("--max-repeat", type=int, default=3)
-    ap.add_argument("--max-blind", type=int, default=8)
-    ap.add_argument("--min-attempt-s", type=float, default=600.0)
-    ap.add_argument("--backoff", default="5 10 20 40 60")
+    ap.add_argument("--progress-re", default="", help=f"FAILOVER_PROGRESS_RE (default {DEFAULT_PROGRESS_RE})")
+    d = _DEFAULTS
+    ap.add_argument("--max-attempts", help=f"FAILOVER_MAX_ATTEMPTS (default {d.max_attempts})")
+    ap.add_argument("--max-repeat", help=f"FAILOVER_MAX_REPEAT (default {d.max_repeat})")
+    ap.add_argument("--max-blind", help=f"FAILOVER_MAX_BLIND (default {d.max_blind})")
+    ap.add_argument("--min-attempt-s", help=f"FAILOVER_MIN_ATTEMPT_S (default {d.min_attempt_s:g})")
+    ap.add_argument("--backoff", help=f"FAILOVER_BACKOFF (default '{' '.join(f'{b:g}' for b in d.backoff)}')")
     ap.add_argument("--apply", action="store_true", help="do it: swap hosts, append events.jsonl")
-    ap.add_argument("--shell", action="store_true", help="print `ACTION EXIT BACKOFF_S` instead of JSON")
+    ap.add_argument(
+        "--shell", action="store_true", help="print `ACTION EXIT BACKOFF_S ATTEMPT` instead of JSON"
+    )
+    ap.add_argument("--report", action="store_true", help="on a stop, print `agpt failover report` to stderr")
     return ap
 
 
@@ -505,17 +591,28 @@ def _stop_event(jobid: str, attempt: int, plan: Plan, now: float) -> dict[str, A
     }
 
 
-def run(args: argparse.Namespace) -> Plan:
+def _rc(text: str | None) -> int:
+    if text is None:
+        raise BadInput("failover plan: --rc is required after an attempt (or pass --before)")
+    rc = rundir.whole(text, "--rc", minimum=-255, maximum=255)
+    return 128 - rc if rc < 0 else rc
+
+
+def run(args: argparse.Namespace, extra: Sequence[str] = ()) -> Plan:
     # Imported here so `plan` stays importable on its own for the pure function's tests.
     from agpt.failover import hosts as hostlib
 
     settings = _settings(args)
     run_dir = Path(args.run_dir)
-    now = time.time() if args.now is None else args.now
-    deadline = _float_or_none(args.deadline)
-    events_path = run_dir / "events.jsonl"
-    history = job_history(read_events(events_path), args.jobid)
-    history = [e for e in history if int(e.get("attempt") or 0) < args.attempt]
+    now = time.time() if args.now is None else rundir.epoch(args.now, "--now")
+    assert now is not None
+    deadline = rundir.epoch(args.deadline, "--deadline")
+    events_path = run_dir / rundir.EVENTS
+    events = read_events(events_path)
+    if args.attempt is None:
+        args.attempt = next_attempt(run_dir, args.jobid, events)
+    args.attempt = rundir.whole(args.attempt, "--attempt", minimum=1)
+    history = [e for e in job_history(events, args.jobid) if e["attempt"] < args.attempt]
     rh = hostlib.RunHosts(run_dir=run_dir)
     active, spare = rh.active(), rh.spare()
 
@@ -525,15 +622,33 @@ def run(args: argparse.Namespace) -> Plan:
             append_event(events_path, _stop_event(args.jobid, args.attempt - 1, plan, now))
         return plan
 
-    if args.rc is None:
-        raise BadInput("failover plan: --rc is required after an attempt (or pass --before)")
-    c = load_classification(args.classification, rc=args.rc, now=now, deadline=deadline)
-    first, last, _count = scan_steps(Path(args.log), args.progress_re) if args.log else (None, None, 0)
+    rc = _rc(args.rc)
+    started = rundir.epoch(args.started, "--started")
+    ended = rundir.epoch(args.ended, "--ended")
+    log = Path(args.log) if args.log else None
+    if args.classification or log is None:
+        c = load_classification(args.classification, rc=rc, now=now, deadline=deadline)
+    else:
+        out = log.with_name(log.name.removesuffix(".log") + ".class.json")
+        c = classify_attempt(
+            run_dir,
+            log=log,
+            rc=rc,
+            now=ended or now,
+            deadline=deadline,
+            progress_re=args.progress_re,
+            extra=extra,
+            out=out,
+        )
+    if "first_step" in c:
+        first, last = rundir.integer(c.get("first_step")), rundir.integer(c.get("last_step"))
+    else:
+        first, last, _ = scan_steps(log, args.progress_re or DEFAULT_PROGRESS_RE) if log else (None, None, 0)
     ckpt = latest_checkpoint(run_dir)
     att = Attempt(
         attempt=args.attempt,
-        rc=args.rc,
-        cls=effective_class(str(c.get("class")), args.rc),
+        rc=rc,
+        cls=effective_class(str(c.get("class")), rc),
         bad_hosts=[h for h in c.get("bad_hosts") or [] if isinstance(h, str)],
         evidence=[str(x) for x in (c.get("evidence") or [])][:5],
         suspects=_suspects(c),
@@ -565,7 +680,7 @@ def run(args: argparse.Namespace) -> Plan:
         "event": "attempt",
         "jobid": jobid,
         "attempt": args.attempt,
-        "rc": args.rc,
+        "rc": rc,
         "class": att.cls,
         "bad_hosts": att.bad_hosts,
         "evidence": att.evidence,
@@ -573,12 +688,10 @@ def run(args: argparse.Namespace) -> Plan:
         "first_step": first,
         "last_step": last,
         "ckpt_step": ckpt,
-        "started": args.started,
-        "ended": args.ended if args.ended is not None else round(now, 3),
+        "started": started,
+        "ended": ended if ended is not None else round(now, 3),
         "hosts": list(active),
-        "log": str(Path(args.log).relative_to(run_dir))
-        if args.log and _under(Path(args.log), run_dir)
-        else args.log,
+        "log": str(log.relative_to(run_dir)) if log and _under(log, run_dir) else args.log,
         "action": plan.action,
         "backoff_s": plan.backoff_s,
         "reason": plan.reason,
@@ -592,6 +705,8 @@ def run(args: argparse.Namespace) -> Plan:
 def _summary(args: argparse.Namespace, plan: Plan) -> str:
     """One line for the batch log: what ended, what happens next, why."""
     head = f"attempt {args.attempt}" + (f" ended rc {args.rc}" if args.rc is not None else "")
+    if args.before and plan.action == "stop":
+        head = f"not starting attempt {args.attempt}"
     if plan.action == "stop":
         return f"{head}: stop, {plan.verdict} (exit {plan.exit}): {plan.reason}"
     swap = ""
@@ -610,30 +725,49 @@ def _under(p: Path, d: Path) -> bool:
     return True
 
 
-def next_attempt(run_dir: Path, jobid: str) -> int:
+def next_attempt(run_dir: Path, jobid: str, events: Sequence[dict[str, Any]] | None = None) -> int:
     """1 + the highest attempt of `jobid` in events.jsonl: a job requeued under the same id keeps counting, so
     its logs and history never mix with the earlier run's."""
-    done = [int(e.get("attempt") or 0) for e in job_history(read_events(run_dir / "events.jsonl"), jobid)]
+    evs = read_events(run_dir / rundir.EVENTS) if events is None else events
+    done = [e["attempt"] for e in job_history(evs, jobid)]
     return max(done, default=0) + 1
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    if args.next_attempt:
-        print(next_attempt(Path(args.run_dir), args.jobid))
-        return 0
-    if args.attempt is None:
-        sys.stderr.write("agpt: error: failover plan: --attempt N is required (or --next-attempt)\n")
-        return 2
+def _print_report(run_dir: str) -> None:
+    """The run's timeline on stderr (the loop's log), at every stop; a report that cannot be built is a note."""
+    from agpt.failover import report
+
     try:
-        plan = run(args)
+        sys.stderr.write(report.render(report.build(run_dir)))
+    except (BadInput, OSError, ValueError) as e:
+        sys.stderr.write(f"failover: no report: {e}\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra: list[str] = []
+    if "--" in argv:  # what follows goes to the classifier as given
+        i = argv.index("--")
+        argv, extra = argv[:i], argv[i + 1 :]
+    try:
+        args = _parser().parse_args(argv)
+        if args.next_attempt:
+            print(next_attempt(Path(args.run_dir), args.jobid))
+            return 0
+        if args.attempt is None and not args.before:
+            raise BadInput("failover plan: --attempt N is required (or --next-attempt, --before)")
+        plan = run(args, extra)
     except BadInput as e:
         sys.stderr.write(f"agpt: error: {e}\n")
         return e.exit_code
     if args.apply and (plan.action == "stop" or not args.before):
         sys.stderr.write(f"failover: {_summary(args, plan)}\n")
+    if args.report and plan.action == "stop":
+        _print_report(args.run_dir)
     if args.shell:
-        print(f"{plan.action} {plan.exit if plan.exit is not None else '-'} {plan.backoff_s:g}")
+        print(
+            f"{plan.action} {plan.exit if plan.exit is not None else '-'} {plan.backoff_s:g} {args.attempt}"
+        )
     else:
         print(json.dumps(plan.as_dict()))
     return 0

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
+from agpt import rundir
 from agpt.errors import BadInput
 from agpt.failover import hosts
 
@@ -135,38 +136,13 @@ def _round(v: float | None) -> float | None:
     return None if v is None else round(v, 1)
 
 
-def _num(v: Any) -> float | None:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if f == f else None
-
-
-def _int(v: Any) -> int | None:
-    f = _num(v)
-    return None if f is None else int(f)
+_num = rundir.num
+_int = rundir.integer
 
 
 def read_jsonl(path: Path, notes: list[str]) -> list[dict[str, Any]]:
     """Objects of a JSON-lines file; a line that is not an object (a half-written tail) is skipped and noted."""
-    out: list[dict[str, Any]] = []
-    skipped = 0
-    for line in path.read_bytes().decode("utf-8", errors="replace").splitlines():
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except ValueError:
-            skipped += 1
-            continue
-        if isinstance(obj, dict):
-            out.append(obj)
-        else:
-            skipped += 1
-    if skipped:
-        notes.append(f"{path.name}: {skipped} unreadable line(s) skipped")
-    return out
+    return rundir.read_jsonl(path, notes=notes)
 
 
 def read_bad(path: Path) -> list[dict[str, Any]]:
@@ -186,29 +162,27 @@ def read_bad(path: Path) -> list[dict[str, Any]]:
 def checkpoint_times(run_dir: Path) -> dict[int, float]:
     """step -> time of each complete checkpoint (`ckpt/step-N/.complete`), to date the work an attempt saved."""
     times: dict[int, float] = {}
-    ckpt = run_dir / "ckpt"
-    if not ckpt.is_dir():
-        return times
-    for d in ckpt.glob("step-*"):
-        marker = d / ".complete"
-        if not marker.is_file():
-            continue
+    for dir_step, marker in rundir.complete_steps(run_dir).items():
         try:
-            doc = json.loads(marker.read_text(errors="replace") or "{}")
-        except (OSError, ValueError):
+            doc = rundir.parse_json_line(marker.read_text(errors="replace") or "{}")
+        except (OSError, ValueError, RecursionError):
             doc = {}
         step = _int(doc.get("step")) if isinstance(doc, dict) else None
         if step is None:
-            step = _int(d.name.removeprefix("step-"))
+            step = dir_step
         when = _num(doc.get("time")) if isinstance(doc, dict) else None
         if when is None:
             try:
                 when = marker.stat().st_mtime
             except OSError:
                 continue
-        if step is not None:
-            times[step] = when
+        times[step] = when
     return times
+
+
+def _strs(v: Any) -> list[str]:
+    """A list of names from a record; anything else (a record is data) is no names."""
+    return [str(h) for h in v] if isinstance(v, list) else []
 
 
 def _row(ev: dict[str, Any]) -> AttemptRow:
@@ -218,12 +192,12 @@ def _row(ev: dict[str, Any]) -> AttemptRow:
     returned: list[str] = []
     blind = False
     if isinstance(sw, dict):
-        out = [str(h) for h in sw.get("out") or []]
-        inn = [str(h) for h in sw.get("in") or []]
+        out = _strs(sw.get("out"))
+        inn = _strs(sw.get("in"))
         blind = bool(sw.get("blind")) and bool(out)
-        returned = [str(h) for h in sw.get("returned") or []]
+        returned = _strs(sw.get("returned"))
     elif isinstance(sw, list):  # a plain list of hosts swapped out
-        out = [str(h) for h in sw]
+        out = _strs(sw)
         blind = bool(ev.get("blind")) or ev.get("class") in ("hang", "crash")
     evidence = ev.get("evidence")
     if isinstance(evidence, list):
@@ -242,7 +216,7 @@ def _row(ev: dict[str, Any]) -> AttemptRow:
         swapped_in=inn,
         returned=returned,
         blind=blind,
-        bad_hosts=[str(h) for h in ev.get("bad_hosts") or []],
+        bad_hosts=_strs(ev.get("bad_hosts")),
         evidence=str(evidence or ""),
         reason=str(ev.get("reason") or ""),
     )
@@ -335,7 +309,10 @@ def fmt_duration(s: float | None) -> str:
 def fmt_time(t: float | None) -> str:
     if t is None:
         return "-"
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t))
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t))
+    except (OverflowError, OSError, ValueError):  # a record's time out of the clock's range
+        return "?"
 
 
 def _steps(a: AttemptRow) -> str:

@@ -20,16 +20,10 @@ from typing import Any
 
 from agpt.errors import ConfigError
 from agpt.failover.hostmatch import expand_hostlist, parse_hosts
+from agpt.rundir import LAUNCHERS
 
-# (rank, world size) per launcher, in order of preference (torchrun first: it may run inside srun).
-_LAUNCHERS: tuple[tuple[str, str], ...] = (
-    ("RANK", "WORLD_SIZE"),  # torchrun
-    ("PALS_RANKID", "PALS_SIZE"),  # HPE PALS (PBS mpiexec) ...
-    ("PALS_RANKID", "PMI_SIZE"),  # ... which leaves the size to Cray PMI
-    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),  # Open MPI
-    ("PMI_RANK", "PMI_SIZE"),  # MPICH hydra, Cray PMI
-    ("SLURM_PROCID", "SLURM_NTASKS"),  # srun
-)
+# (rank, world size) per launcher, in order of preference: the one table in agpt.rundir.
+_LAUNCHERS: tuple[tuple[str, str], ...] = LAUNCHERS
 # The rank variables alone, in the same order: for code that must not fail (error reporting).
 RANK_VARS: tuple[str, ...] = tuple(dict.fromkeys(r for r, _ in _LAUNCHERS))
 # Ranks on this node: whichever the launcher exported (they agree when several are present).

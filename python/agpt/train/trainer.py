@@ -56,7 +56,7 @@ class StepRecord:
 
 
 def format_line(rec: StepRecord, tps: float, stall_ms: float) -> str:
-    """The progress line of CONTRACT.md; loss and grad_norm with 9 digits (an fp32 round-trips as text)."""
+    """The progress line of docs/contract.md; loss and grad_norm with 9 digits (an fp32 round-trips as text)."""
     return (
         f"step={rec.step} loss={rec.loss:.9g} grad_norm={rec.grad_norm:.9g} "
         f"lr={rec.lr:.3e} tps={tps:.1f} stall_ms={stall_ms:.1f}"

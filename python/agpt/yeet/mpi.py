@@ -28,18 +28,14 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from agpt.errors import AgptError, BadInput
+from agpt.rundir import LAUNCHERS
 from agpt.yeet.extract import check_dest
 from agpt.yeet.node import NodeResult, Receiver, TreeCopier
 from agpt.yeet.pack import resolve_source
 from agpt.yeet.report import failed_hosts, needed, node_name, render_dest, report_lines, spell
 
-LAUNCHER_VARS = (
-    ("PMI_RANK", "PMI_SIZE"),
-    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
-    ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_STEP_ID"),
-    ("PALS_RANKID",),
-    ("PMIX_RANK",),
-)
+# The launchers' rank variables (agpt.rundir.LAUNCHERS, torchrun's left out: it is no MPI launcher), and PMIx's.
+MPI_RANK_VARS = (*dict.fromkeys(r for r, _ in LAUNCHERS if r != "RANK"), "PMIX_RANK")
 PROGRESS_EVERY_S = 5.0
 POLL_S = 0.0005
 
@@ -59,7 +55,8 @@ def under_launcher(env: dict[str, str] | None = None) -> bool:
     e = os.environ if env is None else env
     if e.get("SLURM_STEP_ID") == "batch":  # a batch script itself, not a job step
         return False
-    return any(all(k in e for k in keys) for keys in LAUNCHER_VARS)
+    # SLURM_PROCID without a step id: a batch script itself, not a job step.
+    return any(v in e and (v != "SLURM_PROCID" or "SLURM_STEP_ID" in e) for v in MPI_RANK_VARS)
 
 
 def _faults(rank: int) -> dict[int, str]:

@@ -14,6 +14,7 @@ import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
+from agpt import rundir
 from agpt.errors import BadInput
 from agpt.yeet.node import NodeResult
 
@@ -26,19 +27,13 @@ def node_name() -> str:
 
 
 def read_hostfile(path: Path) -> list[str]:
-    """Hosts, one per line (a `host slots=N` or `host:N` tail is ignored), de-duplicated, in order."""
+    """Hosts, one per line (agpt.rundir.parse_hostfile: a `host slots=N` or `host:N` tail is ignored),
+    de-duplicated, in order."""
     try:
-        text = path.read_text()
+        text = path.read_bytes().decode("utf-8", errors="replace")
     except OSError as exc:
         raise BadInput(f"--hostfile {path}: {exc.strerror}") from exc
-    hosts: list[str] = []
-    for line in text.splitlines():
-        word = line.split("#", 1)[0].split()
-        if not word:
-            continue
-        host = word[0].split(":", 1)[0]
-        if host not in hosts:
-            hosts.append(host)
+    hosts = rundir.parse_hostfile(text.splitlines(), where=f"--hostfile {path}")
     if not hosts:
         raise BadInput(f"--hostfile {path}: no hosts in it")
     return hosts

@@ -1,0 +1,444 @@
+"""The run directory (`AGPT_RUN_DIR`) and the facts every tool reads the same way: one home for each.
+
+Standard library only: the recovery path (watch, failover, chain) imports this module.
+
+What lives here (docs/contract.md describes the same, for users):
+- the run directory's paths (`RunDir`);
+- JSON lines: one reader and one appender with the torn-line policy: a writer killed mid-line leaves a last line
+  without its newline; the next append starts on a fresh line (so it is never glued onto the torn one), and every
+  reader skips a line it cannot parse with a note on standard error;
+- the newest complete checkpoint (`ckpt/step-N/.complete`);
+- the hostfile parser and the host-name rule: names enter only as `[A-Za-z0-9._-]` (or an IP address), so a host
+  name is never shell text;
+- the progress regex, the failure classes, the verdicts and their exit codes, the walltime margin, the spare-host
+  formula, the launchers' rank variables;
+- the bounds on durations read from flags, settings or records.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import math
+import os
+import re
+import sys
+from pathlib import Path
+
+from agpt.errors import (
+    EXIT_FAILURE,
+    EXIT_IDLE,
+    EXIT_OK,
+    EXIT_REPEAT,
+    EXIT_RESUBMIT,
+    EXIT_STUCK,
+    EXIT_USAGE,
+    BadInput,
+)
+
+TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: `agpt watch` imports this module and starts fast
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
+    from typing import Any
+
+
+# ----------------------------------------------------------------------------------------------- paths
+HOSTS_ALL = "hosts/all"
+HOSTS_ACTIVE = "hosts/active"
+HOSTS_SPARE = "hosts/spare"
+HOSTS_IP = "hosts/ip"
+HOSTS_BAD = "hosts/bad"
+HOSTS_LOCK = "hosts/.lock"  # held (flock) around every read-modify-write of hosts/active and hosts/spare
+ATTEMPTS = "attempts"  # attempts/JOBID.N.log, attempts/JOBID.N.class.json, attempts/JOBID.preflight.log
+EVENTS = "events.jsonl"
+CHAIN = "chain.jsonl"
+CHAIN_LOCK = "chain.lock"
+CKPT = "ckpt"  # ckpt/step-N/ with .complete written last
+COMPLETE = ".complete"
+RUN_FILES = (HOSTS_ALL, HOSTS_ACTIVE, HOSTS_SPARE, HOSTS_IP, HOSTS_BAD, EVENTS, CHAIN, CHAIN_LOCK)
+
+
+class RunDir:
+    """Paths of one run directory."""
+
+    __slots__ = ("root",)
+
+    def __init__(self, root: Path | str) -> None:
+        self.root = Path(root)
+
+    def path(self, name: str) -> Path:
+        return self.root / name
+
+    @property
+    def events(self) -> Path:
+        return self.root / EVENTS
+
+    @property
+    def chain(self) -> Path:
+        return self.root / CHAIN
+
+    @property
+    def bad(self) -> Path:
+        return self.root / HOSTS_BAD
+
+    def attempt_log(self, jobid: str, n: int) -> Path:
+        return self.root / ATTEMPTS / f"{jobid}.{n}.log"
+
+    def class_json(self, jobid: str, n: int) -> Path:
+        return self.root / ATTEMPTS / f"{jobid}.{n}.class.json"
+
+
+# ----------------------------------------------------------------------------------------------- facts
+PROGRESS_RE = r"\bstep[=:] ?[0-9]+"  # FAILOVER_PROGRESS_RE's default: any trainer printing step=N or step: N
+WALLTIME_MARGIN_S = 120.0  # FAILOVER_WALLTIME_MARGIN: a kill this close to the deadline is `walltime`
+
+CLASSES = ("success", "walltime", "node", "hang", "crash", "system", "app")
+BLIND_CLASSES = ("hang", "crash")  # no host named: a rotating blind swap
+
+# Verdict -> exit code: of the failover loop (done..resubmit) and of a chained job (all of them).
+VERDICT_EXIT: dict[str, int] = {
+    "done": EXIT_OK,
+    "failed": EXIT_FAILURE,
+    "usage": EXIT_USAGE,
+    "stuck": EXIT_STUCK,
+    "repeat": EXIT_REPEAT,
+    "resubmit": EXIT_RESUBMIT,
+    "idle": EXIT_IDLE,
+}
+FAILOVER_VERDICTS = ("done", "failed", "stuck", "repeat", "resubmit")
+
+# (rank, world size) variables per launcher, in order of preference (torchrun first: it may run inside srun).
+# The trainer (train/dist.py) reads rank and size from the first row present; `agpt yeet` (yeet/mpi.py) takes any
+# row but torchrun's as "an MPI launcher or srun started this process".
+LAUNCHERS: tuple[tuple[str, str], ...] = (
+    ("RANK", "WORLD_SIZE"),  # torchrun
+    ("PALS_RANKID", "PALS_SIZE"),  # HPE PALS (PBS mpiexec) ...
+    ("PALS_RANKID", "PMI_SIZE"),  # ... which leaves the size to Cray PMI
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),  # Open MPI
+    ("PMI_RANK", "PMI_SIZE"),  # MPICH hydra, Cray PMI
+    ("SLURM_PROCID", "SLURM_NTASKS"),  # srun
+)
+
+# The longest duration any flag, setting or record may hold: a year.  Larger values (1e400 is inf) would overflow
+# the clocks and sleeps they feed.
+MAX_SECONDS = 365 * 86400.0
+
+
+def seconds(value: Any, where: str, *, minimum: float = 0.0) -> float:
+    """A duration in seconds from a flag, setting or record: finite, >= minimum, at most MAX_SECONDS."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise BadInput(f"{where}: not a number of seconds: {value!r}") from None
+    if not math.isfinite(v) or v < minimum or v > MAX_SECONDS:
+        raise BadInput(f"{where}: must be seconds from {minimum:g} to {MAX_SECONDS:.0f}, got {value!r}")
+    return v
+
+
+def whole(value: Any, where: str, *, minimum: int = 0, maximum: int = 1_000_000) -> int:
+    """A count from a flag, setting or record: a whole number within [minimum, maximum]."""
+    try:
+        v = int(str(value).strip()) if not isinstance(value, int) else value
+    except ValueError:
+        raise BadInput(f"{where}: not a whole number: {value!r}") from None
+    if isinstance(v, bool) or not minimum <= v <= maximum:
+        raise BadInput(f"{where}: must be a whole number from {minimum} to {maximum}, got {value!r}")
+    return v
+
+
+def epoch(value: Any, where: str) -> float | None:
+    """An epoch time (a deadline): None for '' or None, else a finite number >= 0."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    try:
+        v = float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise BadInput(f"{where}: not an epoch time: {value!r}") from None
+    if not math.isfinite(v) or v < 0 or v > 1e11:
+        raise BadInput(f"{where}: not an epoch time: {value!r}")
+    return v
+
+
+def num(v: Any) -> float | None:
+    """A finite number from a record, else None (a record is data: a bad value degrades, never raises)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+        return None
+    try:
+        f = float(v)
+    except (ValueError, OverflowError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def integer(v: Any) -> int | None:
+    """A whole number from a record (a float is truncated), else None."""
+    f = num(v)
+    return None if f is None or abs(f) > 2**53 else int(f)
+
+
+# ----------------------------------------------------------------------------------------------- JSON lines
+def note(msg: str) -> None:
+    """A note on standard error (the torn-line policy's "skipped" line)."""
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.write(f"agpt: note: {msg}\n")
+        sys.stderr.flush()
+
+
+def _finite_float(text: str) -> float:
+    f = float(text)
+    if not math.isfinite(f):
+        raise ValueError(f"number out of range: {text}")
+    return f
+
+
+def _no_constant(text: str) -> Any:
+    raise ValueError(f"not a JSON number: {text}")
+
+
+def parse_json_line(line: str) -> Any:
+    """One JSON value with only finite numbers and encodable strings; ValueError otherwise."""
+    import json  # here: `agpt watch` imports this module and never reads JSON
+
+    obj = json.loads(line, parse_float=_finite_float, parse_constant=_no_constant)
+    json.dumps(obj, ensure_ascii=False).encode("utf-8")  # a lone surrogate fails here, not when printed
+    return obj
+
+
+def read_lines(path: Path) -> list[str]:
+    """The lines of a text file (decoded leniently); a missing file has none."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    except IsADirectoryError:
+        raise BadInput(f"{path}: is a directory, expected a file") from None
+    except OSError as e:
+        raise BadInput(f"{path}: unreadable: {e.strerror or e}") from None
+    return data.decode("utf-8", errors="replace").split("\n")
+
+
+def read_jsonl(path: Path, *, notes: list[str] | None = None) -> list[dict[str, Any]]:
+    """The objects of a JSON-lines file, in order.  A line that is not one JSON object (a torn last line, a
+    hand edit, a number out of range) is skipped with a note: in `notes` when given, else on standard error."""
+    out: list[dict[str, Any]] = []
+    skipped: list[int] = []
+    for n, line in enumerate(read_lines(path), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = parse_json_line(line)
+        except (ValueError, RecursionError, UnicodeError):
+            skipped.append(n)
+            continue
+        if isinstance(obj, dict):
+            out.append(obj)
+        else:
+            skipped.append(n)
+    if skipped:
+        where = ",".join(str(n) for n in skipped[:5]) + (",..." if len(skipped) > 5 else "")
+        msg = f"{path}: {len(skipped)} unreadable line(s) skipped (line {where}: torn or not a JSON object)"
+        if notes is None:
+            note(msg)
+        else:
+            notes.append(msg)
+    return out
+
+
+def _finite(obj: Any) -> Any:
+    """obj with every non-finite float replaced by None (JSON has no NaN; a reader would skip the line)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def append_line(path: Path, text: str, *, fsync: bool = True) -> None:
+    """Append `text` (one or more whole lines) with one O_APPEND write, starting on a fresh line: when the file
+    does not end in a newline (a writer killed mid-line), a newline goes first, so the record is never glued
+    onto the torn line.  An exclusive flock makes the check and the write one step between our own writers."""
+    if not text:
+        return
+    if not text.endswith("\n"):
+        text += "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        size = os.fstat(fd).st_size
+        if size > 0:
+            rfd = os.open(path, os.O_RDONLY)
+            try:
+                last = os.pread(rfd, 1, size - 1)
+            finally:
+                os.close(rfd)
+            if last != b"\n":
+                text = "\n" + text
+        os.write(fd, text.encode("utf-8", errors="replace"))
+        if fsync:
+            with contextlib.suppress(OSError):
+                os.fsync(fd)
+    finally:
+        os.close(fd)  # closing drops the flock
+
+
+def append_jsonl(path: Path, obj: dict[str, Any]) -> None:
+    """One record as one line (see append_line); non-finite numbers are written as null."""
+    import json
+
+    append_line(path, json.dumps(_finite(obj), allow_nan=False) + "\n")
+
+
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """An exclusive flock on `path` (created when missing) for a read-modify-write of files beside it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+# ----------------------------------------------------------------------------------------------- checkpoints
+def complete_steps(run_dir: Path) -> dict[int, Path]:
+    """step -> marker of every `ckpt/step-N/.complete`: the only checkpoints resume trusts."""
+    out: dict[int, Path] = {}
+    with contextlib.suppress(OSError):
+        for marker in (run_dir / CKPT).glob(f"step-*/{COMPLETE}"):
+            digits = marker.parent.name.removeprefix("step-")
+            if digits.isascii() and digits.isdigit() and len(digits) < 19 and marker.is_file():
+                out[int(digits)] = marker
+    return out
+
+
+def latest_checkpoint(run_dir: Path) -> int | None:
+    """The highest step with a `.complete` marker, None when there is none."""
+    return max(complete_steps(run_dir), default=None)
+
+
+# ----------------------------------------------------------------------------------------------- hosts
+_HOST_RE = re.compile(r"[A-Za-z0-9._-]+")
+_HOST_SLOTS = re.compile(r"^([A-Za-z0-9._-]+):[0-9]+$")  # `n2:4`: host n2 with 4 slots (hydra, Open MPI)
+
+
+def is_ip(text: str) -> bool:
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def valid_host(name: str) -> bool:
+    """A host name as agpt accepts it: letters, digits, '.', '_', '-' (or an IP address): never shell text."""
+    return bool(_HOST_RE.fullmatch(name)) or (":" in name and is_ip(name))
+
+
+def host_of(word: str) -> str:
+    """The host of a hostfile's first word: `n2:4` is n2 (slots), an IPv6 address stays whole."""
+    m = _HOST_SLOTS.match(word)
+    return m.group(1) if m else word
+
+
+def parse_hostfile(lines: Iterable[str], *, where: str = "hostfile") -> list[str]:
+    """The hosts of hostfile lines, in order, de-duplicated: the first word of each line (`host slots=N`,
+    `host:N` name host), blank lines and `#` comments skipped.  A name outside [A-Za-z0-9._-] (nor an IP
+    address) raises BadInput naming `where` and the line."""
+    out: list[str] = []
+    seen: set[str] = set()
+    for n, raw in enumerate(lines, 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        host = host_of(line.split()[0])
+        if not valid_host(host):
+            raise BadInput(
+                f"{where}:{n}: not a host name: {host[:80]!r} (allowed: letters, digits, '.', '_', '-')"
+            )
+        if host not in seen:
+            seen.add(host)
+            out.append(host)
+    return out
+
+
+def read_text(path: Path, *, what: str, missing_ok: bool = False) -> str:
+    """A small text file, decoded leniently; missing or unreadable: BadInput naming `what` (or "" with
+    missing_ok when it is missing)."""
+    try:
+        return Path(path).read_bytes().decode("utf-8", errors="replace")
+    except FileNotFoundError:
+        if missing_ok:
+            return ""
+        raise BadInput(f"{what} not found: {path}") from None
+    except OSError as e:
+        raise BadInput(f"{what} unreadable: {path}: {e.strerror or e}") from None
+
+
+def read_hostfile(path: Path, *, missing_ok: bool = False) -> list[str]:
+    """parse_hostfile of a file; a missing file is BadInput (or [] with missing_ok)."""
+    text = read_text(path, what="hostfile", missing_ok=missing_ok)
+    return parse_hostfile(text.splitlines(), where=str(path))
+
+
+# ----------------------------------------------------------------------------------------------- spares
+def spares_for(active: int, *, percent: float, minimum: int) -> int:
+    """Spare hosts for `active` training hosts: ceil(active * percent / 100), raised to `minimum` when the spares
+    then take at most a quarter of the allocation (3 * minimum <= active).  Job generation asks for active + this;
+    the failover loop splits what it got with `split_counts`, which inverts it."""
+    if active <= 0:
+        return 0
+    s = math.ceil(active * percent / 100.0) if percent > 0 else 0
+    if s < minimum and 3 * minimum <= active:
+        s = minimum
+    return max(0, s)
+
+
+def split_counts(usable: int, *, percent: float, minimum: int) -> tuple[int, int]:
+    """(active, spares) for `usable` hosts: the spares of the largest active count A with A + spares_for(A) <=
+    usable, every other host active.  So an allocation of A + spares_for(A) hosts (what job generation asks for)
+    splits back into A active and spares_for(A) spares."""
+    if usable <= 0:
+        return 0, 0
+    if 1 + spares_for(1, percent=percent, minimum=minimum) > usable:
+        return usable, 0
+    lo, hi = 1, usable  # A + spares_for(A) grows strictly with A: bisect for the largest that fits
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if mid + spares_for(mid, percent=percent, minimum=minimum) <= usable:
+            lo = mid
+        else:
+            hi = mid - 1
+    spares = spares_for(lo, percent=percent, minimum=minimum)
+    return usable - spares, spares
+
+
+def _spares_main(argv: list[str]) -> int:
+    """`python -m agpt.rundir spares ACTIVE PERCENT MINIMUM`: spares_for, for lib/jobgen.sh."""
+    try:
+        active = whole(argv[0], "nodes", maximum=10**7)
+        percent = float(argv[1] or 0)
+        minimum = whole(argv[2] or 0, "SITE_SPARES_MIN", maximum=10**7)
+        if not math.isfinite(percent) or not 0 <= percent <= 100:
+            raise BadInput(f"SITE_SPARES_PERCENT: must be 0 to 100, got {argv[1]!r}")
+    except (IndexError, ValueError) as e:
+        sys.stderr.write(f"usage: python -m agpt.rundir spares ACTIVE PERCENT MINIMUM ({e})\n")
+        return EXIT_USAGE
+    except BadInput as e:
+        sys.stderr.write(f"agpt: error: {e}\n")
+        return EXIT_USAGE
+    print(spares_for(active, percent=percent, minimum=minimum))
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["spares"]:
+        sys.exit(_spares_main(sys.argv[2:]))
+    sys.stderr.write("usage: python -m agpt.rundir spares ACTIVE PERCENT MINIMUM\n")
+    sys.exit(EXIT_USAGE)
