@@ -25,6 +25,7 @@ Standard library only: it runs with a plain `python3` when the training environm
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import os
 import re
@@ -52,6 +53,11 @@ MAX_RANKS = 65536
 MAX_SIGNATURES = 256
 MAX_REPORTERS = 16
 LAST_HEARD_LOOKBACK = 64
+TEMPLATE_CAP = 2048  # longer line templates are searched each time, not remembered
+MAX_TEMPLATES = 65536
+PROGRESS_WINDOW = 16384
+# a line's template: ASCII lowercased, every digit 0 (needles are translated the same way)
+_TEMPLATE = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789", b"abcdefghijklmnopqrstuvwxyz0000000000")
 
 CLASSES = ("success", "walltime", "node", "hang", "crash", "system", "app")
 # Strength of one line's evidence: a line counts once, as its strongest match.
@@ -182,17 +188,32 @@ class _Scanner:
         self.matcher = matcher
         self.progress = progress
         self.full = any(p.needles is None for p in patterns)
-        needles = sorted({n for p in patterns for n in (p.needles or ())}, key=len)
-        kept: list[str] = []
+        # Needles are looked for in line *templates*: the line lowercased with every digit made 0.  A big log is
+        # a few templates repeated (progress lines, NCCL INFO lines differ only in their numbers), so each chunk
+        # costs a translate, a split and set look-ups; only a template never seen before is searched for needles.
+        # A line holding a needle still holds it, translated, in its template: the prefilter loses no line.
+        needles = sorted(
+            {n.encode("utf-8", "replace").translate(_TEMPLATE) for p in patterns for n in (p.needles or ())},
+            key=len,
+        )
+        kept: list[bytes] = []
         for n in needles:  # a needle that contains a kept one adds no line
             if not any(k in n for k in kept):
                 kept.append(n)
-        self.needles = [n.encode("utf-8", "replace") for n in kept]
+        self.needles = kept
         # kept needle -> the patterns one of whose needles contains it (a line holding none of them skips them)
-        self.by_needle: list[tuple[int, ...]] = [
-            tuple(i for i, p in enumerate(patterns) if p.needles and any(k in n for n in p.needles))
-            for k in kept
+        tneedles = [
+            [n.encode("utf-8", "replace").translate(_TEMPLATE) for n in (p.needles or ())] for p in patterns
         ]
+        self.by_needle: list[tuple[int, ...]] = [
+            tuple(i for i, tn in enumerate(tneedles) if any(k in n for n in tn)) for k in kept
+        ]
+        # patterns whose only effect is the line's launcher labels (info, no named group): a line that only they
+        # may match repeats its labels, so it is analysed once per distinct label prefix
+        self.label_only = {i for i, p in enumerate(patterns) if p.cls == "info" and not p.groups}
+        self.templates: dict[bytes, tuple[tuple[int, ...], int] | None] = {}
+        self.hot: set[bytes] = set()
+        self.label_seen: set[bytes] = set()
         self.lines = 0
         self.first_step: int | None = None
         self.last_step: int | None = None
@@ -265,48 +286,93 @@ class _Scanner:
         """Analyse whole lines (the chunk ends with a newline)."""
         chunk = chunk.replace(b"\r", b"\n")  # progress bars redraw with CR: each redraw is a line
         base = self.lines
-        self.lines += chunk.count(b"\n")
+        olines = chunk.split(b"\n")
+        self.lines += len(olines) - 1
+        if olines[-1] == b"":
+            olines.pop()
         self._progress(chunk)
         self._last_label(chunk)
-        found: dict[int, set[int]] = {}
         if self.full:
-            i = 0
-            while i < len(chunk):
-                found[i] = set()
-                nl = chunk.find(b"\n", i)
-                i = len(chunk) if nl == -1 else nl + 1
-        else:
-            low = chunk.lower()
-            for idx, n in enumerate(self.needles):
-                i = low.find(n)
-                while i != -1:
-                    s = low.rfind(b"\n", 0, i) + 1
-                    found.setdefault(s, set()).add(idx)
-                    e = low.find(b"\n", i)
-                    if e == -1:
-                        break
-                    i = low.find(n, e)
-        lineno = base
-        prev = 0
-        for s in sorted(found):
-            lineno += chunk.count(b"\n", prev, s)
-            prev = s
-            e = chunk.find(b"\n", s)
-            raw = chunk[s : e if e != -1 else len(chunk)]
-            cands = None
-            if not self.full:
-                idx_set: set[int] = set()
-                for k in found[s]:
-                    idx_set.update(self.by_needle[k])
-                cands = [self.patterns[i] for i in sorted(idx_set)]
-            self.line(raw[: LINE_CAP * 4].decode("utf-8", "replace")[:LINE_CAP], lineno + 1, cands)
+            for i, raw in enumerate(olines):
+                self.line(_text(raw), base + i + 1, None)
+            return
+        tlines = chunk.translate(_TEMPLATE).split(b"\n")
+        uniq = set(tlines)
+        new = [t for t in uniq if t not in self.templates]
+        local = self._learn(new) if new else {}
+        hot = uniq & self.hot
+        for t, info in local.items():
+            if info is not None:
+                hot.add(t)
+            if len(t) <= TEMPLATE_CAP and len(self.templates) < MAX_TEMPLATES:
+                self.templates[t] = info
+                if info is not None:
+                    self.hot.add(t)
+        if not hot:
+            return
+        for i in [i for i, t in enumerate(tlines) if t in hot]:
+            if i >= len(olines):
+                break
+            t = tlines[i]
+            info = local[t] if t in local else self.templates[t]
+            if info is None:
+                continue
+            idx, label_pos = info
+            raw = olines[i]
+            if label_pos >= 0:
+                key = raw[:label_pos]
+                if key in self.label_seen:
+                    continue
+                if len(self.label_seen) < MAX_RANKS:
+                    self.label_seen.add(key)
+            self.line(_text(raw), base + i + 1, [self.patterns[k] for k in idx])
+
+    def _learn(self, new: list[bytes]) -> dict[bytes, tuple[tuple[int, ...], int] | None]:
+        """Which needles each new template holds: (candidate pattern indices, label-only needle position or -1)."""
+        joined = b"\n".join(new) + b"\n"
+        starts: list[int] = []
+        pos = 0
+        for t in new:
+            starts.append(pos)
+            pos += len(t) + 1
+        found: dict[int, dict[int, int]] = {}  # template index -> kept needle index -> first position
+        for k, n in enumerate(self.needles):
+            i = joined.find(n)
+            while i != -1:
+                j = bisect.bisect_right(starts, i) - 1
+                hits = found.setdefault(j, {})
+                if k not in hits:
+                    hits[k] = i - starts[j]
+                e = joined.find(b"\n", i)
+                if e == -1:
+                    break
+                i = joined.find(n, e)
+        out: dict[bytes, tuple[tuple[int, ...], int] | None] = dict.fromkeys(new)
+        for j, hits in found.items():
+            idx: set[int] = set()
+            for k in hits:
+                idx.update(self.by_needle[k])
+            label_pos = max(hits[k] + len(self.needles[k]) for k in hits) if idx <= self.label_only else -1
+            out[new[j]] = (tuple(sorted(idx)), label_pos)
+        return out
 
     def _progress(self, chunk: bytes) -> None:
-        last: re.Match[bytes] | None = None
-        for m in self.progress.finditer(chunk):
-            if self.first_step is None:
+        if self.first_step is None:
+            for m in self.progress.finditer(chunk):
                 self.first_step = _step_of(m)
-            last = m
+                if self.first_step is not None:
+                    break
+        # the last match: looked for in a tail window (from a line start) that doubles until one is found
+        size = len(chunk)
+        window = PROGRESS_WINDOW
+        while True:
+            start = 0 if window >= size else chunk.rfind(b"\n", 0, size - window) + 1
+            last: re.Match[bytes] | None = None
+            for m in self.progress.finditer(chunk, start):
+                last = m
+            if last is not None or start == 0:
+                break
+            window *= 4
         if last is not None:
             step = _step_of(last)
             if step is not None:
@@ -513,6 +579,10 @@ class _Scanner:
         if host is not None:
             return host
         return self.rank_map.get(rank) if rank is not None else None
+
+
+def _text(raw: bytes) -> str:
+    return raw[: LINE_CAP * 4].decode("utf-8", "replace")[:LINE_CAP]
 
 
 def _step_of(m: re.Match[bytes]) -> int | None:
