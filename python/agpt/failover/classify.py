@@ -63,16 +63,31 @@ CLASSES = ("success", "walltime", "node", "hang", "crash", "system", "app")
 # Strength of one line's evidence: a line counts once, as its strongest match.
 _STRENGTH = {"node": 6, "system": 5, "crash": 4, "app": 3, "hang-hint": 2, "weak": 1, "cascade-ignore": 0}
 
-# Launcher and runtime labels in front of a message, tried repeatedly (`x1000c0s0b0n0: 3: ...`).
-_LABELS: list[tuple[re.Pattern[str], str]] = [
-    (re.compile(r"^\s{0,8}(\d{1,7}): "), "rank"),  # srun --label, mpiexec --label
-    (re.compile(r"^\[\d+,(\d{1,7})\]<std(?:out|err)>: ?"), "rank"),  # Open MPI --tag-output
-    (re.compile(r"^\[rank(\d{1,7})\]: ?", re.IGNORECASE), "rank"),  # torch.distributed
-    (re.compile(r"^\[(\d{1,7})\] "), "rank"),  # hydra -prepend-rank
-    (re.compile(r"^\[([A-Za-z][\w.-]*):\d+\] "), "host"),  # Open MPI [host:pid]
-    (re.compile(r"^\[([A-Za-z][\w.-]*)\] "), "host"),  # hydra -prepend-pattern "[%h] ", trainers' own
-    (re.compile(r"^([A-Za-z][\w.-]*):\d+:\d+ (?:\[\d+\] )?"), "host"),  # NCCL/RCCL host:pid:tid [dev]
-    (re.compile(r"^([A-Za-z][\w.-]*): "), "host"),  # PALS/pdsh host prefix
+# Launcher and runtime labels in front of a message, tried repeatedly (`x1000c0s0b0n0: 3: ...`).  Named groups:
+# `r` a global rank, `h` a host; a label with neither is only taken off.  The formats, per launcher option, are
+# listed with their sources in docs/contract-classify.md (the label-format matrix) and tested one by one.
+_H = r"[A-Za-z][\w.-]*"
+_LABELS: list[re.Pattern[str]] = [
+    re.compile(r"^\s{0,8}(?P<r>\d{1,7}): "),  # srun --label (padded), PALS mpiexec --label
+    re.compile(rf"^(?P<h>{_H}) (?P<r>\d{{1,7}}): "),  # PALS --label behind the host: `FQDN RANK: `
+    re.compile(rf"^\[(?P<r>\d{{1,7}})@(?P<h>{_H})\] "),  # hydra -prepend-pattern "[%r@%h] "
+    re.compile(rf"^\[(?P<h>{_H})@(?P<r>\d{{1,7}})\] "),  # hydra -prepend-pattern "[%h@%r] "
+    # Open MPI --tag-output `[jobid,rank]<stdout>:`, PRRTE --output tag-detailed `[ns,rank][host:pid]<stdout>:`
+    re.compile(rf"^\[[\w.@:-]+,(?P<r>\d{{1,7}})\]\[(?P<h>{_H}):\d+\]<std(?:out|err|diag)>: ?"),
+    re.compile(r"^\[[\w.@:-]+,(?P<r>\d{1,7})\]<std(?:out|err|diag)>: ?"),
+    re.compile(r"^\[(?P<r>\d{1,7})\]<std(?:out|err|diag)>: ?"),  # horovodrun `[rank]<stdout>:`
+    re.compile(
+        r"^\[[A-Z][a-z]{2} [^\]]{8,40}\]<std(?:out|err|diag)>: ?"
+    ),  # --timestamp-output `[date]<stdout>:`
+    re.compile(r"^\[rank(?P<r>\d{1,7})\]: ?", re.IGNORECASE),  # torch.distributed
+    re.compile(r"^\[[a-z_]+\d{1,5}\]: ?"),  # torchrun --tee `[default0]:` (a local rank: taken off only)
+    re.compile(r"^\[(?P<r>\d{1,7})\] "),  # hydra -l / -prepend-rank
+    re.compile(rf"^\[(?:proxy:[\d:]+|mpiexec)@(?P<h>{_H})\] "),  # hydra's own daemons `[proxy:0:1@host]`
+    re.compile(rf"^slurmstepd-(?P<h>{_H}): "),  # slurmstepd on that node
+    re.compile(rf"^\[(?P<h>{_H}):\d+\] "),  # Open MPI [host:pid]
+    re.compile(rf"^\[(?P<h>{_H})\] "),  # hydra -prepend-pattern "[%h] ", trainers' own
+    re.compile(rf"^(?P<h>{_H}):\d+:\d+ (?:\[\d+\] )?"),  # NCCL/RCCL host:pid:tid [dev]
+    re.compile(rf"^(?P<h>{_H}): "),  # PALS --label / pdsh / DeepSpeed's pdsh runner `host: `
 ]
 
 
@@ -82,19 +97,20 @@ def split_labels(line: str, matcher: HostMatcher) -> tuple[str, str | None, int 
     host: str | None = None
     rank: int | None = None
     for _ in range(4):
-        for rx, kind in _LABELS:
+        for rx in _LABELS:
             m = rx.match(body)
             if not m:
                 continue
-            if kind == "rank":
-                if rank is None:
-                    rank = int(m.group(1))
-            else:
-                h = matcher.match(m.group(1))
+            gd = m.groupdict()
+            h = None
+            if gd.get("h") is not None:
+                h = matcher.match(gd["h"])
                 if h is None:
                     continue
-                if host is None:
-                    host = h
+            if gd.get("r") is not None and rank is None:
+                rank = int(gd["r"])
+            if h is not None and host is None:
+                host = h
             body = body[m.end() :]
             break
         else:
@@ -229,6 +245,13 @@ class _Scanner:
         self.notes: list[str] = []
         self._outside: set[str] = set()
         self._cascade_seen = False
+        self.path: Path | None = None
+        self.max_bytes = 0
+        self.peer_hits: list[
+            tuple[str, str | None, int | None, int]
+        ] = []  # (peer, reporter host, rank, line)
+        self._row_host: tuple[list[str], int] | None = None
+        self._root_cause = -100
 
     # --- streaming ---------------------------------------------------------------------------------------
     def scan_file(self, path: Path, max_bytes: int = 0) -> None:
@@ -238,6 +261,7 @@ class _Scanner:
         tears the job down within seconds, the watchdog fires after silence), and the head holds the launcher's
         rank-to-host lines.  What is skipped is said in a note.
         """
+        self.path = path
         with path.open("rb") as f:
             size = os.fstat(f.fileno()).st_size
             if not max_bytes or size <= max_bytes:
@@ -413,6 +437,8 @@ class _Scanner:
                 continue
             if p.rank_hosts:
                 self._map_match(p, m, lhost, lrank)
+            if p.table:
+                self._table_row(p, m, text, lineno, lhost, lrank)
             if p.cls == "info":
                 continue
             if p.fallback:
@@ -429,6 +455,28 @@ class _Scanner:
             return
         _, p, m, kind = best
         self._record(p, m, kind, text, lineno, lhost, lrank, body)
+
+    def _table_row(
+        self, p: pat.Pattern, m: re.Match[str], text: str, lineno: int, lhost: str | None, lrank: int | None
+    ) -> None:
+        """torchrun's failure table: `host : H` then `rank : R` rows; the first row after `Root Cause`."""
+        gd = m.groupdict()
+        if p.table == "root-cause":
+            self._root_cause = lineno
+        elif p.table == "host" and gd.get("host"):
+            hosts = [h for h in self.matcher.match_all(gd["host"]) if h]
+            self._row_host = (hosts, lineno)
+            if hosts and lineno - self._root_cause <= 4:
+                hit = Hit(
+                    lineno=lineno, pattern=p.id, kind="weak", line=text, reporter=lhost, reporter_rank=lrank
+                )
+                hit.hosts = hosts[:1]
+                self._suspect("weak", hit, lhost, lrank)
+                self._keep("weak", hit)
+        elif p.table == "rank" and gd.get("rank") and self._row_host is not None:
+            hosts, at = self._row_host
+            if len(hosts) == 1 and lineno - at <= 3:
+                self._map(int(gd["rank"]), hosts[0])
 
     def _map(self, rank: int, host: str) -> None:
         if rank not in self.rank_map and len(self.rank_map) < MAX_RANKS:
@@ -491,6 +539,8 @@ class _Scanner:
             self._keep("node", hit)
             return
         hit.hosts = named_hosts
+        if p.peer and len(named_hosts) == 1 and len(self.peer_hits) < MAX_RANKS:
+            self.peer_hits.append((named_hosts[0], lhost, lrank, lineno))
         if kind == "app":
             self._app(p, hit, body, lhost, lrank)
             return
@@ -539,8 +589,13 @@ class _Scanner:
     # --- verdict -----------------------------------------------------------------------------------------
     def resolve(self) -> None:
         """Place node evidence that named a rank, once the whole log has taught us where the ranks ran."""
+        missing = [r for r in self.node_ranks if r not in self.rank_map]
+        if missing and self.path is not None:
+            self._find_ranks(missing)
         for rank, hit in self.node_ranks.items():
             host = self.rank_map.get(rank)
+            if host is None and hit.reporter is not None and hit.reporter_rank == rank:
+                host = hit.reporter  # the line's own label named the host that printed it
             if host is not None:
                 if host not in self.node_hosts or self.node_hosts[host].lineno > hit.lineno:
                     self.node_hosts[host] = hit
@@ -554,6 +609,84 @@ class _Scanner:
         self.node_hosts = dict(sorted(self.node_hosts.items(), key=lambda kv: kv[1].lineno))
         self.hits["node"] = [h for h in self.hits["node"] if h.kind == "node"]
         self.hits["crash"].sort(key=lambda h: h.lineno)
+
+    def _find_ranks(self, ranks: list[int]) -> None:
+        """Node evidence named a rank that no analysed line placed: look for a labelled line of that rank.
+
+        The prefilter hands only candidate lines to `line`, so a rank that printed nothing alarming has not been
+        placed yet; this pass reads the log again (bounded: the same bytes limit, a few look-ups per rank and
+        chunk) only when such evidence exists.
+        """
+        assert self.path is not None
+        want = set(ranks[:64])
+        probes = {
+            r: [
+                f"{r}: ".encode(),
+                f"[{r}]".encode(),
+                f"[rank{r}]".encode(),
+                f",{r}]".encode(),
+                f"[{r}@".encode(),
+            ]
+            for r in want
+        }
+        try:
+            with self.path.open("rb") as f:
+                read = 0
+                carry = b""
+                while want and read < max(self.max_bytes, CHUNK_BYTES):
+                    block = f.read(CHUNK_BYTES)
+                    if not block:
+                        break
+                    read += len(block)
+                    data = carry + block
+                    cut = data.rfind(b"\n") + 1
+                    data, carry = data[:cut], data[cut:][-LINE_CAP:]
+                    for r in list(want):
+                        for probe in probes[r]:
+                            i = data.find(probe)
+                            tries = 0
+                            while i != -1 and tries < 32 and r in want:
+                                tries += 1
+                                s0 = data.rfind(b"\n", 0, i) + 1
+                                e0 = data.find(b"\n", i)
+                                _, host, rank = split_labels(
+                                    _text(data[s0 : e0 if e0 != -1 else len(data)]), self.matcher
+                                )
+                                if host is not None and rank == r:
+                                    self._map(r, host)
+                                    want.discard(r)
+                                i = data.find(probe, i + 1)
+        except OSError as e:
+            self.notes.append(f"looking for the hosts of ranks {sorted(want)} failed: {e}")
+
+    def peer_culprit(self) -> tuple[str, set[str], int] | None:
+        """The one host that failed connections point at: named by two or more reporters, or present in every one.
+
+        Returns (host, the reporters' hosts, how many reporters); None when the evidence does not single one out.
+        """
+        if not self.peer_hits:
+            return None
+        blamers: dict[str, set[str]] = {}
+        conns: list[set[str]] = []
+        reporters: set[str] = set()
+        for peer, rhost, rrank, _ in self.peer_hits:
+            host = rhost if rhost is not None else (self.rank_map.get(rrank) if rrank is not None else None)
+            who = host if host is not None else (f"rank {rrank}" if rrank is not None else "?")
+            if host == peer:
+                continue
+            blamers.setdefault(peer, set()).add(who)
+            if host is not None:
+                reporters.add(host)
+            conns.append({peer} | ({host} if host is not None else set()))
+        many = [p for p, who in blamers.items() if len(who) >= 2]
+        if len(many) == 1:
+            return many[0], reporters - {many[0]}, len(blamers[many[0]])
+        if len(conns) >= 2:
+            common = set.intersection(*conns)
+            if len(common) == 1:
+                host = next(iter(common))
+                return host, reporters - {host}, len(conns)
+        return None
 
     def app_verdict(self) -> tuple[list[Hit], list[Hit]]:
         """(qualified app hits, app hits that only one rank printed: a crash of that rank, not a bug of all)."""
@@ -639,6 +772,7 @@ def classify(
     scanner: _Scanner | None = None
     try:
         scanner = _Scanner(pat.load(sets), matcher, progress)
+        scanner.max_bytes = max_bytes
         scanner.scan_file(log, max_bytes)
         scanner.resolve()
     except Exception as e:  # a scraper bug must not kill the recovery loop
@@ -718,6 +852,14 @@ def _decide(
     else:
         cls = "crash"
         notes.append(f"no failure line in the log: classified by exit code {rc}")
+    suspects = [] if cls in ("success", "walltime") else sc.suspect_hosts()
+    culprit = sc.peer_culprit()
+    if culprit is not None and cls not in ("success", "walltime"):
+        host, reporters, n = culprit
+        # the peer that every failing connection names goes first; hosts that only reported a lost peer are
+        # victims of it, not suspects
+        suspects = [host] + [h for h in suspects if h != host and h not in reporters]
+        notes.append(f"{n} failed connection(s) point at {host}: its reporters are not suspected")
     evidence_hits = decisive[:MAX_EVIDENCE]
     evidence = [_cap(h.line) for h in evidence_hits]
     matches = [h.brief() for h in evidence_hits]
@@ -727,7 +869,7 @@ def _decide(
         evidence=evidence,
         last_step=sc.last_step,
         first_step=sc.first_step,
-        suspect_hosts=[] if cls in ("success", "walltime") else sc.suspect_hosts(),
+        suspect_hosts=suspects,
         last_heard=sc.last_heard(),
         rank_hosts=dict(sc.rank_map),
         matches=matches,
