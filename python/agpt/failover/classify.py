@@ -837,6 +837,16 @@ def _decide(
             cls = "hang"
             decisive = sc.hits["hang-hint"] + sc.hits["crash"] + weak
             notes.append("the idle-output watchdog fired and no line names a host")
+    elif sc.hits["crash"] and (everywhere := _everywhere(sc.hits["crash"], matcher)):
+        # The same fault on most of the job's hosts (a memory access fault at step 1, host memory exhausted while
+        # loading): nodes do not fail together; the code, the data or the configuration does.
+        cls = "app"
+        decisive = everywhere
+        hosts = {hit.reporter for hit in everywhere}
+        notes.append(
+            f"{everywhere[0].pattern} on {len(hosts)} of {len(matcher.hosts)} hosts: the same fault everywhere "
+            "is the application or its configuration, not a node"
+        )
     elif sc.hits["crash"]:
         cls = "crash"
         decisive = sc.hits["crash"]
@@ -846,6 +856,13 @@ def _decide(
     elif sc.hits["hang-hint"]:
         cls = "hang"
         decisive = sc.hits["hang-hint"]
+    elif weak and (everywhere := _everywhere(weak, matcher)):
+        cls = "app"
+        decisive = everywhere
+        notes.append(
+            f"{everywhere[0].pattern} on most of the {len(matcher.hosts)} hosts: the same fault everywhere "
+            "is the application or its configuration, not a node"
+        )
     elif weak:
         cls = "crash"
         decisive = weak
@@ -878,6 +895,24 @@ def _decide(
         rc=rc,
         notes=notes,
     )
+
+
+def _everywhere(hits: list[Hit], matcher: HostMatcher) -> list[Hit]:
+    """The hits of the one pattern that hosts making up more than half of the job (two at least) printed themselves.
+
+    Only the host that printed a line counts: a line naming another host (a lost peer, a node failure) is what
+    everybody sees when one host dies, not the same fault everywhere.
+    """
+    by: dict[str, tuple[set[str], list[Hit]]] = {}
+    for hit in hits:
+        if hit.reporter is None or hit.hosts:
+            continue
+        hosts, kept = by.setdefault(hit.pattern, (set(), []))
+        hosts.add(hit.reporter)
+        kept.append(hit)
+    job = len(matcher.hosts)
+    spread = [(len(h), k) for h, k in by.values() if len(h) >= 2 and len(h) > job / 2]
+    return max(spread, key=lambda t: t[0])[1] if spread else []
 
 
 def _unique(hits: Any) -> list[Hit]:
