@@ -546,7 +546,7 @@ class _Scanner:
             return
         if kind in ("crash", "weak"):
             self._suspect(kind, hit, lhost, lrank)
-        elif kind == "cascade-ignore" and not self._cascade_seen:
+        elif kind == "cascade-ignore" and not self._cascade_seen and p.guess:
             # Never evidence; but when nothing else names anyone, the first rank killed (an OOM kill, say)
             # is a better first guess for a blind swap than none.
             before = len(self.suspects)
@@ -837,14 +837,13 @@ def _decide(
             cls = "hang"
             decisive = sc.hits["hang-hint"] + sc.hits["crash"] + weak
             notes.append("the idle-output watchdog fired and no line names a host")
-    elif sc.hits["crash"] and (everywhere := _everywhere(sc.hits["crash"], matcher)):
+    elif sc.hits["crash"] and (everywhere := _everywhere(sc.hits["crash"], sc, matcher)):
         # The same fault on most of the job's hosts (a memory access fault at step 1, host memory exhausted while
         # loading): nodes do not fail together; the code, the data or the configuration does.
         cls = "app"
         decisive = everywhere
-        hosts = {hit.reporter for hit in everywhere}
         notes.append(
-            f"{everywhere[0].pattern} on {len(hosts)} of {len(matcher.hosts)} hosts: the same fault everywhere "
+            f"{everywhere[0].pattern} on most of the {len(matcher.hosts)} hosts: the same fault everywhere "
             "is the application or its configuration, not a node"
         )
     elif sc.hits["crash"]:
@@ -856,7 +855,7 @@ def _decide(
     elif sc.hits["hang-hint"]:
         cls = "hang"
         decisive = sc.hits["hang-hint"]
-    elif weak and (everywhere := _everywhere(weak, matcher)):
+    elif weak and (everywhere := _everywhere(weak, sc, matcher)):
         cls = "app"
         decisive = everywhere
         notes.append(
@@ -897,18 +896,26 @@ def _decide(
     )
 
 
-def _everywhere(hits: list[Hit], matcher: HostMatcher) -> list[Hit]:
+def _everywhere(hits: list[Hit], sc: _Scanner, matcher: HostMatcher) -> list[Hit]:
     """The hits of the one pattern that hosts making up more than half of the job (two at least) printed themselves.
 
-    Only the host that printed a line counts: a line naming another host (a lost peer, a node failure) is what
-    everybody sees when one host dies, not the same fault everywhere.
+    A hit counts for the host that printed it (its label, or its rank's host) or, for a launcher's exit notice, the
+    host the notice names; never for a lost peer (everybody sees one host die) or a line naming another host.
     """
+    peers = {p.id for p in sc.patterns if p.peer}
     by: dict[str, tuple[set[str], list[Hit]]] = {}
     for hit in hits:
-        if hit.reporter is None or hit.hosts:
+        if hit.pattern in peers:
+            continue
+        host = hit.reporter
+        if host is None and hit.reporter_rank is not None:
+            host = sc.rank_map.get(hit.reporter_rank)
+        if host is None and len(hit.hosts) == 1 and hit.rank is not None:
+            host = hit.hosts[0]  # `srun: error: HOST: task N: ...`: the task's own host
+        if host is None:
             continue
         hosts, kept = by.setdefault(hit.pattern, (set(), []))
-        hosts.add(hit.reporter)
+        hosts.add(host)
         kept.append(hit)
     job = len(matcher.hosts)
     spread = [(len(h), k) for h, k in by.values() if len(h) >= 2 and len(h) > job / 2]

@@ -23,6 +23,8 @@ A set file `NAME.json` holds `{"set": NAME, "description": ..., "patterns": [PAT
     rank_hosts   optional bool: the match's rank lives on its host (feeds the rank->host map)
     peer         optional bool: the host group is the far end of a failed connection (an address, usually) and the
                  host that printed the line is only its reporter: many reporters naming one peer point at the peer
+    guess        optional bool (cascade-ignore, default true): the first such line may name the first guess of a
+                 blind swap when nothing else names anyone; false for daemons that only report the teardown
     table        optional "host" | "rank" | "root-cause": a row of a multi-line failure table (torchrun's
                  ChildFailedError): a `rank` row maps to the `host` row just above it; the `host` row after a
                  `root-cause` header is the first failure (a launcher's exit notice for that host)
@@ -97,6 +99,7 @@ class Pattern:
     fallback: bool = False
     peer: bool = False
     table: str = ""
+    guess: bool = True
     needles: tuple[str, ...] | None = None
     positive: list[Example] = field(default_factory=list)
     negative: list[str] = field(default_factory=list)
@@ -251,6 +254,7 @@ def _pattern(path: Path, set_name: str, i: int, raw: Any) -> Pattern:
         rank_hosts=bool(raw.get("rank_hosts", False)),
         fallback=bool(raw.get("fallback", False)),
         peer=bool(raw.get("peer", False)),
+        guess=bool(raw.get("guess", True)),
         table=table,
         needles=needles,
         positive=positive,
