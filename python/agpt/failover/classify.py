@@ -310,17 +310,19 @@ class _Scanner:
         """Analyse whole lines (the chunk ends with a newline)."""
         chunk = chunk.replace(b"\r", b"\n")  # progress bars redraw with CR: each redraw is a line
         base = self.lines
-        olines = chunk.split(b"\n")
-        self.lines += len(olines) - 1
-        if olines[-1] == b"":
-            olines.pop()
         self._progress(chunk)
         self._last_label(chunk)
         if self.full:
+            olines = chunk.split(b"\n")
+            self.lines += len(olines) - 1
+            if olines[-1] == b"":
+                olines.pop()
             for i, raw in enumerate(olines):
                 self.line(_text(raw), base + i + 1, None)
             return
-        tlines = chunk.translate(_TEMPLATE).split(b"\n")
+        tlines = chunk.translate(_TEMPLATE).split(b"\n")  # same lengths as the lines: offsets carry over
+        self.lines += len(tlines) - 1
+        last = len(tlines) - 1 if tlines[-1] == b"" else len(tlines)  # the piece after the final newline
         uniq = set(tlines)
         new = [t for t in uniq if t not in self.templates]
         local = self._learn(new) if new else {}
@@ -334,15 +336,32 @@ class _Scanner:
                     self.hot.add(t)
         if not hot:
             return
-        for i in [i for i, t in enumerate(tlines) if t in hot]:
-            if i >= len(olines):
+        if len(hot) <= 8:  # a few hot templates: let list.index walk the lines in C
+            where: list[int] = []
+            for t in hot:
+                i = -1
+                try:
+                    while True:
+                        i = tlines.index(t, i + 1)
+                        where.append(i)
+                except ValueError:
+                    pass
+            where.sort()
+        else:
+            where = [i for i, t in enumerate(tlines) if t in hot]
+        pos = 0
+        prev = 0
+        for i in where:
+            if i >= last:
                 break
+            pos += sum(map(len, tlines[prev:i])) + (i - prev)
+            prev = i
             t = tlines[i]
             info = local[t] if t in local else self.templates[t]
             if info is None:
                 continue
             idx, label_pos = info
-            raw = olines[i]
+            raw = chunk[pos : pos + len(t)]
             if label_pos >= 0:
                 key = raw[:label_pos]
                 if key in self.label_seen:
