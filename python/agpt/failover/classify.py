@@ -53,8 +53,9 @@ MAX_RANKS = 65536
 MAX_SIGNATURES = 256
 MAX_REPORTERS = 16
 LAST_HEARD_LOOKBACK = 64
-TEMPLATE_CAP = 2048  # longer line templates are searched each time, not remembered
-MAX_TEMPLATES = 65536
+TEMPLATE_CAP = 512  # longer line templates are searched each time, not remembered
+TEMPLATE_BYTES = 16 * MIB  # the templates remembered, in all (bounded memory on any log)
+LABEL_KEY_CAP = 256  # a label-only line's prefix longer than this is analysed every time
 PROGRESS_WINDOW = 16384
 # a line's template: ASCII lowercased, every digit 0 (needles are translated the same way)
 _TEMPLATE = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789", b"abcdefghijklmnopqrstuvwxyz0000000000")
@@ -229,6 +230,7 @@ class _Scanner:
         self.label_only = {i for i, p in enumerate(patterns) if p.cls == "info" and not p.groups}
         self.templates: dict[bytes, tuple[tuple[int, ...], int] | None] = {}
         self.hot: set[bytes] = set()
+        self._template_bytes = 0
         self.label_seen: set[bytes] = set()
         self.lines = 0
         self.first_step: int | None = None
@@ -330,7 +332,8 @@ class _Scanner:
         for t, info in local.items():
             if info is not None:
                 hot.add(t)
-            if len(t) <= TEMPLATE_CAP and len(self.templates) < MAX_TEMPLATES:
+            if len(t) <= TEMPLATE_CAP and self._template_bytes < TEMPLATE_BYTES:
+                self._template_bytes += len(t) + 64
                 self.templates[t] = info
                 if info is not None:
                     self.hot.add(t)
@@ -362,7 +365,7 @@ class _Scanner:
                 continue
             idx, label_pos = info
             raw = chunk[pos : pos + len(t)]
-            if label_pos >= 0:
+            if 0 <= label_pos <= LABEL_KEY_CAP:
                 key = raw[:label_pos]
                 if key in self.label_seen:
                     continue
