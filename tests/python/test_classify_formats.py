@@ -335,3 +335,12 @@ def test_the_patterns_command_lists_sources_and_counts_the_missing(tmp_path: Pat
         timeout=120,
     )
     assert r.returncode == 0 and "1 without a public source (mysite.gpu)" in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("max_mb", [0, 64])
+def test_a_rank_placed_megabytes_away_is_found(tmp_path: Path, max_mb: int) -> None:
+    """The only line placing rank 3 is megabytes into the log; the node evidence names only the rank."""
+    filler = "".join(f"0: step={i} loss=2.5\n" for i in range(150000))
+    text = filler + "n4 3: step=0 loss=9.9\n" + filler + f"[rank3]: {ECC}\n"
+    r = _classify(tmp_path, text, max_mb=max_mb)
+    assert (r.cls, r.bad_hosts) == ("node", ["n4"])

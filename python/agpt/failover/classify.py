@@ -663,7 +663,7 @@ class _Scanner:
             with self.path.open("rb") as f:
                 read = 0
                 carry = b""
-                while want and read < max(self.max_bytes, CHUNK_BYTES):
+                while want and (not self.max_bytes or read < self.max_bytes):
                     block = f.read(CHUNK_BYTES)
                     if not block:
                         break
