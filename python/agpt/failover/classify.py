@@ -574,7 +574,8 @@ class _Scanner:
         if kind == "app":
             self._app(p, hit, body, lhost, lrank)
             return
-        if kind in ("crash", "weak"):
+        if kind in ("crash", "weak") and not (p.peer and not named_hosts):
+            # a lost peer that names no host of the job says nothing against the host that reported it
             self._suspect(kind, hit, lhost, lrank)
         elif kind == "cascade-ignore" and not self._cascade_seen and p.guess:
             # Never evidence; but when nothing else names anyone, the first rank killed (an OOM kill, say)
