@@ -16,7 +16,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "hosts": ("agpt.failover.hosts", "Split an allocation into active and spare hosts, resolve addresses."),
     "patterns": (
         "agpt.failover.patterns",
-        "Check every pattern set's examples (a site's own sets included).",
+        "List every pattern with its class and source; check their examples (site sets included).",
     ),
 }
 

@@ -13,11 +13,19 @@ walltime kill, skipped the log when its watchdog fired, and so made 123 blind sw
 Decision order (the first that holds): rc 0 -> success; killed within the margin of the deadline -> walltime;
 hosts of the job named by node patterns -> node (unless they are most of the job: then system when the
 scheduler named them, app when every rank saw the same device error); a system pattern -> system; rc 124 (the
-watchdog) -> app if every rank raised the same error, else hang; a crash pattern -> crash; an app error that
-two ranks (or an unlabelled log) raised -> app; a collective timeout -> hang; a launcher's exit notice or one
-rank's lone exception -> crash; nothing at all -> crash, by the exit code, with a note.  One line counts once,
-as its strongest match; a node pattern that names only a rank is placed through the rank->host map learned from
-the whole log (launcher labels, srun/PALS/hydra/Open MPI exit lines, NCCL prefixes).
+watchdog) -> app if every rank raised the same error, else hang; one crash pattern printed by most of the job's
+hosts -> app (nodes do not fail together); a crash pattern -> crash; an app error that two ranks (or an
+unlabelled log) raised -> app; a collective timeout -> hang; a launcher's exit notice or one rank's lone
+exception -> crash; nothing at all -> crash, by the exit code, with a note.  One line counts once, as its
+strongest match; a node pattern that names only a rank is placed through the rank->host map learned from the
+whole log (launcher labels of every option, srun/PALS/hydra/Open MPI exit lines, torchrun's failure table,
+NCCL prefixes), looked up again in the log when no analysed line placed it.  A failed connection's far end
+(an address resolved through hosts/ip) that several reporters name leads the suspects; its reporters do not.
+
+Speed: a log is mostly a few line shapes repeated (progress, NCCL INFO).  Each chunk is lowercased with its digits
+blanked into line *templates*; only a template never seen before is searched for the patterns' literal needles,
+and only lines whose template holds one reach the regexes (tests prove the answers equal those of running every
+pattern on every line).
 
 Standard library only: it runs with a plain `python3` when the training environment is what broke.
 """
@@ -25,6 +33,7 @@ Standard library only: it runs with a plain `python3` when the training environm
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import os
 import re
@@ -53,20 +62,41 @@ MAX_RANKS = 65536
 MAX_SIGNATURES = 256
 MAX_REPORTERS = 16
 LAST_HEARD_LOOKBACK = 64
+TEMPLATE_CAP = 512  # longer line templates are searched each time, not remembered
+TEMPLATE_BYTES = 16 * MIB  # the templates remembered, in all (bounded memory on any log)
+LABEL_KEY_CAP = 256  # a label-only line's prefix longer than this is analysed every time
+PROGRESS_WINDOW = 16384
+# a line's template: ASCII lowercased, every digit 0 (needles are translated the same way)
+_TEMPLATE = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789", b"abcdefghijklmnopqrstuvwxyz0000000000")
 
 # Strength of one line's evidence: a line counts once, as its strongest match.
 _STRENGTH = {"node": 6, "system": 5, "crash": 4, "app": 3, "hang-hint": 2, "weak": 1, "cascade-ignore": 0}
 
-# Launcher and runtime labels in front of a message, tried repeatedly (`x1000c0s0b0n0: 3: ...`).
-_LABELS: list[tuple[re.Pattern[str], str]] = [
-    (re.compile(r"^\s{0,8}(\d{1,7}): "), "rank"),  # srun --label, mpiexec --label
-    (re.compile(r"^\[\d+,(\d{1,7})\]<std(?:out|err)>: ?"), "rank"),  # Open MPI --tag-output
-    (re.compile(r"^\[rank(\d{1,7})\]: ?", re.IGNORECASE), "rank"),  # torch.distributed
-    (re.compile(r"^\[(\d{1,7})\] "), "rank"),  # hydra -prepend-rank
-    (re.compile(r"^\[([A-Za-z][\w.-]*):\d+\] "), "host"),  # Open MPI [host:pid]
-    (re.compile(r"^\[([A-Za-z][\w.-]*)\] "), "host"),  # hydra -prepend-pattern "[%h] ", trainers' own
-    (re.compile(r"^([A-Za-z][\w.-]*):\d+:\d+ (?:\[\d+\] )?"), "host"),  # NCCL/RCCL host:pid:tid [dev]
-    (re.compile(r"^([A-Za-z][\w.-]*): "), "host"),  # PALS/pdsh host prefix
+# Launcher and runtime labels in front of a message, tried repeatedly (`x1000c0s0b0n0: 3: ...`).  Named groups:
+# `r` a global rank, `h` a host; a label with neither is only taken off.  The formats, per launcher option, are
+# listed with their sources in docs/contract-classify.md (the label-format matrix) and tested one by one.
+_H = r"[A-Za-z][\w.-]*"
+_LABELS: list[re.Pattern[str]] = [
+    re.compile(r"^\s{0,8}(?P<r>\d{1,7}): "),  # srun --label (padded), PALS mpiexec --label
+    re.compile(rf"^(?P<h>{_H}) (?P<r>\d{{1,7}}): "),  # PALS --label behind the host: `FQDN RANK: `
+    re.compile(rf"^\[(?P<r>\d{{1,7}})@(?P<h>{_H})\] "),  # hydra -prepend-pattern "[%r@%h] "
+    re.compile(rf"^\[(?P<h>{_H})@(?P<r>\d{{1,7}})\] "),  # hydra -prepend-pattern "[%h@%r] "
+    # Open MPI --tag-output `[jobid,rank]<stdout>:`, PRRTE --output tag-detailed `[ns,rank][host:pid]<stdout>:`
+    re.compile(rf"^\[[\w.@:-]+,(?P<r>\d{{1,7}})\]\[(?P<h>{_H}):\d+\]<std(?:out|err|diag)>: ?"),
+    re.compile(r"^\[[\w.@:-]+,(?P<r>\d{1,7})\]<std(?:out|err|diag)>: ?"),
+    re.compile(r"^\[(?P<r>\d{1,7})\]<std(?:out|err|diag)>: ?"),  # horovodrun `[rank]<stdout>:`
+    re.compile(
+        r"^\[[A-Z][a-z]{2} [^\]]{8,40}\]<std(?:out|err|diag)>: ?"
+    ),  # --timestamp-output `[date]<stdout>:`
+    re.compile(r"^\[rank(?P<r>\d{1,7})\]: ?", re.IGNORECASE),  # torch.distributed
+    re.compile(r"^\[[a-z_]+\d{1,5}\]: ?"),  # torchrun --tee `[default0]:` (a local rank: taken off only)
+    re.compile(r"^\[(?P<r>\d{1,7})\] "),  # hydra -l / -prepend-rank
+    re.compile(rf"^\[(?:proxy:[\d:]+|mpiexec)@(?P<h>{_H})\] "),  # hydra's own daemons `[proxy:0:1@host]`
+    re.compile(rf"^slurmstepd-(?P<h>{_H}): "),  # slurmstepd on that node
+    re.compile(rf"^\[(?P<h>{_H}):\d+\] "),  # Open MPI [host:pid]
+    re.compile(rf"^\[(?P<h>{_H})\] "),  # hydra -prepend-pattern "[%h] ", trainers' own
+    re.compile(rf"^(?P<h>{_H}):\d+:\d+ (?:\[\d+\] )?"),  # NCCL/RCCL host:pid:tid [dev]
+    re.compile(rf"^(?P<h>{_H}): "),  # PALS --label / pdsh / DeepSpeed's pdsh runner `host: `
 ]
 
 
@@ -76,19 +106,20 @@ def split_labels(line: str, matcher: HostMatcher) -> tuple[str, str | None, int 
     host: str | None = None
     rank: int | None = None
     for _ in range(4):
-        for rx, kind in _LABELS:
+        for rx in _LABELS:
             m = rx.match(body)
             if not m:
                 continue
-            if kind == "rank":
-                if rank is None:
-                    rank = int(m.group(1))
-            else:
-                h = matcher.match(m.group(1))
+            gd = m.groupdict()
+            h = None
+            if gd.get("h") is not None:
+                h = matcher.match(gd["h"])
                 if h is None:
                     continue
-                if host is None:
-                    host = h
+            if gd.get("r") is not None and rank is None:
+                rank = int(gd["r"])
+            if h is not None and host is None:
+                host = h
             body = body[m.end() :]
             break
         else:
@@ -182,17 +213,33 @@ class _Scanner:
         self.matcher = matcher
         self.progress = progress
         self.full = any(p.needles is None for p in patterns)
-        needles = sorted({n for p in patterns for n in (p.needles or ())}, key=len)
-        kept: list[str] = []
+        # Needles are looked for in line *templates*: the line lowercased with every digit made 0.  A big log is
+        # a few templates repeated (progress lines, NCCL INFO lines differ only in their numbers), so each chunk
+        # costs a translate, a split and set look-ups; only a template never seen before is searched for needles.
+        # A line holding a needle still holds it, translated, in its template: the prefilter loses no line.
+        needles = sorted(
+            {n.encode("utf-8", "replace").translate(_TEMPLATE) for p in patterns for n in (p.needles or ())},
+            key=len,
+        )
+        kept: list[bytes] = []
         for n in needles:  # a needle that contains a kept one adds no line
             if not any(k in n for k in kept):
                 kept.append(n)
-        self.needles = [n.encode("utf-8", "replace") for n in kept]
+        self.needles = kept
         # kept needle -> the patterns one of whose needles contains it (a line holding none of them skips them)
-        self.by_needle: list[tuple[int, ...]] = [
-            tuple(i for i, p in enumerate(patterns) if p.needles and any(k in n for n in p.needles))
-            for k in kept
+        tneedles = [
+            [n.encode("utf-8", "replace").translate(_TEMPLATE) for n in (p.needles or ())] for p in patterns
         ]
+        self.by_needle: list[tuple[int, ...]] = [
+            tuple(i for i, tn in enumerate(tneedles) if any(k in n for n in tn)) for k in kept
+        ]
+        # patterns whose only effect is the line's launcher labels (info, no named group): a line that only they
+        # may match repeats its labels, so it is analysed once per distinct label prefix
+        self.label_only = {i for i, p in enumerate(patterns) if p.cls == "info" and not p.groups}
+        self.templates: dict[bytes, tuple[tuple[int, ...], int] | None] = {}
+        self.hot: set[bytes] = set()
+        self._template_bytes = 0
+        self.label_seen: set[bytes] = set()
         self.lines = 0
         self.first_step: int | None = None
         self.last_step: int | None = None
@@ -208,6 +255,13 @@ class _Scanner:
         self.notes: list[str] = []
         self._outside: set[str] = set()
         self._cascade_seen = False
+        self.path: Path | None = None
+        self.max_bytes = 0
+        self.peer_hits: list[
+            tuple[str, str | None, int | None, int]
+        ] = []  # (peer, reporter host, rank, line)
+        self._row_host: tuple[list[str], int] | None = None
+        self._root_cause = -100
 
     # --- streaming ---------------------------------------------------------------------------------------
     def scan_file(self, path: Path, max_bytes: int = 0) -> None:
@@ -217,6 +271,7 @@ class _Scanner:
         tears the job down within seconds, the watchdog fires after silence), and the head holds the launcher's
         rank-to-host lines.  What is skipped is said in a note.
         """
+        self.path = path
         with path.open("rb") as f:
             size = os.fstat(f.fileno()).st_size
             if not max_bytes or size <= max_bytes:
@@ -265,48 +320,113 @@ class _Scanner:
         """Analyse whole lines (the chunk ends with a newline)."""
         chunk = chunk.replace(b"\r", b"\n")  # progress bars redraw with CR: each redraw is a line
         base = self.lines
-        self.lines += chunk.count(b"\n")
         self._progress(chunk)
         self._last_label(chunk)
-        found: dict[int, set[int]] = {}
         if self.full:
-            i = 0
-            while i < len(chunk):
-                found[i] = set()
-                nl = chunk.find(b"\n", i)
-                i = len(chunk) if nl == -1 else nl + 1
+            olines = chunk.split(b"\n")
+            self.lines += len(olines) - 1
+            if olines[-1] == b"":
+                olines.pop()
+            for i, raw in enumerate(olines):
+                self.line(_text(raw), base + i + 1, None)
+            return
+        tlines = chunk.translate(_TEMPLATE).split(b"\n")  # same lengths as the lines: offsets carry over
+        self.lines += len(tlines) - 1
+        last = len(tlines) - 1 if tlines[-1] == b"" else len(tlines)  # the piece after the final newline
+        uniq = set(tlines)
+        new = [t for t in uniq if t not in self.templates]
+        local = self._learn(new) if new else {}
+        hot = uniq & self.hot
+        for t, info in local.items():
+            if info is not None:
+                hot.add(t)
+            if len(t) <= TEMPLATE_CAP and self._template_bytes < TEMPLATE_BYTES:
+                self._template_bytes += len(t) + 64
+                self.templates[t] = info
+                if info is not None:
+                    self.hot.add(t)
+        if not hot:
+            return
+        if len(hot) <= 8:  # a few hot templates: let list.index walk the lines in C
+            where: list[int] = []
+            for t in hot:
+                i = -1
+                try:
+                    while True:
+                        i = tlines.index(t, i + 1)
+                        where.append(i)
+                except ValueError:
+                    pass
+            where.sort()
         else:
-            low = chunk.lower()
-            for idx, n in enumerate(self.needles):
-                i = low.find(n)
-                while i != -1:
-                    s = low.rfind(b"\n", 0, i) + 1
-                    found.setdefault(s, set()).add(idx)
-                    e = low.find(b"\n", i)
-                    if e == -1:
-                        break
-                    i = low.find(n, e)
-        lineno = base
+            where = [i for i, t in enumerate(tlines) if t in hot]
+        pos = 0
         prev = 0
-        for s in sorted(found):
-            lineno += chunk.count(b"\n", prev, s)
-            prev = s
-            e = chunk.find(b"\n", s)
-            raw = chunk[s : e if e != -1 else len(chunk)]
-            cands = None
-            if not self.full:
-                idx_set: set[int] = set()
-                for k in found[s]:
-                    idx_set.update(self.by_needle[k])
-                cands = [self.patterns[i] for i in sorted(idx_set)]
-            self.line(raw[: LINE_CAP * 4].decode("utf-8", "replace")[:LINE_CAP], lineno + 1, cands)
+        for i in where:
+            if i >= last:
+                break
+            pos += sum(map(len, tlines[prev:i])) + (i - prev)
+            prev = i
+            t = tlines[i]
+            info = local[t] if t in local else self.templates[t]
+            if info is None:
+                continue
+            idx, label_pos = info
+            raw = chunk[pos : pos + len(t)]
+            if 0 <= label_pos <= LABEL_KEY_CAP:
+                key = raw[:label_pos]
+                if key in self.label_seen:
+                    continue
+                if len(self.label_seen) < MAX_RANKS:
+                    self.label_seen.add(key)
+            self.line(_text(raw), base + i + 1, [self.patterns[k] for k in idx])
+
+    def _learn(self, new: list[bytes]) -> dict[bytes, tuple[tuple[int, ...], int] | None]:
+        """Which needles each new template holds: (candidate pattern indices, label-only needle position or -1)."""
+        joined = b"\n".join(new) + b"\n"
+        starts: list[int] = []
+        pos = 0
+        for t in new:
+            starts.append(pos)
+            pos += len(t) + 1
+        found: dict[int, dict[int, int]] = {}  # template index -> kept needle index -> first position
+        for k, n in enumerate(self.needles):
+            i = joined.find(n)
+            while i != -1:
+                j = bisect.bisect_right(starts, i) - 1
+                hits = found.setdefault(j, {})
+                if k not in hits:
+                    hits[k] = i - starts[j]
+                e = joined.find(b"\n", i)
+                if e == -1:
+                    break
+                i = joined.find(n, e)
+        out: dict[bytes, tuple[tuple[int, ...], int] | None] = dict.fromkeys(new)
+        for j, hits in found.items():
+            idx: set[int] = set()
+            for k in hits:
+                idx.update(self.by_needle[k])
+            label_pos = max(hits[k] + len(self.needles[k]) for k in hits) if idx <= self.label_only else -1
+            out[new[j]] = (tuple(sorted(idx)), label_pos)
+        return out
 
     def _progress(self, chunk: bytes) -> None:
-        last: re.Match[bytes] | None = None
-        for m in self.progress.finditer(chunk):
-            if self.first_step is None:
+        if self.first_step is None:
+            for m in self.progress.finditer(chunk):
                 self.first_step = _step_of(m)
-            last = m
+                if self.first_step is not None:
+                    break
+        # the last match: looked for in a tail window (from a line start) that doubles until one is found
+        size = len(chunk)
+        window = PROGRESS_WINDOW
+        while True:
+            start = 0 if window >= size else chunk.rfind(b"\n", 0, size - window) + 1
+            last: re.Match[bytes] | None = None
+            for m in self.progress.finditer(chunk, start):
+                last = m
+            if last is not None or start == 0:
+                break
+            window *= 4
         if last is not None:
             step = _step_of(last)
             if step is not None:
@@ -347,6 +467,8 @@ class _Scanner:
                 continue
             if p.rank_hosts:
                 self._map_match(p, m, lhost, lrank)
+            if p.table:
+                self._table_row(p, m, text, lineno, lhost, lrank)
             if p.cls == "info":
                 continue
             if p.fallback:
@@ -363,6 +485,28 @@ class _Scanner:
             return
         _, p, m, kind = best
         self._record(p, m, kind, text, lineno, lhost, lrank, body)
+
+    def _table_row(
+        self, p: pat.Pattern, m: re.Match[str], text: str, lineno: int, lhost: str | None, lrank: int | None
+    ) -> None:
+        """torchrun's failure table: `host : H` then `rank : R` rows; the first row after `Root Cause`."""
+        gd = m.groupdict()
+        if p.table == "root-cause":
+            self._root_cause = lineno
+        elif p.table == "host" and gd.get("host"):
+            hosts = [h for h in self.matcher.match_all(gd["host"]) if h]
+            self._row_host = (hosts, lineno)
+            if hosts and lineno - self._root_cause <= 4:
+                hit = Hit(
+                    lineno=lineno, pattern=p.id, kind="weak", line=text, reporter=lhost, reporter_rank=lrank
+                )
+                hit.hosts = hosts[:1]
+                self._suspect("weak", hit, lhost, lrank)
+                self._keep("weak", hit)
+        elif p.table == "rank" and gd.get("rank") and self._row_host is not None:
+            hosts, at = self._row_host
+            if len(hosts) == 1 and lineno - at <= 3:
+                self._map(int(gd["rank"]), hosts[0])
 
     def _map(self, rank: int, host: str) -> None:
         if rank not in self.rank_map and len(self.rank_map) < MAX_RANKS:
@@ -425,12 +569,15 @@ class _Scanner:
             self._keep("node", hit)
             return
         hit.hosts = named_hosts
+        if p.peer and len(named_hosts) == 1 and len(self.peer_hits) < MAX_RANKS:
+            self.peer_hits.append((named_hosts[0], lhost, lrank, lineno))
         if kind == "app":
             self._app(p, hit, body, lhost, lrank)
             return
-        if kind in ("crash", "weak"):
+        if kind in ("crash", "weak") and not (p.peer and not named_hosts):
+            # a lost peer that names no host of the job says nothing against the host that reported it
             self._suspect(kind, hit, lhost, lrank)
-        elif kind == "cascade-ignore" and not self._cascade_seen:
+        elif kind == "cascade-ignore" and not self._cascade_seen and p.guess:
             # Never evidence; but when nothing else names anyone, the first rank killed (an OOM kill, say)
             # is a better first guess for a blind swap than none.
             before = len(self.suspects)
@@ -473,8 +620,13 @@ class _Scanner:
     # --- verdict -----------------------------------------------------------------------------------------
     def resolve(self) -> None:
         """Place node evidence that named a rank, once the whole log has taught us where the ranks ran."""
+        missing = [r for r in self.node_ranks if r not in self.rank_map]
+        if missing and self.path is not None:
+            self._find_ranks(missing)
         for rank, hit in self.node_ranks.items():
             host = self.rank_map.get(rank)
+            if host is None and hit.reporter is not None and hit.reporter_rank == rank:
+                host = hit.reporter  # the line's own label named the host that printed it
             if host is not None:
                 if host not in self.node_hosts or self.node_hosts[host].lineno > hit.lineno:
                     self.node_hosts[host] = hit
@@ -488,6 +640,84 @@ class _Scanner:
         self.node_hosts = dict(sorted(self.node_hosts.items(), key=lambda kv: kv[1].lineno))
         self.hits["node"] = [h for h in self.hits["node"] if h.kind == "node"]
         self.hits["crash"].sort(key=lambda h: h.lineno)
+
+    def _find_ranks(self, ranks: list[int]) -> None:
+        """Node evidence named a rank that no analysed line placed: look for a labelled line of that rank.
+
+        The prefilter hands only candidate lines to `line`, so a rank that printed nothing alarming has not been
+        placed yet; this pass reads the log again (bounded: the same bytes limit, a few look-ups per rank and
+        chunk) only when such evidence exists.
+        """
+        assert self.path is not None
+        want = set(ranks[:64])
+        probes = {
+            r: [
+                f"{r}: ".encode(),
+                f"[{r}]".encode(),
+                f"[rank{r}]".encode(),
+                f",{r}]".encode(),
+                f"[{r}@".encode(),
+            ]
+            for r in want
+        }
+        try:
+            with self.path.open("rb") as f:
+                read = 0
+                carry = b""
+                while want and (not self.max_bytes or read < self.max_bytes):
+                    block = f.read(CHUNK_BYTES)
+                    if not block:
+                        break
+                    read += len(block)
+                    data = carry + block
+                    cut = data.rfind(b"\n") + 1
+                    data, carry = data[:cut], data[cut:][-LINE_CAP:]
+                    for r in list(want):
+                        for probe in probes[r]:
+                            i = data.find(probe)
+                            tries = 0
+                            while i != -1 and tries < 32 and r in want:
+                                tries += 1
+                                s0 = data.rfind(b"\n", 0, i) + 1
+                                e0 = data.find(b"\n", i)
+                                _, host, rank = split_labels(
+                                    _text(data[s0 : e0 if e0 != -1 else len(data)]), self.matcher
+                                )
+                                if host is not None and rank == r:
+                                    self._map(r, host)
+                                    want.discard(r)
+                                i = data.find(probe, i + 1)
+        except OSError as e:
+            self.notes.append(f"looking for the hosts of ranks {sorted(want)} failed: {e}")
+
+    def peer_culprit(self) -> tuple[str, set[str], int] | None:
+        """The one host that failed connections point at: named by two or more reporters, or present in every one.
+
+        Returns (host, the reporters' hosts, how many reporters); None when the evidence does not single one out.
+        """
+        if not self.peer_hits:
+            return None
+        blamers: dict[str, set[str]] = {}
+        conns: list[set[str]] = []
+        reporters: set[str] = set()
+        for peer, rhost, rrank, _ in self.peer_hits:
+            host = rhost if rhost is not None else (self.rank_map.get(rrank) if rrank is not None else None)
+            who = host if host is not None else (f"rank {rrank}" if rrank is not None else "?")
+            if host == peer:
+                continue
+            blamers.setdefault(peer, set()).add(who)
+            if host is not None:
+                reporters.add(host)
+            conns.append({peer} | ({host} if host is not None else set()))
+        many = [p for p, who in blamers.items() if len(who) >= 2]
+        if len(many) == 1:
+            return many[0], reporters - {many[0]}, len(blamers[many[0]])
+        if len(conns) >= 2:
+            common = set.intersection(*conns)
+            if len(common) == 1:
+                host = next(iter(common))
+                return host, reporters - {host}, len(conns)
+        return None
 
     def app_verdict(self) -> tuple[list[Hit], list[Hit]]:
         """(qualified app hits, app hits that only one rank printed: a crash of that rank, not a bug of all)."""
@@ -513,6 +743,10 @@ class _Scanner:
         if host is not None:
             return host
         return self.rank_map.get(rank) if rank is not None else None
+
+
+def _text(raw: bytes) -> str:
+    return raw[: LINE_CAP * 4].decode("utf-8", "replace")[:LINE_CAP]
 
 
 def _step_of(m: re.Match[bytes]) -> int | None:
@@ -569,6 +803,7 @@ def classify(
     scanner: _Scanner | None = None
     try:
         scanner = _Scanner(pat.load(sets), matcher, progress)
+        scanner.max_bytes = max_bytes
         scanner.scan_file(log, max_bytes)
         scanner.resolve()
     except Exception as e:  # a scraper bug must not kill the recovery loop
@@ -633,6 +868,15 @@ def _decide(
             cls = "hang"
             decisive = sc.hits["hang-hint"] + sc.hits["crash"] + weak
             notes.append("the idle-output watchdog fired and no line names a host")
+    elif sc.hits["crash"] and (everywhere := _everywhere(sc.hits["crash"], sc, matcher)):
+        # The same fault on most of the job's hosts (a memory access fault at step 1, host memory exhausted while
+        # loading): nodes do not fail together; the code, the data or the configuration does.
+        cls = "app"
+        decisive = everywhere
+        notes.append(
+            f"{everywhere[0].pattern} on most of the {len(matcher.hosts)} hosts: the same fault everywhere "
+            "is the application or its configuration, not a node"
+        )
     elif sc.hits["crash"]:
         cls = "crash"
         decisive = sc.hits["crash"]
@@ -642,12 +886,27 @@ def _decide(
     elif sc.hits["hang-hint"]:
         cls = "hang"
         decisive = sc.hits["hang-hint"]
+    elif weak and (everywhere := _everywhere(weak, sc, matcher)):
+        cls = "app"
+        decisive = everywhere
+        notes.append(
+            f"{everywhere[0].pattern} on most of the {len(matcher.hosts)} hosts: the same fault everywhere "
+            "is the application or its configuration, not a node"
+        )
     elif weak:
         cls = "crash"
         decisive = weak
     else:
         cls = "crash"
         notes.append(f"no failure line in the log: classified by exit code {rc}")
+    suspects = [] if cls in ("success", "walltime") else sc.suspect_hosts()
+    culprit = sc.peer_culprit()
+    if culprit is not None and cls not in ("success", "walltime"):
+        host, reporters, n = culprit
+        # the peer that every failing connection names goes first; hosts that only reported a lost peer are
+        # victims of it, not suspects
+        suspects = [host] + [h for h in suspects if h != host and h not in reporters]
+        notes.append(f"{n} failed connection(s) point at {host}: its reporters are not suspected")
     evidence_hits = decisive[:MAX_EVIDENCE]
     evidence = [_cap(h.line) for h in evidence_hits]
     matches = [h.brief() for h in evidence_hits]
@@ -657,7 +916,7 @@ def _decide(
         evidence=evidence,
         last_step=sc.last_step,
         first_step=sc.first_step,
-        suspect_hosts=[] if cls in ("success", "walltime") else sc.suspect_hosts(),
+        suspect_hosts=suspects,
         last_heard=sc.last_heard(),
         rank_hosts=dict(sc.rank_map),
         matches=matches,
@@ -666,6 +925,32 @@ def _decide(
         rc=rc,
         notes=notes,
     )
+
+
+def _everywhere(hits: list[Hit], sc: _Scanner, matcher: HostMatcher) -> list[Hit]:
+    """The hits of the one pattern that hosts making up more than half of the job (two at least) printed themselves.
+
+    A hit counts for the host that printed it (its label, or its rank's host) or, for a launcher's exit notice, the
+    host the notice names; never for a lost peer (everybody sees one host die) or a line naming another host.
+    """
+    peers = {p.id for p in sc.patterns if p.peer}
+    by: dict[str, tuple[set[str], list[Hit]]] = {}
+    for hit in hits:
+        if hit.pattern in peers:
+            continue
+        host = hit.reporter
+        if host is None and hit.reporter_rank is not None:
+            host = sc.rank_map.get(hit.reporter_rank)
+        if host is None and len(hit.hosts) == 1 and hit.rank is not None:
+            host = hit.hosts[0]  # `srun: error: HOST: task N: ...`: the task's own host
+        if host is None:
+            continue
+        hosts, kept = by.setdefault(hit.pattern, (set(), []))
+        hosts.add(host)
+        kept.append(hit)
+    job = len(matcher.hosts)
+    spread = [(len(h), k) for h, k in by.values() if len(h) >= 2 and len(h) > job / 2]
+    return max(spread, key=lambda t: t[0])[1] if spread else []
 
 
 def _unique(hits: Any) -> list[Hit]:

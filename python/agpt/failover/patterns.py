@@ -10,6 +10,8 @@ A set file `NAME.json` holds `{"set": NAME, "description": ..., "patterns": [PAT
                  system: a site-wide fault no swap fixes; app: a bug every rank hits; hang-hint: a collective
                  timed out; cascade-ignore: an innocent rank killed after the first death (never evidence);
                  info: not a failure, only feeds the rank->host map
+    source       the URL of a public upstream source file, user guide or issue thread where the message is
+                 printed (`agpt failover patterns` lists them and counts the patterns without one)
     regex        Python `re` syntax, searched in the message after launcher labels (`nid001: `, `3: `,
                  `[1,3]<stderr>:`, `[rank3]:`, NCCL's `host:pid:tid [dev] `) are taken off, so `^` anchors at the
                  message; named groups `host` (a host name, address or Slurm hostlist: the culprit) and `rank`
@@ -19,6 +21,13 @@ A set file `NAME.json` holds `{"set": NAME, "description": ..., "patterns": [PAT
     weak         optional bool: a launcher's exit notice, evidence only when nothing better explains the failure
     min_reporters optional int (app): distinct ranks/hosts that must print it before it is an app error
     rank_hosts   optional bool: the match's rank lives on its host (feeds the rank->host map)
+    peer         optional bool: the host group is the far end of a failed connection (an address, usually) and the
+                 host that printed the line is only its reporter: many reporters naming one peer point at the peer
+    guess        optional bool (cascade-ignore, default true): the first such line may name the first guess of a
+                 blind swap when nothing else names anyone; false for daemons that only report the teardown
+    table        optional "host" | "rank" | "root-cause": a row of a multi-line failure table (torchrun's
+                 ChildFailedError): a `rank` row maps to the `host` row just above it; the `host` row after a
+                 `root-cause` header is the first failure (a launcher's exit notice for that host)
     fallback     optional bool: counts only when no other pattern matches the line (a generic Python exception
                  line loses to the NCCL, CUDA or I/O pattern that explains it)
     needles      optional lowercase substrings one of which every matching line holds (derived from the regex
@@ -54,6 +63,8 @@ DEFAULT_SETS = (
     "rocm",
     "gloo",
     "system",
+    "torch",
+    "oneccl",
     "app",
     "cascade",
 )
@@ -77,12 +88,18 @@ class Pattern:
     cls: str
     source: str
     regex: re.Pattern[str]
+    url: str = (
+        ""  # where the message is printed: an upstream source file, a user guide, an issue with a real log
+    )
     description: str = ""
     blame: str = "none"
     weak: bool = False
     min_reporters: int = 1
     rank_hosts: bool = False
     fallback: bool = False
+    peer: bool = False
+    table: str = ""
+    guess: bool = True
     needles: tuple[str, ...] | None = None
     positive: list[Example] = field(default_factory=list)
     negative: list[str] = field(default_factory=list)
@@ -194,6 +211,14 @@ def _pattern(path: Path, set_name: str, i: int, raw: Any) -> Pattern:
         blame = "reporter" if cls == "node" and not ({"host", "rank"} & set(rx.groupindex)) else "none"
     if blame not in ("reporter", "none"):
         raise PatternError(f"{where}: blame must be 'reporter' or 'none'")
+    url = raw.get("source", "")
+    if not isinstance(url, str):
+        raise PatternError(f"{where}: source must be a string (the URL where the message is printed)")
+    table = str(raw.get("table", ""))
+    if table not in ("", "host", "rank", "root-cause"):
+        raise PatternError(f"{where}: table must be 'host', 'rank' or 'root-cause'")
+    if raw.get("peer") and "host" not in rx.groupindex:
+        raise PatternError(f"{where}: a peer pattern needs a host group (the peer it names)")
     needles_raw = raw.get("needles")
     if needles_raw is not None:
         if not isinstance(needles_raw, list) or not all(isinstance(n, str) and n for n in needles_raw):
@@ -221,12 +246,16 @@ def _pattern(path: Path, set_name: str, i: int, raw: Any) -> Pattern:
         cls=cls,
         source=src,
         regex=rx,
+        url=url,
         description=str(raw.get("description", "")),
         blame=blame,
         weak=bool(raw.get("weak", False)),
         min_reporters=int(raw.get("min_reporters", 1)),
         rank_hosts=bool(raw.get("rank_hosts", False)),
         fallback=bool(raw.get("fallback", False)),
+        peer=bool(raw.get("peer", False)),
+        guess=bool(raw.get("guess", True)),
+        table=table,
         needles=needles,
         positive=positive,
         negative=list(negative),
@@ -326,15 +355,22 @@ def check(patterns: Iterable[Pattern]) -> list[str]:
     return problems
 
 
+def public_source(p: Pattern) -> bool:
+    """Whether the pattern names a public URL where its message is printed."""
+    return p.url.startswith(("https://", "http://"))
+
+
 def main(argv: list[str] | None = None) -> int:
-    """`python3 -m agpt.failover.patterns [--sets a,b]`: check every pattern's examples (exit 1 on a problem)."""
+    """`agpt failover patterns [--sets a,b] [--quiet]`: every pattern with its class and source, then a check of
+    every pattern's examples; exit 1 on a problem (a missing source is counted, not a problem)."""
     import argparse
     import sys
 
-    ap = argparse.ArgumentParser(prog="python3 -m agpt.failover.patterns", description=main.__doc__)
+    ap = argparse.ArgumentParser(prog="agpt failover patterns", description=main.__doc__)
     ap.add_argument(
-        "--sets", help="sets to check (default: FAILOVER_PATTERN_SETS, else all on the search path)"
+        "--sets", help="sets to list and check (default: FAILOVER_PATTERN_SETS, else all on the search path)"
     )
+    ap.add_argument("--quiet", action="store_true", help="print only the problems and the summary")
     args = ap.parse_args(argv)
     try:
         names = select_sets(args.sets, source="--sets")
@@ -342,10 +378,19 @@ def main(argv: list[str] | None = None) -> int:
     except (BadInput, PatternError) as e:
         sys.stderr.write(f"patterns: error: {e}\n")
         return 2
+    if not args.quiet:
+        width = max((len(p.id) for p in found), default=0)
+        for p in found:
+            sys.stdout.write(f"{p.id:<{width}}  {p.cls:<14}  {p.url or '-'}\n")
     problems = check(found)
     for line in problems:
         sys.stdout.write(f"{line}\n")
-    sys.stdout.write(f"{len(found)} patterns in {len(names)} sets: {len(problems)} problem(s)\n")
+    missing = [p.id for p in found if not public_source(p)]
+    sys.stdout.write(
+        f"{len(found)} patterns in {len(names)} sets: {len(missing)} without a public source"
+        + (f" ({', '.join(missing)})" if missing else "")
+        + f"; {len(problems)} problem(s)\n"
+    )
     return 1 if problems else 0
 
 
