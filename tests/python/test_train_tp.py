@@ -81,7 +81,19 @@ def test_sequence_parallel_matches_too(tp2: tuple[Path, str], tmp_path: Path) ->
 
 def _smoke(baseline: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [str(MPIEXEC), "-n", "4", str(AGPT), "smoke", "--steps", "8", "--baseline", str(baseline), *TP2, *args],
+        [
+            str(MPIEXEC),
+            "-n",
+            "4",
+            str(AGPT),
+            "smoke",
+            "--steps",
+            "8",
+            "--baseline",
+            str(baseline),
+            *TP2,
+            *args,
+        ],
         env=train_env(),
         capture_output=True,
         text=True,
@@ -214,7 +226,11 @@ def test_metrics_jsonl_has_a_line_per_logged_step_and_plots(tp2: tuple[Path, str
     [
         (2, ["parallel.tp=3"], "parallel.tp: 3 does not divide model.n_heads 4"),
         (1, ["parallel.tp=4"], "parallel.tp: 4 does not divide model.n_kv_heads 2"),
-        (1, ["parallel.tp=2", "model.ffn_dim=171"], "parallel.tp: 2 does not divide the FFN width (model.ffn_dim) 171"),
+        (
+            1,
+            ["parallel.tp=2", "model.ffn_dim=171"],
+            "parallel.tp: 2 does not divide the FFN width (model.ffn_dim) 171",
+        ),
         (3, ["parallel.tp=2"], "parallel.tp: 2 does not divide the world size 3"),
     ],
 )
