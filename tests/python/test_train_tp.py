@@ -270,3 +270,27 @@ def test_80b_config_uses_tensor_parallelism_on_aurora() -> None:
     dp = ranks // cfg.parallel.tp
     assert cfg.train.global_batch % (dp * cfg.train.micro_batch) == 0
     assert 372 <= cfg.train.global_batch <= 2976  # the range the 80B runs held NaN-free
+
+
+def test_compile_trains_the_same_curve(tp2: tuple[Path, str], tmp_path: Path) -> None:
+    """train.compile compiles each block (slow to start on CPU: one test, one rank, two steps)."""
+    _, ref = tp2
+    r = run_train(
+        1, tmp_path / "run", "--steps", "2", "--ckpt-interval", "0", "--set", "checkpoint.save_final=false",
+        "--set", "optim.decay_steps=30", "--set", "train.compile=true", timeout=900,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    got, want = losses(r.stdout), losses(ref)
+    for s in (1, 2):
+        assert got[s] == pytest.approx(want[s], rel=LOSS_RTOL)
+
+
+def test_ranks_per_node_under_srun_and_pals() -> None:
+    """The node check needs the ranks per node from every launcher the job scripts use."""
+    from agpt.train import dist
+
+    srun = {"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_NNODES": "2", "SLURM_LOCALID": "1",
+            "SLURM_TASKS_PER_NODE": "4(x2)", "SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "n[1-2]"}  # fmt: skip
+    assert dist.detect(srun).local_world_size == 4
+    pals = {"PALS_RANKID": "13", "PALS_SIZE": "24", "PALS_LOCAL_SIZE": "12", "PALS_LOCAL_RANKID": "1"}
+    assert dist.detect(pals).local_world_size == 12

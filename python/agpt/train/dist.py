@@ -35,8 +35,10 @@ RANK_VARS: tuple[str, ...] = tuple(dict.fromkeys(r for r, _ in _LAUNCHERS))
 # Ranks on this node: whichever the launcher exported (they agree when several are present).
 _LOCAL_RANK = ("LOCAL_RANK", "PALS_LOCAL_RANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
                "PMI_LOCAL_RANK", "SLURM_LOCALID")  # fmt: skip
+# srun's SLURM_TASKS_PER_NODE reads like "4(x2)" (the leading count is this node's on a uniform job); it
+# matters for the tensor-parallel check that a group fits in a node.
 _LOCAL_SIZE = ("LOCAL_WORLD_SIZE", "PALS_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
-               "PMI_LOCAL_SIZE")  # fmt: skip
+               "PMI_LOCAL_SIZE", "SLURM_TASKS_PER_NODE")  # fmt: skip
 
 
 @dataclass(kw_only=True, slots=True)
