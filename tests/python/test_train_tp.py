@@ -251,6 +251,7 @@ def test_tp_groups_must_fit_in_a_node() -> None:
 
     cfg = Config()
     cfg.parallel.tp = 4
+    cfg.train.global_batch = 24
     lay = layout(cfg, rank=5, world=24, ranks_per_node=12)
     assert (lay.dp, lay.tp, lay.dp_rank, lay.tp_rank) == (6, 4, 1, 1)
     with pytest.raises(ConfigError, match=r"parallel.tp: 4 does not divide the 6 ranks per node"):
@@ -269,6 +270,7 @@ def test_80b_config_uses_tensor_parallelism_on_aurora() -> None:
     ranks = 12 * nodes  # Aurora: 12 GPU tiles per node, one rank each
     dp = ranks // cfg.parallel.tp
     assert cfg.train.global_batch % (dp * cfg.train.micro_batch) == 0
+    cfg.check_layout(ranks, 12)  # what `agpt check` asks before submitting: no error
     assert 372 <= cfg.train.global_batch <= 2976  # the range the 80B runs held NaN-free
 
 

@@ -218,6 +218,24 @@ class Config:
         if self.parallel.sequence_parallel and self.train.seq_len % tp:
             raise ConfigError(f"parallel.tp: {tp} does not divide train.seq_len {self.train.seq_len}")
 
+    def check_layout(self, world: int, ranks_per_node: int) -> None:
+        """The job's shape against parallel.tp (no torch needed: `agpt check` calls it before submitting)."""
+        tp = self.parallel.tp
+        if world % tp:
+            raise ConfigError(f"parallel.tp: {tp} does not divide the world size {world}")
+        if tp > 1 and ranks_per_node % tp:
+            raise ConfigError(
+                f"parallel.tp: {tp} does not divide the {ranks_per_node} ranks per node "
+                f"(a tensor-parallel group would span nodes)"
+            )
+        dp = world // tp
+        tc = self.train
+        if tc.global_batch % (tc.micro_batch * dp):
+            raise ConfigError(
+                f"train.micro_batch: global batch {tc.global_batch} is not a multiple of "
+                f"micro_batch {tc.micro_batch} × {dp} data-parallel ranks"
+            )
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 

@@ -36,7 +36,6 @@ from torch.distributed.tensor.parallel import (
     parallelize_module,
 )
 
-from agpt.errors import ConfigError
 from agpt.train.config import Config
 
 
@@ -52,14 +51,8 @@ class Layout:
 
 def layout(cfg: Config, rank: int, world: int, ranks_per_node: int) -> Layout:
     """The layout of this job, or a ConfigError naming parallel.tp and the numbers it must divide."""
+    cfg.check_layout(world, ranks_per_node)
     tp = cfg.parallel.tp
-    if world % tp:
-        raise ConfigError(f"parallel.tp: {tp} does not divide the world size {world}")
-    if tp > 1 and ranks_per_node % tp:
-        raise ConfigError(
-            f"parallel.tp: {tp} does not divide the {ranks_per_node} ranks per node "
-            f"(a tensor-parallel group would span nodes)"
-        )
     return Layout(dp=world // tp, tp=tp, dp_rank=rank // tp, tp_rank=rank % tp)
 
 

@@ -27,7 +27,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
-from agpt.errors import EXIT_RESUBMIT, AgptError, CheckpointError, ConfigError
+from agpt.errors import EXIT_RESUBMIT, AgptError, CheckpointError
 from agpt.train import checkpoint as ck
 from agpt.train import data as tdata
 from agpt.train import dist as tdist
@@ -78,11 +78,6 @@ class Trainer:
         tc = cfg.train
         self.layout = tpar.layout(cfg, self.rank, self.world, self.info.local_world_size)
         self.dp = self.layout.dp
-        if tc.global_batch % (tc.micro_batch * self.dp):
-            raise ConfigError(
-                f"train.micro_batch: global batch {tc.global_batch} is not a multiple of "
-                f"micro_batch {tc.micro_batch} × {self.dp} data-parallel ranks"
-            )
         self.accum = tc.global_batch // (tc.micro_batch * self.dp)
         if tc.deterministic:
             os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
