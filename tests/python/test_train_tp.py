@@ -292,7 +292,11 @@ def test_ranks_per_node_under_srun_and_pals() -> None:
     from agpt.train import dist
 
     srun = {"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_NNODES": "2", "SLURM_LOCALID": "1",
-            "SLURM_TASKS_PER_NODE": "4(x2)", "SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "n[1-2]"}  # fmt: skip
+            "SLURM_NODEID": "1", "SLURM_STEP_TASKS_PER_NODE": "4(x2)", "SLURM_JOB_ID": "7"}  # fmt: skip
     assert dist.detect(srun).local_world_size == 4
+    # 4 tasks on 2 nodes placed 3 + 1: each node knows its own count.
+    uneven = dict(srun, SLURM_NTASKS="4", SLURM_STEP_TASKS_PER_NODE="3,1")
+    assert dist.detect(dict(uneven, SLURM_PROCID="0", SLURM_NODEID="0")).local_world_size == 3
+    assert dist.detect(dict(uneven, SLURM_PROCID="3", SLURM_NODEID="1")).local_world_size == 1
     pals = {"PALS_RANKID": "13", "PALS_SIZE": "24", "PALS_LOCAL_SIZE": "12", "PALS_LOCAL_RANKID": "1"}
     assert dist.detect(pals).local_world_size == 12
