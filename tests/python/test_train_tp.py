@@ -49,14 +49,18 @@ def tp2(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     return run, r.stdout
 
 
-def test_dp2_tp2_matches_dp4_on_the_same_global_batch(tp2: tuple[Path, str], tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def dp4(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    run = tmp_path_factory.mktemp("dp4")
+    r = run_train(4, run, "--steps", "30", "--ckpt-interval", "20", "--set", "checkpoint.save_final=false")
+    assert r.returncode == 0, r.stdout + r.stderr
+    return run, r.stdout
+
+
+def test_dp2_tp2_matches_dp4_on_the_same_global_batch(tp2: tuple[Path, str], dp4: tuple[Path, str]) -> None:
     _, out = tp2
     assert "as dp 2 x tp 2" in out and "global batch 8 = 2 dp ranks x micro 2 x accum 2" in out
-    r = run_train(
-        4, tmp_path / "dp4", "--steps", "30", "--ckpt-interval", "0", "--set", "checkpoint.save_final=false"
-    )
-    assert r.returncode == 0, r.stdout + r.stderr
-    got, want = losses(out), losses(r.stdout)
+    got, want = losses(out), losses(dp4[1])
     assert sorted(got) == sorted(want) == list(range(1, 31))
     for s in range(1, 31):
         assert got[s] == pytest.approx(want[s], rel=LOSS_RTOL), f"step {s}"
@@ -137,23 +141,34 @@ os._exit(0)
 """
 
 
-@pytest.mark.parametrize("ranks", [2, 4])
-def test_tp2_checkpoint_resumes_at_tp1_with_identical_parameters(
-    tp2: tuple[Path, str], tmp_path: Path, ranks: int
+@pytest.mark.parametrize(("source", "ranks", "tp"), [("tp2", 2, 1), ("tp2", 4, 1), ("dp4", 4, 2)])
+def test_checkpoint_resumes_at_another_layout_with_identical_parameters(
+    tp2: tuple[Path, str], dp4: tuple[Path, str], tmp_path: Path, source: str, ranks: int, tp: int
 ) -> None:
-    """Saved by dp 2 × tp 2; loaded by dp 2 or dp 4 at tp 1: every gathered parameter equals the saved one."""
-    src, _ = tp2
+    """Saved by dp 2 × tp 2, loaded by dp 2 or dp 4 at tp 1; saved by dp 4 × tp 1, loaded by dp 2 × tp 2:
+    every gathered parameter equals the saved one."""
+    src = (tp2 if source == "tp2" else dp4)[0]
     run = tmp_path / "run"
     copy_ckpt(src, run, 20)
     r = subprocess.run(
-        [str(MPIEXEC), "-n", str(ranks), sys.executable, "-c", GATHER_SCRIPT, str(TINY), str(run)],
+        [
+            str(MPIEXEC),
+            "-n",
+            str(ranks),
+            sys.executable,
+            "-c",
+            GATHER_SCRIPT,
+            str(TINY),
+            str(run),
+            f"parallel.tp={tp}",
+        ],
         env=train_env(),
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert r.returncode == 0, r.stdout + r.stderr
-    assert f"layout dp={ranks} tp=1 same_names=True differ=[]" in r.stdout, r.stdout + r.stderr
+    assert f"layout dp={ranks // tp} tp={tp} same_names=True differ=[]" in r.stdout, r.stdout + r.stderr
 
 
 def test_training_continues_after_resuming_at_another_layout(tp2: tuple[Path, str], tmp_path: Path) -> None:
