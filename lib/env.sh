@@ -147,10 +147,14 @@ env_modules() {
 }
 
 # Usage: env_exports
-# Globals read: SITE_ENV; written: each KEY of it (exported)
+# Globals read: SITE_ENV, SITE_PEAK_TFLOPS; written: each KEY of SITE_ENV and SITE_PEAK_TFLOPS (exported;
+# the trainer's MFU reads it)
 # Returns: 0; 2 on an entry that is not KEY=VALUE
 env_exports() {
   local kv
+  if [[ -n "${SITE_PEAK_TFLOPS:-}" ]]; then
+    export SITE_PEAK_TFLOPS
+  fi
   declare -p SITE_ENV >/dev/null 2>&1 || return 0
   for kv in "${SITE_ENV[@]}"; do
     if [[ ! "$kv" =~ ^[A-Za-z_][A-Za-z0-9_]*= ]]; then

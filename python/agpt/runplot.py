@@ -4,6 +4,8 @@ Reads what every run directory already has (docs/contract.md): the progress line
 (`step=N loss=X ...`, with or without a launcher's rank or host prefix) and events.jsonl (one object
 per attempt end and per stop).  Each failed attempt becomes a red dashed line at its last step,
 labelled with its class and the hosts swapped; chain hand-overs (walltime, resubmit) are grey.
+When the trainer's metrics.jsonl is there, three more panels show loss against tokens consumed,
+tokens per second per device and MFU (docs/contract-metrics.md).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 from agpt import rundir
 from agpt.errors import BadInput
+from agpt.train import metrics as tmetrics
 
 _STEP_RE = re.compile(rb"\bstep[=:] ?([0-9]+)\b.*?\bloss[=:] ?([-+0-9.eEnaif]+)")
 
@@ -25,6 +28,7 @@ class RunCurve:
 
     loss: dict[int, float] = field(default_factory=dict)
     events: list[dict[str, object]] = field(default_factory=list)
+    metrics: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _attempt_order(path: Path) -> tuple[str, int]:
@@ -51,6 +55,11 @@ def read_run(run_dir: Path) -> RunCurve:
     events = run_dir / "events.jsonl"
     if events.is_file():  # a torn or unreadable line is skipped with a note (docs/contract.md)
         curve.events.extend(rundir.read_jsonl(events))
+    curve.metrics = tmetrics.read(run_dir / tmetrics.FILE)
+    if not curve.loss:  # a run started by hand (no attempt logs): the trainer's own record
+        for rec in curve.metrics:
+            if isinstance(rec.get("loss"), int | float):
+                curve.loss[rec["step"]] = float(rec["loss"])
     return curve
 
 
@@ -78,8 +87,60 @@ def plot_run(run_dir: Path, out: Path, *, title: str | None = None) -> Path:
     curve = read_run(run_dir)
     if not curve.loss:
         raise BadInput(f"{run_dir}/attempts: no `step=N loss=X` lines to plot")
+    if curve.metrics:
+        fig, axes = plt.subplots(2, 2, figsize=(14, 9), dpi=110)
+        ax = axes[0][0]
+        _metric_panels(axes[0][1], axes[1][0], axes[1][1], curve.metrics)
+    else:
+        fig, ax = plt.subplots(figsize=(10, 5), dpi=110)
+    _loss_panel(ax, curve)
+    ax.set_title(title or f"{run_dir.name}: loss, failures and recoveries")
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp.png")
+    fig.savefig(tmp)
+    plt.close(fig)
+    tmp.replace(out)
+    return out
+
+
+def _series(records: list[dict[str, Any]], x: str, y: str) -> tuple[list[float], list[float]]:
+    pairs = [
+        (float(r[x]), float(r[y]))
+        for r in records
+        if isinstance(r.get(x), int | float) and isinstance(r.get(y), int | float)
+    ]
+    return [p[0] for p in pairs], [p[1] for p in pairs]
+
+
+def _metric_panels(ax_tok: Any, ax_tps: Any, ax_mfu: Any, records: list[dict[str, Any]]) -> None:
+    """Loss against tokens consumed, tokens/s per device and MFU against step."""
+    xs, ys = _series(records, "tokens", "loss")
+    ax_tok.plot(xs, ys, color="#1f77b4", lw=1.4)
+    ax_tok.set_xlabel("tokens consumed")
+    ax_tok.set_ylabel("loss")
+    ax_tok.set_title("loss against tokens")
+    xs, ys = _series(records, "step", "tokens_per_s_per_device")
+    ax_tps.plot(xs, ys, color="#ff7f0e", lw=1.4)
+    ax_tps.set_xlabel("step")
+    ax_tps.set_ylabel("tokens/s per device")
+    ax_tps.set_title("throughput per device")
+    xs, ys = _series(records, "step", "mfu")
+    if xs:
+        ax_mfu.plot(xs, [100 * y for y in ys], color="#2ca02c", lw=1.4)
+    else:
+        ax_mfu.text(0.5, 0.5, "no MFU: SITE_PEAK_TFLOPS not set", ha="center", va="center",
+                    transform=ax_mfu.transAxes)  # fmt: skip
+    ax_mfu.set_xlabel("step")
+    ax_mfu.set_ylabel("MFU (%)")
+    ax_mfu.set_title("model FLOPs utilisation")
+    for a in (ax_tok, ax_tps, ax_mfu):
+        a.grid(alpha=0.3)
+
+
+def _loss_panel(ax: Any, curve: RunCurve) -> None:
+    """Loss against step with failures (red), hand-overs (grey) and resumes (green) marked."""
     steps = sorted(curve.loss)
-    fig, ax = plt.subplots(figsize=(10, 5), dpi=110)
     ax.plot(steps, [curve.loss[s] for s in steps], color="#1f77b4", lw=1.6, label="loss")
     ymax = max(curve.loss.values())
     seen_labels: set[str] = set()
@@ -117,14 +178,6 @@ def plot_run(run_dir: Path, out: Path, *, title: str | None = None) -> Path:
         n_labels += 1
     ax.set_xlabel("step")
     ax.set_ylabel("loss")
-    ax.set_title(title or f"{run_dir.name}: loss, failures and recoveries")
     ax.grid(alpha=0.3)
     # Lower left: a falling loss curve leaves it empty, and the event labels run along the top.
     ax.legend(loc="lower left")
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp.png")
-    fig.savefig(tmp)
-    plt.close(fig)
-    tmp.replace(out)
-    return out

@@ -35,6 +35,7 @@ KEYS: dict[str, tuple[bool, str]] = {
     "SITE_DIRECTIVES": (True, "extra scheduler directives, one argument string each"),
     "SITE_GPUS_PER_NODE": (False, "accelerators (or GPU tiles) per node"),
     "SITE_RANKS_PER_NODE": (False, "ranks per node"),
+    "SITE_PEAK_TFLOPS": (False, "peak dense bf16 TFLOPS of one rank's device, for MFU (empty: no MFU)"),
     "SITE_LAUNCHER": (False, "pals | hydra | openmpi | srun"),
     "SITE_LAUNCHER_FLAGS": (True, "extra launcher flags"),
     "SITE_CPU_BIND": (False, "CPU binding for the launcher (empty: its default)"),
@@ -214,6 +215,8 @@ def _check_values(prof: Profile) -> None:
             prof.errors.append(f"{where}: '{v}' is not one of {' | '.join(LAUNCHERS)}")
         elif key in INT_KEYS and not v.isdigit():
             prof.errors.append(f"{where}: '{v}' is not a whole number >= 0")
+        elif key == "SITE_PEAK_TFLOPS" and v and not re.fullmatch(r"[0-9]+(\.[0-9]+)?", v):
+            prof.errors.append(f"{where}: '{v}' is not a number of TFLOPS")
         elif key == "SITE_VENV_STAGE" and v not in ("0", "1"):
             prof.errors.append(f"{where}: '{v}' is not 0 or 1")
         elif key == "SITE_RANKS_PER_NODE" and v == "0":

@@ -32,6 +32,9 @@ SITE_DIRECTIVES=("-l place=scatter")
 # Accelerators and ranks per node (ranks default to one per GPU or GPU tile).
 SITE_GPUS_PER_NODE=4
 SITE_RANKS_PER_NODE=4
+# Peak dense bf16 TFLOPS of the device one rank drives (a GPU, or a GPU tile/GCD when each rank has one),
+# from the vendor's figure; the trainer's MFU in RUN_DIR/metrics.jsonl divides by it.  Empty: no MFU.
+SITE_PEAK_TFLOPS=312
 # Launcher: pals (Cray PALS mpiexec) | hydra (MPICH mpiexec) | openmpi (mpirun) | srun.
 SITE_LAUNCHER=pals
 # Extra launcher flags, one word each (e.g. --depth=8, --gpus-per-task=1).

@@ -14,6 +14,10 @@ SITE_DIRECTIVES=("-l place=scatter" "-k doe" "-j oe")
 
 SITE_GPUS_PER_NODE=12
 SITE_RANKS_PER_NODE=12
+# One rank per GPU tile: Intel Data Center GPU Max 1550, 839 TFLOPS FP16/BF16 (XMX) per 2-tile GPU as
+# presented at Hot Chips 34 (https://www.svethardware.cz/intel-ponte-vecchio-prekona-nvidii-a100-a-prinese-408-mb-l2-cache/58281),
+# so 419.5 per tile.
+SITE_PEAK_TFLOPS=419.5
 SITE_LAUNCHER=pals
 SITE_LAUNCHER_FLAGS=(--genvall)
 # One rank per GPU tile, each on its own 8 cores, skipping the cores the OS uses (0 and 52 per socket).

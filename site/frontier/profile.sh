@@ -13,6 +13,9 @@ SITE_DIRECTIVES=()
 
 SITE_GPUS_PER_NODE=8
 SITE_RANKS_PER_NODE=8
+# One rank per GCD: AMD Instinct MI250X, 383 TFLOPS BF16 per 2-GCD module (AMD's MI200 launch figures,
+# https://zexron.com/amd-mi250-x-aldebaran-as-mcm-with-up-to-479-teraflop-s-and-560-watt-tdp), so 191.5 per GCD.
+SITE_PEAK_TFLOPS=191.5
 SITE_LAUNCHER=srun
 SITE_LAUNCHER_FLAGS=(--cpus-per-task=7 --gpus-per-task=1 --gpu-bind=closest)
 SITE_CPU_BIND=threads

@@ -13,6 +13,8 @@ SITE_DIRECTIVES=()
 
 SITE_GPUS_PER_NODE=0
 SITE_RANKS_PER_NODE=1
+# Unknown hardware: no MFU (set it to your device's peak dense bf16 TFLOPS to get one).
+SITE_PEAK_TFLOPS=""
 SITE_LAUNCHER=hydra
 SITE_LAUNCHER_FLAGS=()
 SITE_CPU_BIND=""

@@ -14,6 +14,9 @@ SITE_DIRECTIVES=("--constraint=gpu" "--qos=regular" "--gpus-per-node=4")
 
 SITE_GPUS_PER_NODE=4
 SITE_RANKS_PER_NODE=4
+# NVIDIA A100 SXM4: 312 TFLOPS BF16 dense (NVIDIA A100 datasheet,
+# https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf).
+SITE_PEAK_TFLOPS=312
 SITE_LAUNCHER=srun
 SITE_LAUNCHER_FLAGS=(--cpus-per-task=32 --gpus-per-node=4)
 SITE_CPU_BIND=cores

@@ -14,6 +14,9 @@ SITE_DIRECTIVES=("-l place=scatter" "-k doe" "-j oe")
 
 SITE_GPUS_PER_NODE=4
 SITE_RANKS_PER_NODE=4
+# NVIDIA A100 SXM4: 312 TFLOPS BF16 dense (NVIDIA A100 datasheet,
+# https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf).
+SITE_PEAK_TFLOPS=312
 SITE_LAUNCHER=pals
 SITE_LAUNCHER_FLAGS=(--depth=8 --env OMP_NUM_THREADS=8)
 SITE_CPU_BIND=depth

@@ -13,6 +13,10 @@ SITE_DIRECTIVES=("-l place=scatter" "-k doe" "-j oe")
 
 SITE_GPUS_PER_NODE=12
 SITE_RANKS_PER_NODE=12
+# One rank per GPU tile: Intel Data Center GPU Max 1550, 839 TFLOPS FP16/BF16 (XMX) per 2-tile GPU as
+# presented at Hot Chips 34 (https://www.svethardware.cz/intel-ponte-vecchio-prekona-nvidii-a100-a-prinese-408-mb-l2-cache/58281),
+# so 419.5 per tile.
+SITE_PEAK_TFLOPS=419.5
 SITE_LAUNCHER=pals
 SITE_LAUNCHER_FLAGS=(--genvall)
 SITE_CPU_BIND="list:1-8:9-16:17-24:25-32:33-40:41-48:53-60:61-68:69-76:77-84:85-92:93-100"

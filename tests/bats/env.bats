@@ -77,6 +77,12 @@ local_setup() {
   assert_output --partial "'oops' is not KEY=VALUE"
 }
 
+@test "env_exports: the profile's SITE_PEAK_TFLOPS reaches the trainer's environment" {
+  run_strict 'SITE_ENV=("OK=1"); SITE_PEAK_TFLOPS=419.5; env_exports; bash -c "echo peak=\$SITE_PEAK_TFLOPS ok=\$OK"'
+  assert_success
+  assert_output "peak=419.5 ok=1"
+}
+
 @test "env_venv_name: one venv per framework release" {
   run_strict '
     CONDA_PREFIX=/opt/aurora/24.347.0/frameworks/aurora_nre_models_frameworks-2025.0.0 env_venv_name

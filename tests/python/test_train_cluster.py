@@ -29,3 +29,28 @@ def test_srun_two_nodes_trains_and_checkpoints(cluster: dict[str, str], tmp_path
     assert r.returncode == 0, r.stdout + r.stderr
     assert sorted(losses(r.stdout)) == [1, 2, 3]
     assert (run / "ckpt/step-2/.complete").exists() and (run / "ckpt/step-3/.complete").exists()
+
+
+def test_srun_tensor_parallel_groups_stay_inside_a_node(cluster: dict[str, str], tmp_path: Path) -> None:
+    """srun places ranks in blocks per node: tp 2 over 2 ranks per node trains; 1 rank per node is refused.
+
+    (Without --ntasks-per-node this cluster places 4 tasks 3 + 1, which the same check refuses.)"""
+    env = train_env({**cluster, "MASTER_ADDR": "127.0.0.1"})
+
+    def srun(tasks: int, run: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["srun", "-N", "2", f"--ntasks-per-node={tasks // 2}", str(AGPT), "train", "--config", str(TINY), "--run-dir",
+             str(tmp_path / run), "--steps", "2", "--ckpt-interval", "0", "--set", "parallel.tp=2"],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )  # fmt: skip
+
+    r = srun(4, "ok")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "as dp 2 x tp 2" in r.stdout and sorted(losses(r.stdout)) == [1, 2]
+    r = srun(2, "across")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "parallel.tp: 2 does not divide the 1 ranks per node" in r.stderr

@@ -89,6 +89,7 @@ class TrainConfig:
     activation_checkpointing: bool = False  # recompute each block in backward: memory for ~30% compute
     dist_timeout_s: int = 900
     deadline_margin_s: int = 300  # save and stop this long before AGPT_DEADLINE_EPOCH
+    compile: bool = False  # torch.compile each block (sites turn it on with AGPT_TRAIN_COMPILE=true)
 
     def validate(self) -> None:
         for key in ("steps", "seq_len", "global_batch", "micro_batch", "log_interval", "dist_timeout_s"):
@@ -169,6 +170,18 @@ class CheckpointConfig:
 
 
 @dataclass(kw_only=True, slots=True)
+class ParallelConfig:
+    """How ranks split the model: `tp` consecutive ranks share each layer, the rest is data parallel (FSDP2)."""
+
+    tp: int = 1  # tensor-parallel degree: divides heads, KV heads, FFN width and the ranks per node
+    sequence_parallel: bool = False  # split norms and the residual stream along the sequence over tp
+
+    def validate(self) -> None:
+        if self.tp <= 0:
+            raise ConfigError(f"parallel.tp: must be positive (got {self.tp})")
+
+
+@dataclass(kw_only=True, slots=True)
 class Config:
     """The whole trainer configuration (the trainer's sections of a jobs/configs/NAME.yaml)."""
 
@@ -177,6 +190,7 @@ class Config:
     optim: OptimConfig = field(default_factory=OptimConfig)
     data: DataConfig = field(default_factory=DataConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
 
     def validate(self) -> None:
         self.model.validate()
@@ -184,16 +198,49 @@ class Config:
         self.optim.validate()
         self.data.validate()
         self.checkpoint.validate()
+        self.parallel.validate()
+        self._validate_tp()
         if self.train.seq_len > self.model.max_seq_len:
             raise ConfigError(
                 f"train.seq_len: {self.train.seq_len} exceeds model.max_seq_len {self.model.max_seq_len}"
+            )
+
+    def _validate_tp(self) -> None:
+        """Each tensor-parallel rank owns whole heads, whole KV heads and an equal slice of the FFN."""
+        tp, m = self.parallel.tp, self.model
+        for what, n in (
+            ("model.n_heads", m.n_heads),
+            ("model.n_kv_heads", m.n_kv_heads),
+            ("the FFN width (model.ffn_dim)", m.hidden_dim),
+        ):
+            if n % tp:
+                raise ConfigError(f"parallel.tp: {tp} does not divide {what} {n}")
+        if self.parallel.sequence_parallel and self.train.seq_len % tp:
+            raise ConfigError(f"parallel.tp: {tp} does not divide train.seq_len {self.train.seq_len}")
+
+    def check_layout(self, world: int, ranks_per_node: int) -> None:
+        """The job's shape against parallel.tp (no torch needed: `agpt check` calls it before submitting)."""
+        tp = self.parallel.tp
+        if world % tp:
+            raise ConfigError(f"parallel.tp: {tp} does not divide the world size {world}")
+        if tp > 1 and ranks_per_node % tp:
+            raise ConfigError(
+                f"parallel.tp: {tp} does not divide the {ranks_per_node} ranks per node "
+                f"(a tensor-parallel group would span nodes)"
+            )
+        dp = world // tp
+        tc = self.train
+        if tc.global_batch % (tc.micro_batch * dp):
+            raise ConfigError(
+                f"train.micro_batch: global batch {tc.global_batch} is not a multiple of "
+                f"micro_batch {tc.micro_batch} × {dp} data-parallel ranks"
             )
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
 
-SECTIONS = ("model", "train", "optim", "data", "checkpoint")
+SECTIONS = ("model", "train", "optim", "data", "checkpoint", "parallel")
 IGNORED_SECTIONS = ("job",)  # read by jobgen only
 
 

@@ -71,6 +71,23 @@ def _hosts(env: Mapping[str, str]) -> list[str]:
     return []
 
 
+def _slurm_node_tasks(env: Mapping[str, str]) -> int | None:
+    """Ranks on this node under srun: SLURM_STEP_TASKS_PER_NODE ("2(x3),1") at index SLURM_NODEID.
+
+    srun exports no local size of its own, and the tensor-parallel check (a group must fit in a node)
+    needs this node's count, which differs between nodes when the tasks do not divide evenly.
+    """
+    raw = env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE") or ""
+    counts: list[int] = []
+    for part in filter(None, raw.split(",")):
+        m = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
+        if not m:
+            return None
+        counts += [int(m.group(1))] * int(m.group(2) or 1)
+    node = _int(env, "SLURM_NODEID", 0)
+    return counts[node] if node < len(counts) else None
+
+
 def _first_host(env: Mapping[str, str]) -> str | None:
     """The first host of $FAILOVER_HOSTFILE, $PBS_NODEFILE, or the Slurm node list."""
     hosts = _hosts(env)
@@ -107,6 +124,8 @@ def detect(env: Mapping[str, str] | None = None) -> DistInfo:
         raise ConfigError(f"{launcher}: rank {rank} is outside world size {world}")
     local_rank = next((_int(env, v, 0) for v in _LOCAL_RANK if v in env), None)
     local_world = next((_int(env, v, 1) for v in _LOCAL_SIZE if v in env), None)
+    if local_world is None and launcher == "SLURM_PROCID":
+        local_world = _slurm_node_tasks(env)
     if world == 1:
         all_local = True
     elif launcher == "SLURM_PROCID" and env.get("SLURM_NNODES"):

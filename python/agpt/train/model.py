@@ -59,9 +59,11 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, rope: torch.Tensor) -> torch.Tensor:
         b, s, _ = x.shape
-        q = self.wq(x).view(b, s, self.n_heads, self.head_dim).transpose(1, 2)
-        k = self.wk(x).view(b, s, self.n_kv, self.head_dim).transpose(1, 2)
-        v = self.wv(x).view(b, s, self.n_kv, self.head_dim).transpose(1, 2)
+        # Head counts from the projections' widths: under tensor parallelism each rank holds
+        # n_heads/tp query heads and the n_kv/tp KV heads they read, so the ratio is unchanged.
+        q = self.wq(x).view(b, s, -1, self.head_dim).transpose(1, 2)
+        k = self.wk(x).view(b, s, -1, self.head_dim).transpose(1, 2)
+        v = self.wv(x).view(b, s, -1, self.head_dim).transpose(1, 2)
         q, k = apply_rope(q, rope), apply_rope(k, rope)
         if self.n_kv != self.n_heads:
             rep = self.n_heads // self.n_kv

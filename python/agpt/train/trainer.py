@@ -24,14 +24,15 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
-from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
-from agpt.errors import EXIT_RESUBMIT, AgptError, CheckpointError, ConfigError
+from agpt.errors import EXIT_RESUBMIT, AgptError, CheckpointError
 from agpt.train import checkpoint as ck
 from agpt.train import data as tdata
 from agpt.train import dist as tdist
+from agpt.train import metrics as tmetrics
+from agpt.train import parallel as tpar
 from agpt.train.config import Config
 from agpt.train.entry import NonFinite
 from agpt.train.model import Transformer
@@ -53,6 +54,8 @@ class StepRecord:
     tokens: int
     seconds: float
     peak_mem: int
+    compute_s: float = 0.0  # forward, backward, clip, update
+    wait_s: float = 0.0  # reading the batch and waiting for every rank at the step's reduction
 
 
 def format_line(rec: StepRecord, tps: float, stall_ms: float) -> str:
@@ -73,12 +76,9 @@ class Trainer:
         self.rank = self.info.rank
         self.world = self.info.world_size
         tc = cfg.train
-        if tc.global_batch % (tc.micro_batch * self.world):
-            raise ConfigError(
-                f"train.micro_batch: global batch {tc.global_batch} is not a multiple of "
-                f"micro_batch {tc.micro_batch} × {self.world} ranks"
-            )
-        self.accum = tc.global_batch // (tc.micro_batch * self.world)
+        self.layout = tpar.layout(cfg, self.rank, self.world, self.info.local_world_size)
+        self.dp = self.layout.dp
+        self.accum = tc.global_batch // (tc.micro_batch * self.dp)
         if tc.deterministic:
             os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
             torch.use_deterministic_algorithms(True, warn_only=True)
@@ -105,13 +105,18 @@ class Trainer:
             )
         self._signal: int | None = None
         self._pending_stall = 0.0
+        self._window = tmetrics.Window()
+        self.metrics: tmetrics.MetricsWriter | None = None
+        if run_dir is not None and self.rank == 0:
+            self.metrics = tmetrics.MetricsWriter(run_dir / tmetrics.FILE, cfg, self.world)
 
     # -- construction -------------------------------------------------------------------------------
     def _build_model(self) -> torch.nn.Module:
         mc, tc = self.cfg.model, self.cfg.train
         master = DTYPE[tc.master_dtype]
         torch.manual_seed(tc.seed)
-        mesh = init_device_mesh(self.device.type, (self.world,))
+        self.mesh = tpar.make_mesh(self.device.type, self.layout)
+        mesh = tpar.dp_mesh(self.mesh)
         mp = MixedPrecisionPolicy(param_dtype=DTYPE[tc.param_dtype], reduce_dtype=DTYPE[tc.reduce_dtype])
         full = mc.num_params() <= FULL_INIT_MAX_PARAMS
         if full:
@@ -123,7 +128,11 @@ class Trainer:
             with torch.device("meta"):
                 model = Transformer(mc)
             model.to(dtype=master)
+        if self.layout.tp > 1:
+            tpar.apply_tp(model, self.mesh["tp"], sequence_parallel=self.cfg.parallel.sequence_parallel)
         for block in model.layers:
+            if tc.compile:
+                block.compile()  # in place: parameter names (and checkpoints) stay the same
             fully_shard(block, mesh=mesh, mp_policy=mp)
         fully_shard(model, mesh=mesh, mp_policy=mp)
         if not full:
@@ -221,18 +230,22 @@ class Trainer:
         for group in self.optim.param_groups:
             group["lr"] = lr
         tokens_global = tc.global_batch * tc.seq_len
-        scale = self.world / tokens_global  # FSDP averages gradients over ranks; undo it into a global mean
+        scale = self.dp / tokens_global  # FSDP averages gradients over dp ranks; undo it into a global mean
         local_sum = torch.zeros((), dtype=torch.float32, device=self.device)
+        wait = 0.0
         for micro in range(self.accum):
+            t_data = time.perf_counter()
+            # Every rank of a tensor-parallel group reads the same samples: its data-parallel slice.
             idx = tdata.sample_indices(
                 consumed=self.consumed,
-                rank=self.rank,
-                world=self.world,
+                rank=self.layout.dp_rank,
+                world=self.dp,
                 global_batch=tc.global_batch,
                 micro_batch=tc.micro_batch,
                 micro_step=micro,
             )
             batch = torch.from_numpy(tdata.micro_batch(self.source, idx)).to(self.device)
+            wait += time.perf_counter() - t_data
             inputs, targets = batch[:, :-1], batch[:, 1:]
             self.model.set_requires_gradient_sync(micro == self.accum - 1)  # type: ignore[operator]
             logits = self.model(inputs)
@@ -242,12 +255,20 @@ class Trainer:
             (loss_sum * scale).backward()
             local_sum += loss_sum.detach()
         clip = self.cfg.optim.grad_clip or float("inf")
-        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip, foreach=True)
+        if self.layout.tp == 1:
+            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip, foreach=True)
+        else:  # parameters on two meshes (dp, and dp x tp): a norm that counts each element once
+            norm = tpar.clip_grad_norm(self.model.parameters(), clip, self.world)
         if isinstance(norm, DTensor):
             norm = norm.full_tensor()
+        if self.device.type != "cpu":
+            torch.accelerator.synchronize()  # what follows is waiting for other ranks, not compute
+        t_wait = time.perf_counter()
+        # The loss is the same on every rank of a tensor-parallel group: count it once, from tp rank 0.
+        mine = local_sum if self.layout.tp_rank == 0 else torch.zeros_like(local_sum)
         totals = torch.stack(
             [
-                local_sum,
+                mine,
                 torch.tensor(stop_flags[0], device=self.device),
                 torch.tensor(stop_flags[1], device=self.device),
             ]
@@ -255,6 +276,7 @@ class Trainer:
         dist.all_reduce(totals)  # the global sum over all data-parallel ranks
         loss = float(totals[0] / tokens_global)
         grad_norm = float(norm)
+        wait += time.perf_counter() - t_wait
         if not (math.isfinite(loss) and math.isfinite(grad_norm)):
             raise NonFinite(
                 f"non-finite {'loss' if not math.isfinite(loss) else 'gradient'} at step {self.step + 1} "
@@ -265,14 +287,17 @@ class Trainer:
         self.optim.zero_grad(set_to_none=True)
         self.step += 1
         self.consumed += tc.global_batch
+        seconds = time.perf_counter() - t0
         rec = StepRecord(
             step=self.step,
             loss=loss,
             grad_norm=grad_norm,
             lr=lr,
             tokens=tokens_global,
-            seconds=time.perf_counter() - t0,
+            seconds=seconds,
             peak_mem=self.peak_memory(),
+            compute_s=seconds - wait,
+            wait_s=wait,
         )
         return rec, [float(totals[1]), float(totals[2])]
 
@@ -293,9 +318,13 @@ class Trainer:
         """One line a person checks first in a job log: what runs where, and how the batch is split."""
         tc = self.cfg.train
         params = self.cfg.model.num_params()
+        tp = self.layout.tp
+        split = "" if tp == 1 else f" as dp {self.dp} x tp {tp}"
+        if tp > 1 and self.cfg.parallel.sequence_parallel:
+            split += " (sequence parallel)"
         return (
-            f"agpt: train: {params / 1e6:.1f}M parameters on {self.world} ranks ({self.device.type}), "
-            f"global batch {tc.global_batch} = {self.world} ranks x micro {tc.micro_batch} x accum {self.accum}, "
+            f"agpt: train: {params / 1e6:.1f}M parameters on {self.world} ranks ({self.device.type}){split}, "
+            f"global batch {tc.global_batch} = {self.dp} dp ranks x micro {tc.micro_batch} x accum {self.accum}, "
             f"seq {tc.seq_len}, params {tc.param_dtype} over {tc.master_dtype} masters, "
             f"run dir {self.run_dir or '(none)'}"
         )
@@ -340,6 +369,7 @@ class Trainer:
                 print(f"agpt: already at step {self.step} (train.steps {target}): nothing to do", flush=True)
         tokens = 0
         t_log = time.perf_counter()
+        self._window.reset()
         try:
             while self.step < target:
                 flags = (
@@ -348,6 +378,10 @@ class Trainer:
                 )
                 rec, stops = self.train_step(stop_flags=flags)
                 tokens += rec.tokens
+                self._window.steps += 1
+                self._window.tokens += rec.tokens
+                self._window.compute_s += rec.compute_s
+                self._window.wait_s += rec.wait_s
                 if stops[0] or stops[1]:
                     self.save(block=True)
                     self._log(emit, rec, tokens, t_log)
@@ -377,12 +411,27 @@ class Trainer:
             raise
 
     def _log(self, emit: Callable[[str], None], rec: StepRecord, tokens: int, t_log: float) -> None:
-        stall_ms = self._pending_stall * 1000
+        stall_s = self._pending_stall
+        stall_ms = stall_s * 1000
         self._pending_stall = 0.0
         if self.rank == 0:
             elapsed = max(time.perf_counter() - t_log, 1e-9)
             emit(format_line(rec, tokens / elapsed, stall_ms))
             self.write_progress()
+            if self.metrics is not None:
+                self.metrics.write(
+                    self.metrics.record(
+                        step=rec.step,
+                        tokens_consumed=self.consumed * self.cfg.train.seq_len,
+                        loss=rec.loss,
+                        grad_norm=rec.grad_norm,
+                        lr=rec.lr,
+                        peak_mem=rec.peak_mem,
+                        window=self._window,
+                        stall_s=stall_s,
+                    )
+                )
+        self._window.reset()
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:

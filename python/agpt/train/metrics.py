@@ -1,0 +1,128 @@
+"""RUN_DIR/metrics.jsonl: one JSON object per logged step, the figures a run is steered by.
+
+Global tokens per second says little when the node count changes between attempts; tokens per second
+per device and MFU (model FLOPs utilisation) compare across layouts and machines, and the step time
+split into compute, wait and checkpoint stall says where the rest went.  The fields are documented in
+docs/contract-metrics.md.  Each line is written with one write() call and flushed, so a reader sees
+whole lines, and at worst a torn last line after a kill.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from agpt.train.config import Config, ModelConfig
+
+FILE = "metrics.jsonl"
+PEAK_ENV = "SITE_PEAK_TFLOPS"  # the site profile key, exported to the job's environment
+
+
+def flops_per_token(model: ModelConfig, seq_len: int) -> float:
+    """Training FLOPs per token: 6·N for the matmuls (forward + backward) plus 12·L·d·T for attention.
+
+    The definition of MFU in the PaLM paper (Chowdhery et al. 2022, appendix B,
+    https://arxiv.org/abs/2204.02311), with N the parameters that take part in a matmul: all but the
+    input embedding, which is a table lookup.  Recomputation under activation checkpointing is not
+    counted (that would be hardware FLOPs utilisation).
+    """
+    n = model.num_params() - model.vocab_size * model.dim
+    return 6.0 * n + 12.0 * model.n_layers * model.dim * seq_len
+
+
+def peak_tflops(environ: dict[str, str] | None = None) -> float | None:
+    """Peak dense bf16 TFLOPS of one device (one rank's accelerator) from the site profile; None if unset."""
+    raw = (os.environ if environ is None else environ).get(PEAK_ENV, "").strip()
+    try:
+        value = float(raw)
+    except ValueError:
+        return None
+    return value if value > 0 else None
+
+
+@dataclass(kw_only=True, slots=True)
+class Window:
+    """What happened since the previous logged step."""
+
+    steps: int = 0
+    tokens: int = 0
+    compute_s: float = 0.0
+    wait_s: float = 0.0
+    started: float = 0.0
+
+    def reset(self) -> None:
+        self.steps, self.tokens, self.compute_s, self.wait_s = 0, 0, 0.0, 0.0
+        self.started = time.perf_counter()
+
+
+class MetricsWriter:
+    """Appends the lines on rank 0."""
+
+    def __init__(self, path: Path, cfg: Config, world: int) -> None:
+        self.path = path
+        self.world = world
+        self.flops = flops_per_token(cfg.model, cfg.train.seq_len)
+        self.peak = peak_tflops()
+        self._fh: IO[str] | None = None
+
+    def record(
+        self,
+        *,
+        step: int,
+        tokens_consumed: int,
+        loss: float,
+        grad_norm: float,
+        lr: float,
+        peak_mem: int,
+        window: Window,
+        stall_s: float,
+    ) -> dict[str, Any]:
+        elapsed = max(time.perf_counter() - window.started, 1e-9)
+        per_device = window.tokens / elapsed / self.world
+        steps = max(window.steps, 1)
+        mfu = per_device * self.flops / (self.peak * 1e12) if self.peak else None
+        return {
+            "step": step,
+            "time": round(time.time(), 3),
+            "tokens": tokens_consumed,
+            "loss": loss,
+            "grad_norm": grad_norm,
+            "lr": lr,
+            "tokens_per_s_per_device": round(per_device, 3),
+            "mfu": None if mfu is None else round(mfu, 6),
+            "peak_mem_bytes": peak_mem,
+            "devices": self.world,
+            "steps": window.steps,
+            "step_s": round(elapsed / steps, 6),
+            "compute_s": round(window.compute_s / steps, 6),
+            "wait_s": round(window.wait_s / steps, 6),
+            "ckpt_stall_s": round(stall_s / steps, 6),
+        }
+
+    def write(self, rec: dict[str, Any]) -> None:
+        if self._fh is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fh = open(self.path, "a")  # noqa: SIM115 - kept open for the run
+        self._fh.write(json.dumps(rec, allow_nan=True) + "\n")
+        self._fh.flush()
+
+
+def read(path: Path) -> list[dict[str, Any]]:
+    """The records of a metrics.jsonl, skipping a torn or unreadable line; the last record of a step wins."""
+    by_step: dict[int, dict[str, Any]] = {}
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return []
+    for line in text.splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(rec, dict) and isinstance(rec.get("step"), int):
+            by_step[rec["step"]] = rec
+    return [by_step[s] for s in sorted(by_step)]
