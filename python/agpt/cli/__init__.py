@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Blend token shards by corpus weights into a pinned, per-batch mixture index.",
     ),
     "chain": ("stdlib:agpt.chain", "Show a run's chain of jobs (JOB layer): start, end, steps, verdict."),
+    "ckpt": ("agpt.cli.ckpt", "Checkpoint tools: the save interval from failure rates (Young/Daly)."),
     "data": ("agpt.cli.data", "Verify a blended data set against its manifest, or inspect its mixture."),
     "failover": (
         "stdlib:agpt.failover",
@@ -42,6 +43,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "plot": ("agpt.cli.plot", "Plot a run's loss curve with its failures and recoveries marked (PNG)."),
     "setup": ("bin", "Install the system packages and the pinned .venv this checkout needs."),
+    "sim": (
+        "agpt.cli.sim",
+        "Simulate effective training time at 512-4,096 nodes with the real recovery decisions.",
+    ),
     "site": ("agpt.cli.site", "List, show, check or detect site profiles."),
     "smoke": (
         "agpt.cli.smoke",
