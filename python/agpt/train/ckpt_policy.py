@@ -12,12 +12,19 @@ from __future__ import annotations
 import math
 
 
-def due(step: int, *, interval: int, interval_s: float, since_save_s: float) -> bool:
-    """Whether a save is due after finishing `step`: the step interval, or `interval_s` of training since the
-    last save (or the start of this attempt).  0 disables either rule."""
-    if interval and step % interval == 0:
-        return True
+def due_by_step(step: int, interval: int) -> bool:
+    """Every `interval` steps (0: never)."""
+    return bool(interval) and step % interval == 0
+
+
+def due_by_time(since_save_s: float, interval_s: float) -> bool:
+    """`interval_s` seconds of training since the last save or the start of the attempt (0: never)."""
     return bool(interval_s) and since_save_s >= interval_s
+
+
+def due(step: int, *, interval: int, interval_s: float, since_save_s: float) -> bool:
+    """Whether a save is due after finishing `step`: either rule."""
+    return due_by_step(step, interval) or due_by_time(since_save_s, interval_s)
 
 
 def next_save(step: int, *, interval: int, interval_s: float, step_s: float) -> int | None:
