@@ -173,3 +173,44 @@ def test_sim_run_prints_the_ratio_and_the_recovery_clock(tmp_path: Path) -> None
     assert 0 < d["effective_ratio"] <= 1
     assert set(d["recovery_clock_s"]) == {"detected", "relaunched", "first_step_back"}
     assert d["time_h"]["productive"] > 0
+
+
+def test_failover_report_shows_the_runs_mtbf_ratio_and_recommended_interval(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    (run / "attempts").mkdir(parents=True)
+    hosts = [f"n{i}" for i in range(4)]
+    t0 = 1_800_000_000.0
+    lines = "".join(
+        f"step={s} loss=2.5 grad_norm=0.4 lr=1e-4 tps=100.0 stall_ms={40.0 if s % 10 == 0 else 0.0}\n"
+        for s in range(1, 41)
+    )
+    (run / "attempts" / "j.1.log").write_text(lines[: lines.index("step=21 ")])
+    (run / "attempts" / "j.2.log").write_text(lines)
+    for step, t in ((10, t0 + 110), (20, t0 + 210), (30, t0 + 530)):
+        (run / "ckpt" / f"step-{step}").mkdir(parents=True)
+        (run / "ckpt" / f"step-{step}" / ".complete").write_text(json.dumps({"step": step, "time": t}))
+    events = [
+        {"event": "attempt", "jobid": "j", "attempt": 1, "rc": 1, "class": "node", "bad_hosts": ["n2"],
+         "first_step": 1, "last_step": 20, "started": t0, "ended": t0 + 215, "hosts": hosts, "log": "attempts/j.1.log"},
+        {"event": "attempt", "jobid": "j", "attempt": 2, "rc": 0, "class": "success", "first_step": 21,
+         "last_step": 40, "started": t0 + 230, "ended": t0 + 640, "hosts": hosts, "log": "attempts/j.2.log"},
+    ]  # fmt: skip
+    (run / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    r = subprocess.run(
+        [str(BIN / "agpt"), "failover", "report", str(run), "--json"],
+        env=agpt_env(),
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, r.stderr
+    g = json.loads(r.stdout)["goodput"]
+    assert g["failures"] == 1
+    assert g["node_mtbf_h"] == pytest.approx(4 * (215 + 410) / 3600, abs=0.01)
+    assert g["step_s"] == pytest.approx(10.0)  # ckpt 10 -> 20 in attempt 1: 100 s for 10 steps
+    assert g["save_stall_s"] == pytest.approx(0.04)
+    assert 0 < g["effective_ratio"] <= 1
+    assert g["interval_s"] > 0 and g["interval_steps"] >= 1
+    text = subprocess.run(
+        [str(BIN / "agpt"), "failover", "report", str(run)], env=agpt_env(), capture_output=True, text=True
+    ).stdout
+    assert "node MTBF" in text and "checkpoint.interval_s" in text

@@ -8,8 +8,8 @@ is accepted and ignored here.
 
 from __future__ import annotations
 
-import math
 import dataclasses
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
