@@ -195,7 +195,9 @@ def test_failover_report_shows_the_runs_mtbf_ratio_and_recommended_interval(tmp_
         {"event": "attempt", "jobid": "j", "attempt": 2, "rc": 0, "class": "success", "first_step": 21,
          "last_step": 40, "started": t0 + 230, "ended": t0 + 640, "hosts": hosts, "log": "attempts/j.2.log"},
     ]  # fmt: skip
-    (run / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    clock = {"event": "clock", "jobid": "j", "attempt": 2, "started": t0 + 232, "built": t0 + 240,
+             "loaded": t0 + 250, "first_step": t0 + 260, "step": 21}  # fmt: skip
+    (run / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in [*events, clock]))
     r = subprocess.run(
         [str(BIN / "agpt"), "failover", "report", str(run), "--json"],
         env=agpt_env(),
@@ -214,3 +216,8 @@ def test_failover_report_shows_the_runs_mtbf_ratio_and_recommended_interval(tmp_
         [str(BIN / "agpt"), "failover", "report", str(run)], env=agpt_env(), capture_output=True, text=True
     ).stdout
     assert "node MTBF" in text and "checkpoint.interval_s" in text
+    assert g["recovery"] == [
+        {"failed": "j.1", "class": "node", "relaunched_s": 15.0, "started_s": 17.0, "built_s": 25.0,
+         "loaded_s": 35.0, "first_step_s": 45.0}
+    ]  # fmt: skip
+    assert "recovery clock after j.1 (node" in text and "first step back +45.0 s" in text

@@ -28,6 +28,7 @@ def test_time_based_saves_complete_on_every_rank(tmp_path: Path) -> None:
         "checkpoint.save_final=false",
         "--set",
         "checkpoint.keep=20",
+        env={"FAILOVER_ATTEMPT": "2", "FAILOVER_JOBID": "77"},
         timeout=240,
     )
     assert r.returncode == 0, r.stdout + r.stderr
@@ -36,6 +37,12 @@ def test_time_based_saves_complete_on_every_rank(tmp_path: Path) -> None:
     for step in done:
         marker = json.loads((tmp_path / "ckpt" / f"step-{step}" / ".complete").read_text())
         assert marker["world_size"] == 2
+    # The recovery clock: rank 0 alone records when this process started, built, loaded and stepped.
+    clocks = [json.loads(x) for x in (tmp_path / "events.jsonl").read_text().splitlines()]
+    assert len(clocks) == 1
+    c = clocks[0]
+    assert (c["event"], c["jobid"], c["attempt"], c["step"]) == ("clock", "77", 2, 1)
+    assert c["started"] <= c["built"] <= c["loaded"] <= c["first_step"]
 
 
 def test_a_negative_interval_s_exits_2_naming_the_key(tmp_path: Path) -> None:

@@ -97,6 +97,7 @@ def figures(
         "interval_s": None,
         "interval_steps": None,
     }
+    out["recovery"] = recovery(attempts, events)
     stall = _stall_s(run_dir, logs)
     out["save_stall_s"] = round(stall, 3) if stall is not None else None
     if failures and stall and nodes:
@@ -104,6 +105,28 @@ def figures(
         out["interval_s"] = round(r.daly_s, 1)
         if step_s:
             out["interval_steps"] = max(1, round(r.daly_s / step_s))
+    return out
+
+
+def recovery(attempts: list[Any], events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The recovery clock of each failure: seconds from the failed attempt's end (its detection: the launcher
+    tore it down, or the idle watchdog fired) to the relaunch, and, from the trainer's clock event of the next
+    attempt, to its process start, model built, checkpoint loaded and first step."""
+    clocks = {(str(e.get("jobid")), e.get("attempt")): e for e in events if e.get("event") == "clock"}
+    out = []
+    for a, b in itertools.pairwise(attempts):
+        if a.cls in NOT_FAILURES or a.rc in (0, 75) or a.ended is None or b.started is None:
+            continue
+        row: dict[str, Any] = {
+            "failed": f"{a.jobid}.{a.attempt}",
+            "class": a.cls,
+            "relaunched_s": round(b.started - a.ended, 1),
+        }
+        c = clocks.get((b.jobid, b.attempt))
+        for key in ("started", "built", "loaded", "first_step"):
+            v = c.get(key) if c else None
+            row[f"{key}_s"] = round(v - a.ended, 1) if isinstance(v, int | float) else None
+        out.append(row)
     return out
 
 
@@ -124,4 +147,18 @@ def render(g: dict[str, Any]) -> list[str]:
         )
     else:
         lines.append("recommended checkpoint interval: - (needs a failure and a logged save stall)")
+    for r in g.get("recovery") or []:
+        parts = [f"relaunched +{r['relaunched_s']} s"]
+        for key, word in (
+            ("started", "process up"),
+            ("built", "model built"),
+            ("loaded", "checkpoint loaded"),
+        ):
+            if r[f"{key}_s"] is not None:
+                parts.append(f"{word} +{r[key + '_s']} s")
+        if r["first_step_s"] is not None:
+            parts.append(f"first step back +{r['first_step_s']} s")
+        lines.append(
+            f"recovery clock after {r['failed']} ({r['class']}, detected at its end): " + ", ".join(parts)
+        )
     return lines

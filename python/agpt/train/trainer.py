@@ -30,7 +30,7 @@ from torch.distributed.tensor import DTensor
 
 from agpt.errors import EXIT_RESUBMIT, AgptError, CheckpointError, ConfigError
 from agpt.train import checkpoint as ck
-from agpt.train import ckpt_policy
+from agpt.train import ckpt_policy, clock
 from agpt.train import data as tdata
 from agpt.train import dist as tdist
 from agpt.train.config import Config
@@ -106,6 +106,7 @@ class Trainer:
             )
         self._signal: int | None = None
         self._pending_stall = 0.0
+        self.clock_marks: dict[str, float] | None = None  # start-up times; the first step writes the clock
 
     # -- construction -------------------------------------------------------------------------------
     def _build_model(self) -> torch.nn.Module:
@@ -357,6 +358,10 @@ class Trainer:
                 )
                 rec, stops = self.train_step(stop_flags=flags)
                 tokens += rec.tokens
+                if self.clock_marks is not None:
+                    if self.rank == 0 and self.run_dir is not None:
+                        clock.record(self.run_dir, {**self.clock_marks, "first_step": time.time()}, self.step)
+                    self.clock_marks = None
                 if stops[0] or stops[1]:
                     self.save(block=True)
                     self._log(emit, rec, tokens, t_log)
