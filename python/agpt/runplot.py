@@ -92,6 +92,8 @@ def plot_run(run_dir: Path, out: Path, *, title: str | None = None) -> Path:
     after_failure = False
     n_labels = 0
     for ev in curve.events:
+        if ev.get("event") == "clock":  # the trainer's recovery clock, not an attempt
+            continue
         first = ev.get("first_step")
         if after_failure and isinstance(first, int | float):
             lbl = "resumed"
