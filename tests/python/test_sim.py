@@ -221,3 +221,23 @@ def test_failover_report_shows_the_runs_mtbf_ratio_and_recommended_interval(tmp_
          "loaded_s": 35.0, "first_step_s": 45.0}
     ]  # fmt: skip
     assert "recovery clock after j.1 (node" in text and "first step back +45.0 s" in text
+
+
+def test_weibull_failures_keep_the_mean_rate() -> None:
+    # A shape below 1 (infant mortality) with the same mean: about as many failures, drawn otherwise.
+    expo = small(horizon_days=4)
+    weib = small(
+        horizon_days=4, failures={"node_mtbf_h": 500, "distribution": "weibull", "weibull_shape": 0.7}
+    )
+    a = engine.simulate(expo, seed=1)
+    b = engine.simulate(weib, seed=1)
+    expected = a.allocated_s / 3600 * 64 / 500
+    assert 0.4 * expected < len(b.faults) < 2.5 * expected
+    assert [f.time_s for f in a.faults] != [f.time_s for f in b.faults]
+
+
+@pytest.mark.parametrize("name", ["aurora-20b", "aurora-80b", "chaos"])
+def test_every_shipped_model_loads(name: str) -> None:
+    m = model.load(name)
+    assert abs(sum(m.mix.values()) - 1) < 1e-9
+    assert m.nodes >= 1
