@@ -241,3 +241,12 @@ def test_every_shipped_model_loads(name: str) -> None:
     m = model.load(name)
     assert abs(sum(m.mix.values()) - 1) < 1e-9
     assert m.nodes >= 1
+
+
+def test_a_long_site_outage_ends_in_repeat_and_waits_for_a_person() -> None:
+    # Three `system` failures at one step (5 + 10 + 20 s of backoff against an hour's outage) are a `repeat`:
+    # the planner's rule, which the chain does not continue from.
+    m = small(mix={"system": 1.0}, behaviour={"system_outage_s": 3600}, failures={"node_mtbf_h": 200})
+    r = engine.simulate(m, seed=1)
+    assert r.person_stops.get("repeat system", 0) >= 1
+    assert r.time["waiting_for_a_person"] > 0

@@ -31,6 +31,7 @@ import json
 import math
 import os
 import random
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -394,6 +395,13 @@ class Sim:
             return
         why = reason if reason != "-" else verdict
         why = why.split("(")[0]
+        if verdict in ("repeat", "stuck"):  # which class the planner saw repeat: `'system' at step N ...`
+            stops = [
+                e for e in planlib.read_events(self.run_dir / "events.jsonl") if e.get("event") == "stop"
+            ]
+            m_cls = re.match(r"'(\w+)'", str(stops[-1].get("reason", ""))) if stops else None
+            if m_cls:
+                why = f"{why} {m_cls.group(1)}"
         self.person[why] = self.person.get(why, 0) + 1
         wait = m.costs.person_response_h * 3600.0
         self.t += wait

@@ -78,15 +78,16 @@ def _stops(r: Row) -> str:
 def table(rows: list[Row], m: model.FaultModel) -> str:
     days = m.horizon_days
     head = (
-        "| nodes | variant | effective ratio | steps/node-h vs ideal | failures | "
+        "| nodes | variant | effective ratio | wall ratio | steps/node-h vs ideal | failures | "
         "lost work | restarts | detection | backoff | ckpt stalls | slow steps | queue | stops for a person (wait) |"
     )
-    lines = [head, "|" + "---|" * 13]
+    lines = [head, "|" + "---|" * 14]
     for row in rows:
         r0 = row.results[0]
         hours = {k: row.hours(k) for k in (*SHOWN, "queue", "waiting_for_a_person")}
         lines.append(
             f"| {r0.nodes:,} | {row.variant} | {row.mean(lambda r: r.effective_ratio):.3f} | "
+            f"{row.mean(lambda r: r.wall_ratio):.3f} | "
             f"{row.mean(lambda r: r.vs_ideal):.3f} | {row.mean(lambda r: len(r.faults)):.0f} | "
             + " | ".join(f"{hours[k]:.1f} h" for k in SHOWN)
             + f" | {hours['queue']:.0f} h | {_stops(row)} ({hours['waiting_for_a_person']:.0f} h) |"
@@ -95,7 +96,8 @@ def table(rows: list[Row], m: model.FaultModel) -> str:
     lines.append(
         f"{days:g} simulated days per row, fault model `{m.name}`, seeds "
         f"{', '.join(str(r.seed) for r in rows[0].results)}; effective ratio = productive step time / allocated "
-        "time; steps/node-h counts the spares' node-hours too; the hour columns are totals over the run."
+        "time; wall ratio = the same over the time since the first job started (queues and stops in); "
+        "steps/node-h counts the spares' node-hours too; the hour columns are totals over the run."
     )
     return "\n".join(lines)
 
