@@ -15,7 +15,7 @@
 #   failover_run CMD...       attempts until a stop; returns the verdict's exit code
 #
 # Each attempt's environment: FAILOVER_HOSTFILE (RUN_DIR/hosts/active), FAILOVER_HOSTS (comma list),
-# FAILOVER_NUM_HOSTS, FAILOVER_ATTEMPT (1, 2, ...), AGPT_RUN_DIR, AGPT_DEADLINE_EPOCH (when known); and the
+# FAILOVER_NUM_HOSTS, FAILOVER_ATTEMPT (1, 2, ...), FAILOVER_JOBID, AGPT_RUN_DIR, AGPT_DEADLINE_EPOCH (when known); and the
 # words {hostfile} {hosts} {nhosts} in CMD are replaced.  The decisions live in `agpt failover plan` (Python,
 # unit-tested), called once per attempt: it classifies the attempt's log in-process, swaps hosts, appends
 # events.jsonl and answers `ACTION EXIT BACKOFF_S ATTEMPT`; this file is the glue.  Files written:
@@ -282,7 +282,7 @@ _failover_env() {
   local hf="$AGPT_RUN_DIR/hosts/active" n
   n="$(grep -c . "$hf")" || n=0
   _failover_e=(FAILOVER_HOSTFILE="$hf" FAILOVER_HOSTS="$(paste -sd, "$hf")" FAILOVER_NUM_HOSTS="$n"
-    FAILOVER_ATTEMPT="$2" AGPT_RUN_DIR="$AGPT_RUN_DIR")
+    FAILOVER_ATTEMPT="$2" AGPT_RUN_DIR="$AGPT_RUN_DIR" FAILOVER_JOBID="$FAILOVER_JOBID")
   [[ -n "$3" ]] && _failover_e+=(AGPT_DEADLINE_EPOCH="$3")
   return 0
 }

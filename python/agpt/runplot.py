@@ -147,6 +147,8 @@ def _loss_panel(ax: Any, curve: RunCurve) -> None:
     after_failure = False
     n_labels = 0
     for ev in curve.events:
+        if ev.get("event") == "clock":  # the trainer's recovery clock, not an attempt
+            continue
         first = ev.get("first_step")
         if after_failure and isinstance(first, int | float):
             lbl = "resumed"

@@ -29,7 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "ckpt": (
         "agpt.cli.ckpt",
-        "Export a checkpoint to Hugging Face, start a run from one, or inspect any checkpoint.",
+        "Export a checkpoint to Hugging Face, import one, inspect one, or size the save interval.",
     ),
     "chain": ("stdlib:agpt.chain", "Show a run's chain of jobs (JOB layer): start, end, steps, verdict."),
     "data": ("agpt.cli.data", "Verify a blended data set against its manifest, or inspect its mixture."),
@@ -46,6 +46,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "plot": ("agpt.cli.plot", "Plot a run's loss curve with its failures and recoveries marked (PNG)."),
     "setup": ("bin", "Install the system packages and the pinned .venv this checkout needs."),
+    "sim": (
+        "agpt.cli.sim",
+        "Simulate effective training time at 512-4,096 nodes with the real recovery decisions.",
+    ),
     "site": ("agpt.cli.site", "List, show, check or detect site profiles."),
     "smoke": (
         "agpt.cli.smoke",

@@ -90,6 +90,9 @@ class Report:
     jobs: list[dict[str, Any]]
     bad: list[dict[str, Any]]
     notes: list[str]
+    goodput: dict[str, Any] | None = (
+        None  # the run's MTBF, ratio so far, recommended interval (agpt.sim.observed)
+    )
 
     def totals(self) -> dict[str, Any]:
         proven = sum(len(a.swapped_out) for a in self.attempts if a.swapped_out and not a.blind)
@@ -128,6 +131,7 @@ class Report:
             "jobs": self.jobs,
             "bad_hosts": self.bad,
             "totals": self.totals(),
+            "goodput": self.goodput,
             "notes": self.notes,
         }
 
@@ -275,7 +279,8 @@ def build(run_dir: str | Path) -> Report:
     if not rows and not stops:
         raise BadInput(f"{events_path}: no attempt or stop events in it")
     rows.sort(key=lambda a: (a.started if a.started is not None else float("inf"), a.jobid, a.attempt))
-    _account(rows, checkpoint_times(d))
+    ckpts = checkpoint_times(d)
+    _account(rows, ckpts)
     jobs: list[dict[str, Any]] = []
     chain = d / "chain.jsonl"
     if chain.is_file():
@@ -287,8 +292,21 @@ def build(run_dir: str | Path) -> Report:
         notes.append(
             "no stop event yet: the run is still going, or its job was killed before the loop stopped"
         )
+    goodput = None
+    try:
+        from agpt.sim import observed
+
+        goodput = observed.figures(d, rows, events, ckpts)
+    except Exception as e:  # a figure we cannot compute must not cost the timeline
+        notes.append(f"goodput figures unavailable ({type(e).__name__}: {e})")
     return Report(
-        run_dir=str(d), attempts=rows, stops=stops, jobs=jobs, bad=read_bad(d / "hosts" / "bad"), notes=notes
+        run_dir=str(d),
+        attempts=rows,
+        stops=stops,
+        jobs=jobs,
+        bad=read_bad(d / "hosts" / "bad"),
+        notes=notes,
+        goodput=goodput,
     )
 
 
@@ -395,6 +413,10 @@ def render(rep: Report) -> str:
         + (f", wall {fmt_duration(t['wall_s'])}" if t["wall_s"] is not None else ""),
         f"verdict: {t['verdict'] or 'none yet'}" + (f" (exit {t['exit']})" if t["exit"] is not None else ""),
     ]
+    if rep.goodput is not None:
+        from agpt.sim import observed
+
+        lines += observed.render(rep.goodput)
     for n in rep.notes:
         lines.append(f"note: {n}")
     return "\n".join(lines) + "\n"

@@ -9,6 +9,7 @@ is accepted and ignored here.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -151,6 +152,7 @@ class CheckpointConfig:
     """Distributed checkpoints under RUN_DIR/ckpt/step-N."""
 
     interval: int = 1000  # steps between saves; 0: only at the end and on signals/deadline
+    interval_s: float = 0.0  # also save once this many seconds passed since the last save (0: off)
     keep: int = 2  # complete checkpoints kept (the newest is never deleted)
     async_save: bool = True  # snapshot to host memory, write in the background
     max_writers: int = 64  # ranks writing to the filesystem at once
@@ -161,6 +163,8 @@ class CheckpointConfig:
     def validate(self) -> None:
         if self.interval < 0:
             raise ConfigError(f"checkpoint.interval: must be >= 0 (got {self.interval})")
+        if not (math.isfinite(self.interval_s) and self.interval_s >= 0):
+            raise ConfigError(f"checkpoint.interval_s: must be >= 0 seconds (got {self.interval_s})")
         if self.keep < 1:
             raise ConfigError(f"checkpoint.keep: must be >= 1 (got {self.keep})")
         if self.max_writers < 1:

@@ -31,9 +31,14 @@ def train(
             raise BadInput(f"--run-dir {rd}: cannot create ({exc.strerror})") from None
         if not os.access(rd, os.W_OK):
             raise BadInput(f"--run-dir {rd}: not writable")
+    import time
+
+    from agpt.train import clock
     from agpt.train.trainer import Trainer
 
+    marks = {"started": clock.process_start(), "configured": time.time()}
     trainer = Trainer(cfg, rd)
+    marks["built"] = time.time()
     if trainer.ckpt is not None and trainer.rank == 0:
         from agpt.ckpt import provenance
 
@@ -41,4 +46,6 @@ def train(
     if rd is None and trainer.rank == 0:
         print("agpt: warning: no run directory (--run-dir or AGPT_RUN_DIR): checkpoints are off", flush=True)
     trainer.resume()
+    marks["loaded"] = time.time()
+    trainer.clock_marks = marks  # the first step completes the recovery clock (events.jsonl)
     return trainer.run()

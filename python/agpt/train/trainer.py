@@ -29,6 +29,7 @@ from torch.distributed.tensor import DTensor
 
 from agpt.errors import EXIT_RESUBMIT, AgptError, CheckpointError
 from agpt.train import checkpoint as ck
+from agpt.train import ckpt_policy, clock
 from agpt.train import data as tdata
 from agpt.train import dist as tdist
 from agpt.train import metrics as tmetrics
@@ -109,6 +110,7 @@ class Trainer:
         self.metrics: tmetrics.MetricsWriter | None = None
         if run_dir is not None and self.rank == 0:
             self.metrics = tmetrics.MetricsWriter(run_dir / tmetrics.FILE, cfg, self.world)
+        self.clock_marks: dict[str, float] | None = None  # start-up times; the first step writes the clock
 
     # -- construction -------------------------------------------------------------------------------
     def _build_model(self) -> torch.nn.Module:
@@ -222,7 +224,9 @@ class Trainer:
         raise first_error
 
     # -- one step -----------------------------------------------------------------------------------
-    def train_step(self, *, stop_flags: tuple[float, float] = (0.0, 0.0)) -> tuple[StepRecord, list[float]]:
+    def train_step(
+        self, *, stop_flags: tuple[float, ...] = (0.0, 0.0, 0.0)
+    ) -> tuple[StepRecord, list[float]]:
         """Forward/backward over the accumulation steps, clip, update; returns the record and stop flags."""
         tc = self.cfg.train
         t0 = time.perf_counter()
@@ -271,6 +275,8 @@ class Trainer:
                 mine,
                 torch.tensor(stop_flags[0], device=self.device),
                 torch.tensor(stop_flags[1], device=self.device),
+                # a time-based save: rank 0's clock decides, so every rank saves at the same step
+                torch.tensor(stop_flags[2] if len(stop_flags) > 2 else 0.0, device=self.device),
             ]
         )
         dist.all_reduce(totals)  # the global sum over all data-parallel ranks
@@ -299,7 +305,7 @@ class Trainer:
             compute_s=seconds - wait,
             wait_s=wait,
         )
-        return rec, [float(totals[1]), float(totals[2])]
+        return rec, [float(totals[1]), float(totals[2]), float(totals[3])]
 
     def peak_memory(self) -> int:
         """Accelerator peak bytes; on CPU the bytes of parameters and optimizer state (deterministic)."""
@@ -367,14 +373,18 @@ class Trainer:
             print(self.describe(), flush=True)
             if self.step >= target:
                 print(f"agpt: already at step {self.step} (train.steps {target}): nothing to do", flush=True)
+        interval_s = self.cfg.checkpoint.interval_s
         tokens = 0
         t_log = time.perf_counter()
         self._window.reset()
+        t_save = t_log
         try:
             while self.step < target:
+                by_time = ckpt_policy.due_by_time(time.perf_counter() - t_save, interval_s)
                 flags = (
                     1.0 if self._signal == signal.SIGTERM else 0.0,
                     1.0 if (self._signal == signal.SIGUSR1 or self._deadline_near()) else 0.0,
+                    1.0 if (by_time and self.rank == 0) else 0.0,
                 )
                 rec, stops = self.train_step(stop_flags=flags)
                 tokens += rec.tokens
@@ -382,6 +392,10 @@ class Trainer:
                 self._window.tokens += rec.tokens
                 self._window.compute_s += rec.compute_s
                 self._window.wait_s += rec.wait_s
+                if self.clock_marks is not None:
+                    if self.rank == 0 and self.run_dir is not None:
+                        clock.record(self.run_dir, {**self.clock_marks, "first_step": time.time()}, self.step)
+                    self.clock_marks = None
                 if stops[0] or stops[1]:
                     self.save(block=True)
                     self._log(emit, rec, tokens, t_log)
@@ -391,8 +405,9 @@ class Trainer:
                     if self.rank == 0:
                         print(f"agpt: stopped at step {self.step} on {why}, checkpoint saved", flush=True)
                     return 128 + signal.SIGTERM if stops[0] else EXIT_RESUBMIT
-                if interval and self.step % interval == 0:
+                if ckpt_policy.due_by_step(self.step, interval) or stops[2]:
                     self.save(block=False)
+                    t_save = time.perf_counter()
                 if self.step % self.cfg.train.log_interval == 0 or self.step == target:
                     self._log(emit, rec, tokens, t_log)
                     tokens = 0

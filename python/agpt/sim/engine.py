@@ -1,0 +1,670 @@
+"""The discrete-event simulation behind `agpt sim`: a virtual clock, and the real recovery code deciding.
+
+What is simulated: when nodes fail (each node's own exponential or Weibull clock), what a failure looks like
+(a crash naming the host, a silent hang, a straggler, a site-wide fault, an application fault), how long each
+step of a recovery takes (the fault model's costs), and training itself (steps of `step_s`, saves when the
+trainer's checkpoint policy says so, an async save complete only once written).
+
+What decides is the code that runs on the machine, called in-process in the order lib/failover.sh and
+lib/chain.sh call it, on a real run directory in a temporary folder:
+  job start  agpt.failover.hosts.init_run_hosts (hosts/all, active, spare; proven-bad hosts left out),
+             agpt.chain.cmd_start
+  attempt    agpt.failover.plan.run --before --apply;  the attempt (simulated: its log written in the
+             launcher's format);  agpt.failover.classify.classify on that log;
+             agpt.failover.plan.run --apply (swaps in hosts/active|spare, hosts/bad, events.jsonl)
+  job end    agpt.chain.cmd_end (chain.jsonl, the verdict: keep or stop)
+  saves      agpt.train.ckpt_policy.next_save, markers ckpt/step-N/.complete as the trainer writes them
+A stop that the chain does not continue from (stuck, repeat, no progress, the job limit) waits for a person
+(`costs.person_response_h`), who removes what broke and starts the chain again.
+
+Heartbeats: the hung host is handed to the planner as the classifier's first suspect (what per-rank heartbeat
+evidence adds to a hang), and a hang is detected after `heartbeat_timeout_s` instead of the idle watchdog.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import io
+import json
+import math
+import os
+import random
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agpt import chain as chainlib
+from agpt.failover import classify as classifylib
+from agpt.failover import hosts as hostlib
+from agpt.failover import patterns as patlib
+from agpt.failover import plan as planlib
+from agpt.sim import logs
+from agpt.sim.model import FaultModel, ScriptedFault
+from agpt.train import ckpt_policy
+
+EPOCH = 1_800_000_000.0  # the virtual clock's zero, as an epoch (events.jsonl and the planner want epochs)
+INF = math.inf
+BUCKETS = (
+    "productive",
+    "lost_work",
+    "restarts",
+    "detection",
+    "backoff",
+    "checkpoint_stalls",
+    "slow_steps",
+    "queue",
+    "waiting_for_a_person",
+)
+
+
+@dataclass(kw_only=True, slots=True)
+class FaultRecord:
+    cls: str
+    time_s: float
+    step: int
+    steps_lost: int | None = None
+    detected_s: float | None = None  # failure -> the attempt's end (detection)
+    relaunched_s: float | None = None  # failure -> the next attempt's launch
+    back_s: float | None = None  # failure -> the first step back
+    attempts: int = 0  # attempts until the first step back (1: the next one worked)
+
+
+@dataclass(kw_only=True, slots=True)
+class Result:
+    model: str
+    nodes: int
+    spares: int
+    heartbeats: bool
+    async_save: bool
+    seed: int
+    horizon_s: float
+    steps: int  # steps kept (the newest complete checkpoint at the end)
+    ideal_steps: int  # steps of a run with no failure, no stall, no queue, over the allocated time
+    allocated_s: float
+    elapsed_s: float
+    time: dict[str, float] = field(default_factory=dict)
+    faults: list[FaultRecord] = field(default_factory=list)
+    classes: dict[str, int] = field(default_factory=dict)  # the classifier's verdicts, over attempts
+    person_stops: dict[str, int] = field(default_factory=dict)
+    jobs: int = 0
+    attempts: int = 0
+    verdict: str = ""
+    first_start_s: float = 0.0
+
+    @property
+    def effective_ratio(self) -> float:
+        """Productive step time over allocated time (the job held its nodes)."""
+        return self.time["productive"] / self.allocated_s if self.allocated_s else 0.0
+
+    @property
+    def wall_ratio(self) -> float:
+        """Productive step time over the time from the first job's start to the end (queues and stops in)."""
+        span = self.elapsed_s - self.first_start_s
+        return self.time["productive"] / span if span > 0 else 0.0
+
+    @property
+    def vs_ideal(self) -> float:
+        """Steps per node-hour (spares included) against an ideal run on the active nodes alone."""
+        return self.effective_ratio * self.nodes / (self.nodes + self.spares)
+
+    def as_dict(self) -> dict[str, Any]:
+        lost = [f.steps_lost for f in self.faults if f.steps_lost is not None]
+        return {
+            "model": self.model,
+            "nodes": self.nodes,
+            "spares": self.spares,
+            "heartbeats": self.heartbeats,
+            "async_save": self.async_save,
+            "seed": self.seed,
+            "horizon_days": round(self.horizon_s / 86400, 3),
+            "effective_ratio": round(self.effective_ratio, 4),
+            "wall_ratio": round(self.wall_ratio, 4),
+            "steps_per_node_hour_vs_ideal": round(self.vs_ideal, 4),
+            "steps": self.steps,
+            "allocated_h": round(self.allocated_s / 3600, 3),
+            "elapsed_h": round(self.elapsed_s / 3600, 3),
+            "time_h": {k: round(v / 3600, 4) for k, v in self.time.items()},
+            "failures": len(self.faults),
+            "failures_by_class": _count(f.cls for f in self.faults),
+            "classified": self.classes,
+            "steps_lost_mean": round(sum(lost) / len(lost), 2) if lost else None,
+            "person_stops": self.person_stops,
+            "jobs": self.jobs,
+            "attempts": self.attempts,
+            "verdict": self.verdict,
+            "recovery_clock_s": _clock(self.faults),
+            "faults": [
+                {
+                    "class": f.cls,
+                    "time_h": round(f.time_s / 3600, 4),
+                    "step": f.step,
+                    "steps_lost": f.steps_lost,
+                    "detected_s": _r(f.detected_s),
+                    "relaunched_s": _r(f.relaunched_s),
+                    "back_s": _r(f.back_s),
+                    "attempts": f.attempts,
+                }
+                for f in self.faults
+            ],
+        }
+
+
+def _r(v: float | None) -> float | None:
+    return None if v is None else round(v, 1)
+
+
+def _count(items: Any) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for i in items:
+        out[i] = out.get(i, 0) + 1
+    return out
+
+
+def _clock(faults: list[FaultRecord]) -> dict[str, float | None]:
+    def mean(vals: list[float | None]) -> float | None:
+        v = [x for x in vals if x is not None]
+        return round(sum(v) / len(v), 1) if v else None
+
+    stops = [f for f in faults if f.cls != "straggler"]
+    return {
+        "detected": mean([f.detected_s for f in stops]),
+        "relaunched": mean([f.relaunched_s for f in stops]),
+        "first_step_back": mean([f.back_s for f in stops]),
+    }
+
+
+@contextlib.contextmanager
+def _cached_patterns() -> Any:
+    """Pattern files are read and compiled once per simulation instead of once per attempt (the classifier
+    itself is unchanged; on the machine each attempt is a fresh process that pays this once)."""
+    orig = patlib.load
+    cached = functools.lru_cache(maxsize=8)(lambda names: orig(list(names)))
+    patlib.load = lambda names: cached(tuple(names))  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        patlib.load = orig  # type: ignore[assignment]
+
+
+class Sim:
+    def __init__(self, m: FaultModel, *, seed: int, workdir: Path) -> None:
+        self.m = m
+        self.rng = random.Random(seed)
+        self.seed = seed
+        self.run_dir = workdir / "run"
+        self.run_dir.mkdir(parents=True)
+        self.pool = logs.host_names(m.machine_nodes, m.launcher)
+        self.spares = (
+            m.spares
+            if m.spares is not None
+            else hostlib.default_spares(m.nodes, percent=2.0, minimum=4)
+            + 0  # FAILOVER_SPARES default: ~2% of the active hosts, at least 4 (lib/failover.sh)
+        )
+        self.t = 0.0
+        self.horizon = m.horizon_days * 86400.0
+        self.next_fail: dict[str, float] = {}
+        self.down_until: dict[str, float] = {}
+        self.hung_until: dict[str, float] = {}  # hosts that hang every attempt they are in
+        self.outage_until = 0.0
+        self.app_bug_step: int | None = None
+        self.slow = 1.0
+        self.ckpts: list[tuple[int, float]] = []  # (step, complete at)
+        self.ckpt = 0
+        self.scripted = list(m.faults)
+        self.random_failures = not m.faults
+        self.scripted_fired_attempt = -1
+        self.attempt_serial = 0
+        self.time = {k: 0.0 for k in BUCKETS}
+        self.allocated = 0.0
+        self.faults: list[FaultRecord] = []
+        self.open: list[FaultRecord] = []  # failures not yet back to training
+        self.classes: dict[str, int] = {}
+        self.person: dict[str, int] = {}
+        self.jobs = 0
+        self.attempts = 0
+        self.verdict = ""
+        self.first_start: float | None = None
+        self.done = False
+        scale = 1.0
+        if m.failures.distribution == "weibull":
+            scale = 1.0 / math.gamma(1.0 + 1.0 / m.failures.weibull_shape)
+        self.weibull_scale = scale * m.failures.node_mtbf_h * 3600.0
+
+    # ---------------------------------------------------------------------------------- failure clocks
+    def _sample(self, now: float) -> float:
+        f = self.m.failures
+        if f.distribution == "weibull":
+            return now + self.rng.weibullvariate(self.weibull_scale, f.weibull_shape)
+        return now + self.rng.expovariate(1.0 / (f.node_mtbf_h * 3600.0))
+
+    def _fail_time(self, host: str) -> float:
+        t = self.next_fail.get(host)
+        if (
+            t is None or t < self.t
+        ):  # never used, or it failed while idle (and was repaired since): a new clock
+            t = self.next_fail[host] = self._sample(self.t)
+        return t
+
+    def _draw_class(self) -> str:
+        x = self.rng.random()
+        acc = 0.0
+        for cls, p in self.m.mix.items():
+            acc += p
+            if x < acc:
+                return cls
+        return next(c for c, p in reversed(self.m.mix.items()) if p > 0)
+
+    # ------------------------------------------------------------------------------------------ glue
+    def _args(self, **kw: Any) -> argparse.Namespace:
+        fo = self.m.failover
+        base: dict[str, Any] = {
+            "run_dir": str(self.run_dir),
+            "jobid": "",
+            "attempt": None,
+            "next_attempt": False,
+            "before": False,
+            "rc": None,
+            "log": None,
+            "classification": None,
+            "started": None,
+            "ended": None,
+            "now": None,
+            "deadline": "",
+            "progress_re": planlib.DEFAULT_PROGRESS_RE,
+            "max_attempts": fo.max_attempts,
+            "max_repeat": fo.max_repeat,
+            "max_blind": fo.max_blind,
+            "min_attempt_s": fo.min_attempt_s,
+            "backoff": " ".join(f"{b:g}" for b in fo.backoff),
+            "apply": True,
+            "shell": False,
+        }
+        base.update(kw)
+        return argparse.Namespace(**base)
+
+    def _chain(self, fn: Any, **kw: Any) -> str:
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            fn(argparse.Namespace(run_dir=str(self.run_dir), **kw))
+        return buf.getvalue().strip()
+
+    def _mark_complete(self, step: int, when: float) -> None:
+        d = self.run_dir / "ckpt" / f"step-{step}"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / ".complete").write_text(json.dumps({"step": step, "time": EPOCH + when}))
+        done = sorted(int(p.name.split("-")[1]) for p in (self.run_dir / "ckpt").glob("step-*"))
+        for old in done[: -self.m.train.checkpoint_keep]:
+            shutil.rmtree(self.run_dir / "ckpt" / f"step-{old}", ignore_errors=True)
+
+    def _settle(self, now: float) -> None:
+        """Saves whose write finished by `now` become complete (their marker is written)."""
+        keep = []
+        for step, at in self.ckpts:
+            if at <= now:
+                if step > self.ckpt:
+                    self.ckpt = step
+                    self._mark_complete(step, at)
+            else:
+                keep.append((step, at))
+        self.ckpts = keep
+
+    # ------------------------------------------------------------------------------------------ the run
+    def run(self) -> Result:
+        m = self.m
+        with _cached_patterns():
+            while not self.done and self.t < self.horizon:
+                self._job()
+        self._settle(self.t)
+        ideal = int(self.allocated / m.train.step_s)
+        return Result(
+            model=m.name,
+            nodes=m.nodes,
+            spares=self.spares,
+            heartbeats=m.heartbeats,
+            async_save=m.train.async_save,
+            seed=self.seed,
+            horizon_s=self.horizon,
+            steps=self.ckpt,
+            ideal_steps=ideal,
+            allocated_s=self.allocated,
+            elapsed_s=self.t,
+            time=dict(self.time),
+            faults=self.faults,
+            classes=self.classes,
+            person_stops=self.person,
+            jobs=self.jobs,
+            attempts=self.attempts,
+            verdict=self.verdict,
+            first_start_s=self.first_start or 0.0,
+        )
+
+    def _allocation(self) -> list[str]:
+        proven = set(chainlib.proven_bad_hosts(self.run_dir))
+        ok = [h for h in self.pool if self.down_until.get(h, 0.0) <= self.t and h not in proven]
+        want = self.m.nodes + self.spares
+        if len(ok) < want:
+            raise RuntimeError(f"the machine has {len(ok)} usable nodes, the job needs {want}")
+        return self.rng.sample(ok, want)
+
+    def _job(self) -> None:
+        m = self.m
+        wait = m.costs.queue_wait_s
+        self.t += wait
+        self.time["queue"] += wait
+        if self.t >= self.horizon:
+            return
+        self.jobs += 1
+        jobid = str(1000 + self.jobs)
+        start = self.t
+        if self.first_start is None:
+            self.first_start = start
+        deadline = start + m.costs.walltime_h * 3600.0
+        self.slow = 1.0
+        hostlib.init_run_hosts(
+            self.run_dir, self._allocation(), active=m.nodes, spares=self.spares, resolve_timeout=0
+        )
+        self._chain(chainlib.cmd_start, job=jobid, predecessor="", max_jobs=m.chain.max_jobs)
+        start_step = chainlib.latest_step(self.run_dir)
+        rc = self._attempts(jobid, deadline)
+        end = self.t
+        self.allocated += end - start
+        self._settle(end)
+        out = self._chain(
+            chainlib.cmd_end,
+            job=jobid,
+            rc=rc,
+            start_step=start_step,
+            started=EPOCH + start,
+            ended=EPOCH + end,
+            next="next",
+            max_jobs=m.chain.max_jobs,
+            max_no_progress=m.chain.max_no_progress,
+        )
+        words = out.split()
+        keep, verdict, reason = words[0], words[1], words[2]
+        if keep == "keep":
+            return
+        self.verdict = verdict
+        if verdict == "done":
+            self.done = True
+            return
+        why = reason if reason != "-" else verdict
+        why = why.split("(")[0]
+        if verdict in ("repeat", "stuck"):  # which class the planner saw repeat: `'system' at step N ...`
+            stops = [
+                e for e in planlib.read_events(self.run_dir / "events.jsonl") if e.get("event") == "stop"
+            ]
+            m_cls = re.match(r"'(\w+)'", str(stops[-1].get("reason", ""))) if stops else None
+            if m_cls:
+                why = f"{why} {m_cls.group(1)}"
+        self.person[why] = self.person.get(why, 0) + 1
+        wait = m.costs.person_response_h * 3600.0
+        self.t += wait
+        self.time["waiting_for_a_person"] += wait
+        # The person finds what broke, takes it out, and starts the chain again.
+        for h in list(self.hung_until):
+            self.down_until[h] = self.t + m.failures.repair_h * 3600.0
+            del self.hung_until[h]
+        self.app_bug_step = None
+        chain_file = self.run_dir / "chain.jsonl"
+        if chain_file.exists():
+            chain_file.rename(self.run_dir / f"chain.{self.jobs}.jsonl")
+
+    def _attempts(self, jobid: str, deadline: float) -> int:
+        n = 0
+        while True:
+            n += 1
+            before = planlib.run(
+                self._args(
+                    jobid=jobid, attempt=n, before=True, now=EPOCH + self.t, deadline=str(EPOCH + deadline)
+                )
+            )
+            if before.action == "stop":
+                return before.exit or 0
+            _rc, plan = self._attempt(jobid, n, deadline)
+            if plan.action == "stop":
+                return plan.exit or 0
+            wait = self.m.costs.classify_s + plan.backoff_s
+            self.t += wait
+            self.time["backoff"] += wait
+            if self.t >= self.horizon:
+                return 75
+
+    def _attempt(self, jobid: str, n: int, deadline: float) -> tuple[int, planlib.Plan]:
+        m, c, tr = self.m, self.m.costs, self.m.train
+        self.attempts += 1
+        self.attempt_serial += 1
+        active = hostlib.read_hosts(self.run_dir / "hosts" / "active")
+        launch = self.t
+        for f in self.open:
+            if f.relaunched_s is None:
+                f.relaunched_s = launch - f.time_s
+            f.attempts += 1
+        resumed = self.ckpt
+        ready = launch + c.launcher_start_s + c.model_build_s + (c.load_s if resumed else 0.0)
+        kind, bad, t_fail, first, last, s, fault = self._train(active, launch, ready, resumed, deadline)
+        # Detection: the failure -> the end of the attempt.
+        if kind == "hang":
+            if m.heartbeats:
+                end = max(t_fail, ready) + c.heartbeat_timeout_s + c.grace_s
+            elif first is None:
+                end = launch + c.startup_timeout_s + c.grace_s
+            else:
+                end = t_fail + c.watchdog_timeout_s + c.grace_s
+        elif kind in ("deadline", "done", "horizon"):
+            end = t_fail
+        else:
+            end = t_fail + c.teardown_s
+        end = min(max(end, t_fail), max(deadline, t_fail))
+        self.time["restarts"] += max(0.0, min(ready, t_fail) - launch)
+        if kind not in ("deadline", "done", "horizon"):
+            self.time["detection"] += end - t_fail
+        self._settle(end)
+        if fault is not None:
+            fault.detected_s = end - fault.time_s
+            fault.steps_lost = max(0, s - self.ckpt)
+            self.open.append(fault)
+        if first is not None:  # back to training: close the failures this attempt recovered from
+            for f in self.open:
+                if f is not fault and f.back_s is None:
+                    f.back_s = ready - f.time_s
+            self.open = [f for f in self.open if f is fault]
+        if s > self.ckpt and kind not in ("done", "horizon"):
+            self.time["lost_work"] += (s - self.ckpt) * tr.step_s * self.slow
+            self.time["productive"] -= (s - self.ckpt) * tr.step_s
+            self.time["slow_steps"] -= (s - self.ckpt) * tr.step_s * (self.slow - 1.0)
+        self.t = end
+        if kind == "horizon":
+            self.done = True
+            return 75, planlib.Plan(action="stop", verdict="resubmit", exit=75)
+        log = self.run_dir / "attempts" / f"{jobid}.{n}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        rc = logs.write(
+            log,
+            launcher=m.launcher,
+            kind=kind,
+            hosts=active,
+            bad=bad,
+            resumed=resumed or None,
+            first=first,
+            last=last,
+        )
+        cls = classifylib.classify(
+            log, rc, active, None, EPOCH + deadline, EPOCH + end, None,
+            margin_s=m.failover.walltime_margin_s,
+        ).to_json()  # fmt: skip
+        if kind == "hang" and m.heartbeats and bad:
+            cls["suspect_hosts"] = [bad, *[h for h in cls.get("suspect_hosts", []) if h != bad]]
+        self.classes[cls["class"]] = self.classes.get(cls["class"], 0) + 1
+        cls_path = log.with_suffix(".class.json")
+        cls_path.write_text(json.dumps(cls))
+        plan = planlib.run(
+            self._args(
+                jobid=jobid,
+                attempt=n,
+                rc=rc,
+                log=str(log),
+                classification=str(cls_path),
+                started=EPOCH + launch,
+                ended=EPOCH + end,
+                now=EPOCH + end,
+                deadline=str(EPOCH + deadline),
+            )
+        )
+        for h in plan.swap_out:
+            if not plan.blind:
+                self.down_until[h] = end + m.failures.repair_h * 3600.0
+        return rc, plan
+
+    def _train(
+        self, active: list[str], launch: float, ready: float, resumed: int, deadline: float
+    ) -> tuple[str, str | None, float, int | None, int | None, int, FaultRecord | None]:
+        """Run one attempt on the virtual clock: (kind, bad host, when it ended, first, last step, step
+        reached, the failure that ended it)."""
+        m, c, tr = self.m, self.m.costs, self.m.train
+        if launch < self.outage_until:
+            return "system", None, launch + c.launcher_start_s, None, None, resumed, None
+        hung = [h for h in active if self.hung_until.get(h, 0.0) > launch]
+        if hung:
+            return "hang", hung[0], ready, None, None, resumed, None
+        s, tc = resumed, ready
+        first: int | None = None
+        stop_at = deadline - tr.deadline_margin_s
+        failer = min(active, key=self._fail_time) if self.random_failures else None
+        while True:
+            st = tr.step_s * self.slow
+            nxt = ckpt_policy.next_save(
+                s, interval=tr.checkpoint_interval, interval_s=tr.checkpoint_interval_s, step_s=st
+            )
+            bound = INF if nxt is None else nxt
+            if tr.steps:
+                bound = min(bound, tr.steps)
+            if self.app_bug_step is not None and self.app_bug_step > s:
+                bound = min(bound, self.app_bug_step)
+            sf = self._scripted_next()
+            if sf is not None and sf.step > s and not sf.during_save:
+                bound = min(bound, sf.step)
+            seg_end = tc + (bound - s) * st if bound < INF else INF
+            tf = self._fail_time(failer) if failer else INF
+            tev = min(tf, stop_at, self.horizon)
+            if tev < seg_end:
+                k = max(0, int((tev - tc) / st)) if tev > tc else 0
+                self._steps(k, st)
+                if k and first is None:
+                    first = s + 1
+                s += k
+                tc += k * st
+                partial = max(0.0, tev - tc)  # the step under way when the attempt ends is never finished
+                if tev == self.horizon:
+                    self.time["lost_work"] += partial
+                    return "horizon", None, self.horizon, first, s if first else None, s, None
+                if tev == stop_at:  # the trainer's deadline stop: one more step, a blocking save, exit 75
+                    self._steps(1, st)
+                    s += 1
+                    first = first or s
+                    tc += st
+                    stall = c.save_stall_s
+                    self.time["checkpoint_stalls"] += stall
+                    self.ckpts.append((s, tc + stall))
+                    return "deadline", None, tc + stall, first, s, s, None
+                # a node's clock ran out
+                assert failer is not None
+                cls = self._draw_class()
+                self.next_fail[failer] = self._sample(tev)
+                if cls == "straggler":
+                    self.slow = max(self.slow, m.behaviour.straggler_slowdown)
+                    self.faults.append(FaultRecord(cls=cls, time_s=tev, step=s))
+                    failer = min(active, key=self._fail_time)
+                    continue
+                self.time["lost_work"] += partial
+                rec = FaultRecord(cls=cls, time_s=tev, step=s)
+                self.faults.append(rec)
+                last = s if first else None
+                if cls == "node":
+                    self.down_until[failer] = tev + m.failures.repair_h * 3600.0
+                    return "node", failer, tev, first, last, s, rec
+                if cls == "hang":
+                    if self.rng.random() < m.behaviour.hang_persists:
+                        self.hung_until[failer] = tev + m.failures.repair_h * 3600.0
+                    return "hang", failer, tev, first, last, s, rec
+                if cls == "system":
+                    self.outage_until = tev + m.behaviour.system_outage_s
+                    return "system", None, tev, first, last, s, rec
+                if self.rng.random() < m.behaviour.app_deterministic:
+                    self.app_bug_step = s + 1
+                return "app", None, tev, first, last, s, rec
+            if seg_end == INF:
+                raise RuntimeError(
+                    "no save, no failure, no deadline and no horizon: nothing ends the attempt"
+                )
+            end_step = int(bound)
+            k = end_step - s
+            self._steps(k, st)
+            if k and first is None:
+                first = s + 1
+            s, tc = end_step, seg_end
+            if self.app_bug_step is not None and s == self.app_bug_step:
+                self._steps(-1, st)  # the step that fails is not done
+                self.time["lost_work"] += st
+                s -= 1
+                first = first if first is not None and first <= s else None
+                return "app", None, tc, first, s if first else None, s, None
+            if sf is not None and s == sf.step and not sf.during_save:
+                rec = self._fire(sf, tc, s)
+                return self._scripted_kind(sf, active), self._scripted_host(sf, active), tc, first, s, s, rec
+            if (nxt is not None and s == nxt) or (tr.steps and s >= tr.steps):
+                if sf is not None and sf.during_save and s >= sf.step:
+                    rec = self._fire(sf, tc, s)
+                    return "crash", None, tc, first, s, s, rec
+                stall = c.async_stall_s if tr.async_save else c.save_stall_s
+                written = tc + stall + (c.save_stall_s if tr.async_save else 0.0)
+                self.time["checkpoint_stalls"] += stall
+                self.ckpts.append((s, written))
+                tc += stall
+                if tr.steps and s >= tr.steps:
+                    self._settle(written)
+                    return "done", None, written, first, s, s, None
+
+    def _steps(self, k: int, st: float) -> None:
+        self.time["productive"] += k * self.m.train.step_s
+        self.time["slow_steps"] += k * (st - self.m.train.step_s)
+
+    # Scripted faults (the chaos test's schedule): one per attempt, each in a later attempt than the last.
+    def _scripted_next(self) -> ScriptedFault | None:
+        if not self.scripted or self.scripted_fired_attempt == self.attempt_serial:
+            return None
+        return self.scripted[0]
+
+    def _fire(self, sf: ScriptedFault, when: float, step: int) -> FaultRecord:
+        self.scripted.pop(0)
+        self.scripted_fired_attempt = self.attempt_serial
+        rec = FaultRecord(cls=sf.cls + ("-during-save" if sf.during_save else ""), time_s=when, step=step)
+        self.faults.append(rec)
+        return rec
+
+    def _scripted_kind(self, sf: ScriptedFault, active: list[str]) -> str:
+        if sf.cls == "node":
+            h = self._scripted_host(sf, active)
+            if h:
+                self.down_until[h] = INF
+        return sf.cls
+
+    def _scripted_host(self, sf: ScriptedFault, active: list[str]) -> str | None:
+        if sf.cls in ("node", "crash", "hang") and len(active) > 1:
+            return active[1 + (sf.step % (len(active) - 1))]  # not the batch host, as the chaos test
+        return None
+
+
+def simulate(m: FaultModel, *, seed: int = 1, workdir: Path | None = None) -> Result:
+    """Run the model on the virtual clock; deterministic for a seed.  The run directory lives in a temporary
+    folder (in memory where /dev/shm exists) unless `workdir` is given."""
+    if workdir is not None:
+        return Sim(m, seed=seed, workdir=Path(workdir)).run()
+    base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+    with tempfile.TemporaryDirectory(prefix="agpt-sim-", dir=base) as d:
+        return Sim(m, seed=seed, workdir=Path(d)).run()

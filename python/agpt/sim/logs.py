@@ -1,0 +1,112 @@
+"""Small attempt logs in each launcher's format, for the real classifier to read.
+
+Each log holds what the classifier needs and what a real one around the failure holds: the resume line, the first
+and last progress lines, and the failure's lines as the launcher prints them (the formats of the corpus in
+tests/fixtures/logs: PALS `HOST: ...` prefixes on Aurora/Polaris, `srun --label` `R: ...` on Slurm machines).
+The host names follow each machine's scheme: Aurora's `x4102c5s2b0n0`, a Cray EX Slurm machine's `nid001234`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+
+def host_names(n: int, launcher: str) -> list[str]:
+    """`n` host names in the launcher's machine scheme (each unique)."""
+    if launcher == "srun":
+        return [f"nid{i + 1:06d}" for i in range(n)]
+    # Aurora: racks x4000.., 8 chassis, 8 slots, 2 blades (the fixtures' x4102c5s2b0n0 shape)
+    return [f"x{4000 + i // 128}c{(i // 16) % 8}s{(i // 2) % 8}b{i % 2}n0" for i in range(n)]
+
+
+def _step_line(step: int, label: str) -> str:
+    return f"{label}step={step} loss=2.9134 grad_norm=0.412 lr=2.9e-04 tps=5120.3 stall_ms=0.0"
+
+
+def write(
+    path: Path,
+    *,
+    launcher: str,
+    kind: str,
+    hosts: Sequence[str],
+    bad: str | None,
+    resumed: int | None,
+    first: int | None,
+    last: int | None,
+) -> int:
+    """Write one attempt's log; returns the exit status the launcher gives for it.
+
+    kind: node (a crash that names its host), hang (silence, then the watchdog), crash (a rank killed, no host
+    named), system (the filesystem fails), app (NaN loss on every rank), deadline (the trainer saved before the
+    deadline and asked to be resubmitted), done.
+    """
+    srun = launcher == "srun"
+    h0 = hosts[0]
+    bad = bad or h0
+    rank = hosts.index(bad) if bad in hosts else 0
+    lab = "0: " if srun else ""
+    out: list[str] = []
+    if srun:
+        out.append(f"+ srun -N {len(hosts)} --ntasks-per-node=1 --label agpt train --config run.yaml")
+    else:
+        out.append(f"Connected to tcp://{h0}:7919")
+        out.append("Launching application 5f2c3a1e-8c5b-4f0e-9d6d-2f1d0a7c9e11")
+    if resumed:
+        out.append(f"{lab}[agpt] resuming from ckpt/step-{resumed} (world_size={len(hosts)})")
+    if first is not None and last is not None:
+        out.append(_step_line(first, lab))
+        if last != first:
+            out.append(_step_line(last, lab))
+    rc = 1
+    if kind == "node":
+        if srun:
+            out.append(f"srun: error: Node failure on {bad}")
+            out.append(
+                f"slurmstepd: error: *** STEP 123456.0 ON {h0} CANCELLED AT 2026-01-01T00:00:00 DUE TO NODE FAILURE ***"
+            )
+            out.append(f"srun: error: {h0}: task 0: Killed")
+        else:
+            out.append(
+                f"{bad}: RuntimeError: level_zero backend failed with error: 20 (UR_RESULT_ERROR_DEVICE_LOST)"
+            )
+            out.append(f"{bad}: rank {rank} exited with code 1")
+            out.append(f"{h0}: rank 0 died from signal 15")
+    elif kind == "hang":
+        rc = 124
+        out.append(f"srun: error: {h0}: task 0: Terminated" if srun else f"{h0}: rank 0 died from signal 15")
+    elif kind == "crash":
+        rc = 137
+        if srun:
+            out.append(f"srun: error: {bad}: task {rank}: Killed")
+        else:
+            out.append(f"{bad}: rank {rank} died from signal 9")
+    elif kind == "system":
+        if srun:
+            out.append(
+                "srun: error: Unable to create step for job 123456: Socket timed out on send/recv operation"
+            )
+        else:
+            out.append(f"{h0}: dfuse: ERROR: daos_obj_fetch() failed: DER_TIMEDOUT(-1011): 'Time out'")
+            out.append(
+                f"{h0}: OSError: [Errno 5] Input/output error: '/tmp/dfuse/ckpt/step-{last or 0}/__0_0.distcp'"
+            )
+            out.append(f"{h0}: rank 0 exited with code 1")
+    elif kind == "app":
+        step = (last or 0) + 1
+        out.append(f"{lab}step={step} loss=nan grad_norm=nan lr=2.9e-04 tps=5120.3 stall_ms=0.0")
+        out.append(f"{lab}agpt: error: non-finite loss at step {step}")
+        out.append(
+            f"srun: error: {h0}: task 0: Exited with exit code 1"
+            if srun
+            else f"{h0}: rank 0 exited with code 1"
+        )
+    elif kind == "deadline":
+        rc = 75
+        out.append(f"{lab}agpt: stopped at step {last} on SIGUSR1 or the deadline, checkpoint saved")
+    elif kind == "done":
+        rc = 0
+    else:
+        raise ValueError(f"unknown log kind {kind!r}")
+    path.write_text("\n".join(out) + "\n")
+    return rc

@@ -1,0 +1,326 @@
+"""The fault model of `agpt sim`: how often nodes fail, how failures look, and what each recovery step costs.
+
+A model is a YAML file (python/agpt/sim/models/*.yaml are the shipped ones, each number with its source) read
+over the built-in defaults below; a bad value (negative or non-numeric, a class mix that does not sum to 1, zero
+nodes, an unknown key) raises ConfigError naming the key, which the CLI turns into exit 2.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from agpt.errors import ConfigError
+
+MODELS_DIR = Path(__file__).resolve().parent / "models"
+CLASSES = ("node", "hang", "straggler", "system", "app")
+LAUNCHERS = ("pals", "srun")
+DISTRIBUTIONS = ("exponential", "weibull")
+
+
+@dataclass(kw_only=True, slots=True)
+class Failures:
+    distribution: str = "exponential"
+    node_mtbf_h: float = 8760.0
+    weibull_shape: float = 1.0
+    repair_h: float = 48.0
+
+
+@dataclass(kw_only=True, slots=True)
+class Behaviour:
+    hang_persists: float = 0.5  # a hung host hangs again in the next attempt that includes it
+    app_deterministic: float = 0.1  # an application fault recurs at the same step (a bug, not a glitch)
+    system_outage_s: float = 900.0
+    straggler_slowdown: float = 1.25
+
+
+@dataclass(kw_only=True, slots=True)
+class Costs:
+    queue_wait_s: float = 3600.0
+    walltime_h: float = 6.0
+    launcher_start_s: float = 10.0
+    model_build_s: float = 0.0
+    checkpoint_gb: float = 232.0
+    fs_write_gb_s: float = 9.83
+    fs_read_gb_s: float = 3.93
+    async_stall_s: float = 5.4
+    watchdog_timeout_s: float = 900.0
+    startup_timeout_s: float = 1800.0
+    heartbeat_timeout_s: float = 120.0
+    teardown_s: float = 30.0
+    grace_s: float = 30.0
+    classify_s: float = 1.0
+    person_response_h: float = 8.0
+
+    @property
+    def save_stall_s(self) -> float:
+        """A synchronous save blocks training for the whole write."""
+        return self.checkpoint_gb / self.fs_write_gb_s
+
+    @property
+    def load_s(self) -> float:
+        return self.checkpoint_gb / self.fs_read_gb_s
+
+
+@dataclass(kw_only=True, slots=True)
+class Train:
+    step_s: float = 1.7
+    steps: int = 0  # 0: train until the horizon
+    checkpoint_interval: int = 500
+    checkpoint_interval_s: float = 0.0
+    checkpoint_keep: int = 2
+    async_save: bool = True
+    deadline_margin_s: float = 600.0
+
+
+@dataclass(kw_only=True, slots=True)
+class Failover:
+    max_attempts: int = 20
+    max_repeat: int = 3
+    max_blind: int = 8
+    min_attempt_s: float = 600.0
+    backoff: list[float] = field(default_factory=lambda: [5.0, 10.0, 20.0, 40.0, 60.0])
+    walltime_margin_s: float = 120.0
+
+
+@dataclass(kw_only=True, slots=True)
+class Chain:
+    max_jobs: int = 50
+    max_no_progress: int = 2
+
+
+@dataclass(kw_only=True, slots=True)
+class ScriptedFault:
+    """A fault at a step (the chaos test's schedule) instead of drawn from the rates."""
+
+    cls: str
+    step: int
+    during_save: bool = False
+
+
+@dataclass(kw_only=True, slots=True)
+class FaultModel:
+    name: str = "custom"
+    nodes: int = 512
+    spares: int | None = None  # None: the failover loop's default (~2%, at least 4)
+    machine_nodes: int = 10624
+    launcher: str = "pals"
+    horizon_days: float = 14.0
+    heartbeats: bool = False
+    failures: Failures = field(default_factory=Failures)
+    mix: dict[str, float] = field(
+        default_factory=lambda: {"node": 0.62, "hang": 0.1, "straggler": 0.04, "system": 0.1, "app": 0.14}
+    )
+    behaviour: Behaviour = field(default_factory=Behaviour)
+    costs: Costs = field(default_factory=Costs)
+    train: Train = field(default_factory=Train)
+    failover: Failover = field(default_factory=Failover)
+    chain: Chain = field(default_factory=Chain)
+    faults: list[ScriptedFault] = field(default_factory=list)
+
+    @property
+    def job_mtbf_h(self) -> float:
+        return self.failures.node_mtbf_h / self.nodes
+
+
+_SECTIONS: dict[str, type] = {
+    "failures": Failures,
+    "behaviour": Behaviour,
+    "costs": Costs,
+    "train": Train,
+    "failover": Failover,
+    "chain": Chain,
+}
+
+
+def _num(v: Any, key: str, *, integer: bool = False, positive: bool = False) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise ConfigError(f"{key}: must be a number, got {v!r}")
+    if not math.isfinite(v):
+        raise ConfigError(f"{key}: must be a finite number, got {v!r}")
+    if integer and int(v) != v:
+        raise ConfigError(f"{key}: must be a whole number, got {v!r}")
+    if v < 0:
+        raise ConfigError(f"{key}: must not be negative, got {v!r}")
+    if positive and v == 0:
+        raise ConfigError(f"{key}: must be greater than 0, got {v!r}")
+    return v
+
+
+# Keys that must be > 0 (a zero would divide, or make no sense).
+_POSITIVE = {
+    "nodes",
+    "machine_nodes",
+    "horizon_days",
+    "failures.node_mtbf_h",
+    "failures.weibull_shape",
+    "costs.walltime_h",
+    "costs.fs_write_gb_s",
+    "costs.fs_read_gb_s",
+    "train.step_s",
+    "behaviour.straggler_slowdown",
+    "failover.max_attempts",
+    "chain.max_jobs",
+    "chain.max_no_progress",
+}
+_FRACTIONS = {"behaviour.hang_persists", "behaviour.app_deterministic"}
+
+
+def _section(cls: type, raw: Any, name: str) -> Any:
+    if raw is None:
+        return cls()
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{name}: must be a mapping, got {raw!r}")
+    known = {f.name: f for f in fields(cls)}
+    kw: dict[str, Any] = {}
+    defaults = cls()
+    for k, v in raw.items():
+        key = f"{name}.{k}"
+        if k not in known:
+            raise ConfigError(f"{key}: unknown key (known: {', '.join(sorted(known))})")
+        default = getattr(defaults, k)
+        if isinstance(default, bool):
+            if not isinstance(v, bool):
+                raise ConfigError(f"{key}: must be true or false, got {v!r}")
+            kw[k] = v
+        elif isinstance(default, str):
+            if not isinstance(v, str):
+                raise ConfigError(f"{key}: must be a string, got {v!r}")
+            kw[k] = v
+        elif isinstance(default, list):
+            vals = v if isinstance(v, list) else [v]
+            if not vals:
+                raise ConfigError(f"{key}: must hold at least one number")
+            kw[k] = [float(_num(x, key)) for x in vals]
+        else:
+            n = _num(v, key, integer=isinstance(default, int), positive=key in _POSITIVE)
+            if key in _FRACTIONS and n > 1:
+                raise ConfigError(f"{key}: a probability must be between 0 and 1, got {v!r}")
+            kw[k] = int(n) if isinstance(default, int) else float(n)
+    return cls(**kw)
+
+
+def from_dict(data: Any, *, source: str = "fault model") -> FaultModel:
+    """Build and validate a model; every error names its key."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: must be a mapping of keys, got {type(data).__name__}")
+    top = {f.name for f in fields(FaultModel)}
+    for k in data:
+        if k not in top:
+            raise ConfigError(f"{k}: unknown key (known: {', '.join(sorted(top))})")
+    m = FaultModel()
+    if "name" in data:
+        m.name = str(data["name"])
+    for key in ("nodes", "machine_nodes"):
+        if key in data:
+            setattr(m, key, int(_num(data[key], key, integer=True, positive=True)))
+    if "horizon_days" in data:
+        m.horizon_days = float(_num(data["horizon_days"], "horizon_days", positive=True))
+    if "spares" in data and data["spares"] not in (None, "auto"):
+        m.spares = int(_num(data["spares"], "spares", integer=True))
+    if "launcher" in data:
+        if data["launcher"] not in LAUNCHERS:
+            raise ConfigError(f"launcher: one of {', '.join(LAUNCHERS)}, got {data['launcher']!r}")
+        m.launcher = data["launcher"]
+    if "heartbeats" in data:
+        if not isinstance(data["heartbeats"], bool):
+            raise ConfigError(f"heartbeats: must be true or false, got {data['heartbeats']!r}")
+        m.heartbeats = data["heartbeats"]
+    for name, cls in _SECTIONS.items():
+        if name in data:
+            setattr(m, name, _section(cls, data[name], name))
+    if "mix" in data:
+        raw = data["mix"]
+        if not isinstance(raw, dict):
+            raise ConfigError(f"mix: must map classes ({', '.join(CLASSES)}) to fractions, got {raw!r}")
+        mix: dict[str, float] = {}
+        for k, v in raw.items():
+            if k not in CLASSES:
+                raise ConfigError(f"mix.{k}: unknown class (known: {', '.join(CLASSES)})")
+            mix[k] = float(_num(v, f"mix.{k}"))
+        m.mix = {c: mix.get(c, 0.0) for c in CLASSES}
+    if "faults" in data:
+        m.faults = _faults(data["faults"])
+    validate(m)
+    return m
+
+
+def _faults(raw: Any) -> list[ScriptedFault]:
+    if not isinstance(raw, list):
+        raise ConfigError(f"faults: must be a list of {{class, step}}, got {raw!r}")
+    out = []
+    for i, item in enumerate(raw):
+        key = f"faults[{i}]"
+        if not isinstance(item, dict) or "class" not in item or "step" not in item:
+            raise ConfigError(f"{key}: must be a mapping with class and step, got {item!r}")
+        if item["class"] not in ("node", "hang", "crash", "system", "app"):
+            raise ConfigError(f"{key}.class: one of node, hang, crash, system, app, got {item['class']!r}")
+        step = int(_num(item["step"], f"{key}.step", integer=True, positive=True))
+        out.append(ScriptedFault(cls=item["class"], step=step, during_save=bool(item.get("during_save"))))
+    return out
+
+
+def validate(m: FaultModel) -> None:
+    total = sum(m.mix.values())
+    if abs(total - 1.0) > 1e-6:
+        parts = ", ".join(f"{k} {v:g}" for k, v in m.mix.items() if v)
+        raise ConfigError(f"mix: the class fractions must sum to 1, they sum to {total:g} ({parts})")
+    if m.failures.distribution not in DISTRIBUTIONS:
+        raise ConfigError(
+            f"failures.distribution: one of {', '.join(DISTRIBUTIONS)}, got {m.failures.distribution!r}"
+        )
+    if m.spares is not None and m.nodes + m.spares > m.machine_nodes:
+        raise ConfigError(f"machine_nodes: {m.machine_nodes} cannot hold {m.nodes} nodes + {m.spares} spares")
+    if m.nodes > m.machine_nodes:
+        raise ConfigError(f"nodes: {m.nodes} is more than machine_nodes {m.machine_nodes}")
+    if m.train.checkpoint_keep < 1:
+        raise ConfigError("train.checkpoint_keep: must be at least 1")
+    if m.failover.max_repeat < 2:
+        raise ConfigError("failover.max_repeat: must be at least 2")
+    if m.failover.max_blind < 1:
+        raise ConfigError("failover.max_blind: must be at least 1")
+
+
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in MODELS_DIR.glob("*.yaml"))
+
+
+def load(spec: str | Path | None) -> FaultModel:
+    """A model from a YAML path or a shipped name (`aurora-20b`); None: the built-in defaults."""
+    if spec is None:
+        return from_dict({})
+    path = Path(spec)
+    if not path.is_file():
+        shipped = MODELS_DIR / f"{spec}.yaml"
+        if not shipped.is_file():
+            raise ConfigError(
+                f"fault model {spec!r}: no such file, and not one of {', '.join(preset_names())}"
+            )
+        path = shipped
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise ConfigError(f"{path}: cannot read the fault model ({e.__class__.__name__}: {e})") from None
+    return from_dict(data, source=str(path))
+
+
+def override(m: FaultModel, **kw: Any) -> FaultModel:
+    """A copy with some settings changed (the sweep: nodes, spares, heartbeats, async saves)."""
+    import copy
+
+    out = copy.deepcopy(m)
+    for k, v in kw.items():
+        if k == "async_save":
+            out.train.async_save = bool(v)
+        elif k == "checkpoint_interval_s":
+            out.train.checkpoint_interval_s = float(v)
+        else:
+            setattr(out, k, v)
+    validate(out)
+    return out

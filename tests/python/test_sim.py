@@ -1,0 +1,252 @@
+"""`agpt sim`: the real recovery code on a virtual clock, its fault model, and its agreement with the chaos test."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from agpt.errors import ConfigError
+from agpt.failover import classify
+from agpt.failover import hosts as hostlib
+from agpt.sim import engine, logs, model, validate
+from agpt.train import ckpt_policy
+from conftest import BIN, agpt_env
+
+
+def small(**kw: object) -> model.FaultModel:
+    """A small, failure-heavy model: 64 nodes, a failure every ~8 h of the job, two simulated days."""
+    data: dict[str, object] = {
+        "nodes": 64,
+        "machine_nodes": 256,
+        "horizon_days": 2,
+        "failures": {"node_mtbf_h": 500},
+        "costs": {"queue_wait_s": 600, "walltime_h": 6},
+    }
+    data.update(kw)
+    return model.from_dict(data)
+
+
+@pytest.mark.parametrize("launcher", ["pals", "srun"])
+@pytest.mark.parametrize("kind", ["node", "hang", "crash", "system", "app"])
+def test_generated_logs_read_as_their_class_by_the_real_classifier(
+    tmp_path: Path, launcher: str, kind: str
+) -> None:
+    hosts = logs.host_names(64, launcher)
+    log = tmp_path / "a.log"
+    rc = logs.write(
+        log, launcher=launcher, kind=kind, hosts=hosts, bad=hosts[17], resumed=500, first=501, last=640
+    )
+    c = classify.classify(log, rc, hosts, None, None, 1e9, None)
+    assert c.cls == kind
+    assert c.bad_hosts == ([hosts[17]] if kind == "node" else [])
+    if kind == "crash":
+        assert c.suspect_hosts[0] == hosts[17]
+
+
+def test_the_simulation_is_deterministic_for_a_seed() -> None:
+    a = engine.simulate(small(), seed=3).as_dict()
+    b = engine.simulate(small(), seed=3).as_dict()
+    c = engine.simulate(small(), seed=4).as_dict()
+    assert a == b
+    assert a != c
+    assert a["failures"] > 0
+
+
+def test_time_adds_up_to_the_allocation_and_work_survives_failures() -> None:
+    r = engine.simulate(small(), seed=1)
+    inside = sum(v for k, v in r.time.items() if k not in ("queue", "waiting_for_a_person"))
+    assert inside == pytest.approx(r.allocated_s, rel=1e-6)
+    assert 0 < r.effective_ratio < 1
+    assert r.steps > 0
+    assert r.steps <= r.ideal_steps
+
+
+def test_a_named_node_failure_swaps_that_host_and_records_it_bad(tmp_path: Path) -> None:
+    m = small(mix={"node": 1.0})
+    r = engine.simulate(m, seed=2, workdir=tmp_path)
+    events = [json.loads(x) for x in (tmp_path / "run" / "events.jsonl").read_text().splitlines()]
+    nodes = [e for e in events if e.get("class") == "node"]
+    assert nodes and len(nodes) == r.classes["node"]
+    bad = hostlib.read_bad(tmp_path / "run" / "hosts" / "bad")
+    for e in nodes:
+        assert e["swapped"]["out"] == e["bad_hosts"]
+        assert e["bad_hosts"][0] in {b.host for b in bad if not b.blind}
+    assert not (
+        set(e["bad_hosts"][0] for e in nodes) & set(hostlib.read_hosts(tmp_path / "run" / "hosts" / "active"))
+    )
+
+
+def test_heartbeats_find_a_hung_host_in_one_attempt_where_blind_rotation_cannot() -> None:
+    m = small(mix={"hang": 1.0}, behaviour={"hang_persists": 1.0}, nodes=32)
+    blind = engine.simulate(m, seed=5)
+    named = engine.simulate(model.override(m, heartbeats=True), seed=5)
+    assert named.faults and all(f.attempts == 1 for f in named.faults if f.back_s is not None)
+    assert sum(f.attempts for f in blind.faults) > sum(f.attempts for f in named.faults)
+    assert named.effective_ratio > blind.effective_ratio
+    assert not named.person_stops
+
+
+def test_without_spares_a_node_failure_ends_the_job() -> None:
+    m = small(mix={"node": 1.0})
+    with_spares = engine.simulate(m, seed=1)
+    without = engine.simulate(model.override(m, spares=0), seed=1)
+    assert without.jobs > with_spares.jobs
+    assert without.time["queue"] > with_spares.time["queue"]
+
+
+def test_512_nodes_of_the_aurora_20b_model_train_at_least_95_percent_of_the_allocation() -> None:
+    r = engine.simulate(model.override(model.load("aurora-20b"), horizon_days=3), seed=1)
+    assert r.nodes == 512 and r.spares == 11
+    assert r.effective_ratio >= 0.95
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_simulated_chaos_run_matches_its_recorded_figures(seed: int) -> None:
+    sched = validate.chaos_schedule(seed)
+    assert sorted(k for k, _ in sched) == ["ckpt", "kill", "node", "stop"]
+    pred = validate.predict(sched)
+    assert pred["verdict"] == "done" and pred["steps"] == 150
+    assert pred["walltime_handovers"] >= 1
+    assert validate.compare(pred) == []
+
+
+def test_the_checkpoint_policy_saves_at_the_step_the_simulator_expects() -> None:
+    for interval, interval_s, step_s in [(5, 0.0, 1.0), (0, 30.0, 7.0), (500, 600.0, 1.7), (10, 25.0, 3.0)]:
+        last = 0
+        for _ in range(5):
+            nxt = ckpt_policy.next_save(last, interval=interval, interval_s=interval_s, step_s=step_s)
+            s = last + 1
+            while not ckpt_policy.due(
+                s, interval=interval, interval_s=interval_s, since_save_s=(s - last) * step_s
+            ):
+                s += 1
+            assert nxt == s
+            last = s
+    assert ckpt_policy.next_save(7, interval=0, interval_s=0.0, step_s=1.0) is None
+
+
+@pytest.mark.parametrize(
+    ("data", "key"),
+    [
+        ({"failures": {"node_mtbf_h": -5}}, "failures.node_mtbf_h"),
+        ({"failures": {"node_mtbf_h": "often"}}, "failures.node_mtbf_h"),
+        ({"mix": {"node": 0.5, "hang": 0.2}}, "mix"),
+        ({"mix": {"node": "most"}}, "mix.node"),
+        ({"nodes": 0}, "nodes"),
+        ({"costs": {"queue_wait_s": -1}}, "costs.queue_wait_s"),
+        ({"behaviour": {"hang_persists": 1.5}}, "behaviour.hang_persists"),
+        ({"costs": {"walltime": 6}}, "costs.walltime"),
+        ({"failures": {"distribution": "gamma"}}, "failures.distribution"),
+    ],
+)
+def test_a_bad_fault_model_names_its_key(data: dict[str, object], key: str) -> None:
+    with pytest.raises(ConfigError, match="^" + re.escape(key) + "(:| )"):
+        model.from_dict(data)
+
+
+def test_a_bad_fault_model_file_exits_2_naming_the_key(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("nodes: 16\nmix: {node: 0.7, hang: 0.2}\n")
+    r = subprocess.run(
+        [str(BIN / "agpt"), "sim", "run", "--model", str(bad)], env=agpt_env(), capture_output=True, text=True
+    )
+    assert r.returncode == 2
+    assert "mix:" in r.stderr and "sum to 1" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_sim_run_prints_the_ratio_and_the_recovery_clock(tmp_path: Path) -> None:
+    m = tmp_path / "m.yaml"
+    m.write_text("nodes: 32\nmachine_nodes: 128\nhorizon_days: 1\nfailures: {node_mtbf_h: 300}\n")
+    r = subprocess.run(
+        [str(BIN / "agpt"), "sim", "run", "--model", str(m), "--seed", "2", "--json"],
+        env=agpt_env(),
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert 0 < d["effective_ratio"] <= 1
+    assert set(d["recovery_clock_s"]) == {"detected", "relaunched", "first_step_back"}
+    assert d["time_h"]["productive"] > 0
+
+
+def test_failover_report_shows_the_runs_mtbf_ratio_and_recommended_interval(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    (run / "attempts").mkdir(parents=True)
+    hosts = [f"n{i}" for i in range(4)]
+    t0 = 1_800_000_000.0
+    lines = "".join(
+        f"step={s} loss=2.5 grad_norm=0.4 lr=1e-4 tps=100.0 stall_ms={40.0 if s % 10 == 0 else 0.0}\n"
+        for s in range(1, 41)
+    )
+    (run / "attempts" / "j.1.log").write_text(lines[: lines.index("step=21 ")])
+    (run / "attempts" / "j.2.log").write_text(lines)
+    for step, t in ((10, t0 + 110), (20, t0 + 210), (30, t0 + 530)):
+        (run / "ckpt" / f"step-{step}").mkdir(parents=True)
+        (run / "ckpt" / f"step-{step}" / ".complete").write_text(json.dumps({"step": step, "time": t}))
+    events = [
+        {"event": "attempt", "jobid": "j", "attempt": 1, "rc": 1, "class": "node", "bad_hosts": ["n2"],
+         "first_step": 1, "last_step": 20, "started": t0, "ended": t0 + 215, "hosts": hosts, "log": "attempts/j.1.log"},
+        {"event": "attempt", "jobid": "j", "attempt": 2, "rc": 0, "class": "success", "first_step": 21,
+         "last_step": 40, "started": t0 + 230, "ended": t0 + 640, "hosts": hosts, "log": "attempts/j.2.log"},
+    ]  # fmt: skip
+    clock = {"event": "clock", "jobid": "j", "attempt": 2, "started": t0 + 232, "built": t0 + 240,
+             "loaded": t0 + 250, "first_step": t0 + 260, "step": 21}  # fmt: skip
+    (run / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in [*events, clock]))
+    r = subprocess.run(
+        [str(BIN / "agpt"), "failover", "report", str(run), "--json"],
+        env=agpt_env(),
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, r.stderr
+    g = json.loads(r.stdout)["goodput"]
+    assert g["failures"] == 1
+    assert g["node_mtbf_h"] == pytest.approx(4 * (215 + 410) / 3600, abs=0.01)
+    assert g["step_s"] == pytest.approx(10.0)  # ckpt 10 -> 20 in attempt 1: 100 s for 10 steps
+    assert g["save_stall_s"] == pytest.approx(0.04)
+    assert 0 < g["effective_ratio"] <= 1
+    assert g["interval_s"] > 0 and g["interval_steps"] >= 1
+    text = subprocess.run(
+        [str(BIN / "agpt"), "failover", "report", str(run)], env=agpt_env(), capture_output=True, text=True
+    ).stdout
+    assert "node MTBF" in text and "checkpoint.interval_s" in text
+    assert g["recovery"] == [
+        {"failed": "j.1", "class": "node", "relaunched_s": 15.0, "started_s": 17.0, "built_s": 25.0,
+         "loaded_s": 35.0, "first_step_s": 45.0}
+    ]  # fmt: skip
+    assert "recovery clock after j.1 (node" in text and "first step back +45.0 s" in text
+
+
+def test_weibull_failures_keep_the_mean_rate() -> None:
+    # A shape below 1 (infant mortality) with the same mean: about as many failures, drawn otherwise.
+    expo = small(horizon_days=4)
+    weib = small(
+        horizon_days=4, failures={"node_mtbf_h": 500, "distribution": "weibull", "weibull_shape": 0.7}
+    )
+    a = engine.simulate(expo, seed=1)
+    b = engine.simulate(weib, seed=1)
+    expected = a.allocated_s / 3600 * 64 / 500
+    assert 0.4 * expected < len(b.faults) < 2.5 * expected
+    assert [f.time_s for f in a.faults] != [f.time_s for f in b.faults]
+
+
+@pytest.mark.parametrize("name", ["aurora-20b", "aurora-80b", "chaos"])
+def test_every_shipped_model_loads(name: str) -> None:
+    m = model.load(name)
+    assert abs(sum(m.mix.values()) - 1) < 1e-9
+    assert m.nodes >= 1
+
+
+def test_a_long_site_outage_ends_in_repeat_and_waits_for_a_person() -> None:
+    # Three `system` failures at one step (5 + 10 + 20 s of backoff against an hour's outage) are a `repeat`:
+    # the planner's rule, which the chain does not continue from.
+    m = small(mix={"system": 1.0}, behaviour={"system_outage_s": 3600}, failures={"node_mtbf_h": 200})
+    r = engine.simulate(m, seed=1)
+    assert r.person_stops.get("repeat system", 0) >= 1
+    assert r.time["waiting_for_a_person"] > 0
