@@ -32,6 +32,13 @@ SITE_DIRECTIVES=("-l place=scatter")
 # Accelerators and ranks per node (ranks default to one per GPU or GPU tile).
 SITE_GPUS_PER_NODE=4
 SITE_RANKS_PER_NODE=4
+# Memory of the device one rank drives, in GiB (a GPU, or a GPU tile/GCD when each is its own rank); 0:
+# unknown, `agpt check` then skips the memory check.  Cite the site's hardware page beside the value.
+SITE_DEVICE_MEM_GIB=64
+# Write bandwidth of the filesystem the run directory (checkpoints) lives on, in GB/s as the site publishes
+# it (an aggregate peak: one job sees at most this); `agpt check` prints the checkpoint save time at it.
+# 0: unknown.
+SITE_FS_BW_GBPS=100
 # Launcher: pals (Cray PALS mpiexec) | hydra (MPICH mpiexec) | openmpi (mpirun) | srun.
 SITE_LAUNCHER=pals
 # Extra launcher flags, one word each (e.g. --depth=8, --gpus-per-task=1).

@@ -14,6 +14,13 @@ SITE_DIRECTIVES=("-l place=scatter" "-k doe" "-j oe")
 
 SITE_GPUS_PER_NODE=12
 SITE_RANKS_PER_NODE=12
+# 768 GiB of HBM2e per node over 6 GPUs x 2 tiles = 64 GiB per rank (ALCF, Aurora machine overview:
+# https://argonne-lcf.github.io/user-guides/aurora/hardware-overview/machine-overview).
+SITE_DEVICE_MEM_GIB=64
+# Flare is an HPE ClusterStor E1000 Lustre file system like Grand and Eagle, for which ALCF publishes an
+# aggregate 650 GB/s (https://alcf.anl.gov/alcf-resources/storage-and-networking); an assumed figure until ALCF
+# publishes Flare's own.
+SITE_FS_BW_GBPS=650
 SITE_LAUNCHER=pals
 SITE_LAUNCHER_FLAGS=(--genvall)
 # One rank per GPU tile, each on its own 8 cores, skipping the cores the OS uses (0 and 52 per socket).

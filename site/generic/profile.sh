@@ -13,6 +13,10 @@ SITE_DIRECTIVES=()
 
 SITE_GPUS_PER_NODE=0
 SITE_RANKS_PER_NODE=1
+# Any host: device memory unknown, so `agpt check` skips the memory check.
+SITE_DEVICE_MEM_GIB=0
+# A local disk, roughly.
+SITE_FS_BW_GBPS=1
 SITE_LAUNCHER=hydra
 SITE_LAUNCHER_FLAGS=()
 SITE_CPU_BIND=""

@@ -13,6 +13,11 @@ SITE_DIRECTIVES=("-l place=scatter" "-k doe" "-j oe")
 
 SITE_GPUS_PER_NODE=12
 SITE_RANKS_PER_NODE=12
+# Aurora's node (6 Max 1550 GPUs x 2 tiles, 768 GiB HBM2e): 64 GiB per rank
+# (https://argonne-lcf.github.io/user-guides/aurora/hardware-overview/machine-overview).
+SITE_DEVICE_MEM_GIB=64
+# Sunspot's test filesystem publishes no bandwidth; 100 GB/s is a conservative guess for a test rack.
+SITE_FS_BW_GBPS=100
 SITE_LAUNCHER=pals
 SITE_LAUNCHER_FLAGS=(--genvall)
 SITE_CPU_BIND="list:1-8:9-16:17-24:25-32:33-40:41-48:53-60:61-68:69-76:77-84:85-92:93-100"

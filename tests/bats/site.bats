@@ -6,7 +6,7 @@ load helpers
   cd "$AGPT_ROOT"
   run agpt site check site/*/profile.sh
   assert_success
-  assert_line "site/aurora/profile.sh: ok (22 keys)"
+  assert_line "site/aurora/profile.sh: ok (24 keys)"
   refute_output --partial "agpt site check:"
 }
 

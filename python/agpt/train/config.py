@@ -136,13 +136,16 @@ class OptimConfig:
 
 @dataclass(kw_only=True, slots=True)
 class DataConfig:
-    """Where samples come from: a blended data set directory, or a synthetic stream when `path` is empty."""
+    """Where samples come from: a blended data set directory, or, only when asked for by name with
+    `synthetic: true`, a synthetic stream (smoke and test runs); the trainer refuses neither."""
 
     path: str = ""
+    synthetic: bool = False  # train on generated tokens (loudly announced at start); excludes `path`
     seed: int = 0  # synthetic stream only
 
     def validate(self) -> None:
-        return None
+        if self.path and self.synthetic:
+            raise ConfigError(f"data.synthetic: true and data.path {self.path!r} both set; drop one")
 
 
 @dataclass(kw_only=True, slots=True)
