@@ -248,14 +248,10 @@ def batch_fix(
 
 
 def _data_checks(rep: Report, cfg: tconfig.Config, cfg_path: Path, raw: dict[str, Any], data: bool) -> None:
-    synthetic = bool((raw.get("data") or {}).get("synthetic", False))
+    synthetic = cfg.data.synthetic
     path = cfg.data.path
     where = f"{cfg_path}: data.path"
-    if synthetic and path:
-        rep.add("data", "both data.path and data.synthetic", f"{cfg_path}: data.synthetic: true and data.path "
-                f"{path!r} both set; drop one")  # fmt: skip
-        return
-    if synthetic:
+    if synthetic and not path:
         rep.add("data", "SYNTHETIC tokens (data.synthetic: true): no real data is read")
         return
     if not path:
@@ -347,8 +343,12 @@ def check(
     if not isinstance(job, dict):
         raise ConfigError(f"{cfg_path}: 'job' must be a mapping")
     facts = site_facts(site)
+    for key in ("nodes", "ranks_per_node"):
+        v = job.get(key)
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+            raise ConfigError(f"{cfg_path}: job.{key}: must be a whole number > 0 (got {v!r})")
     if nodes is None:
-        nodes = int(job.get("nodes", 1))
+        nodes = int(job.get("nodes") or 1)
     if nodes <= 0:
         raise BadInput(f"--nodes: must be at least 1 (got {nodes})")
     rpn = ranks_per_node or int(job.get("ranks_per_node") or 0) or facts.ranks_per_node

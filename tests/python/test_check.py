@@ -235,3 +235,23 @@ def test_the_trainer_refuses_an_empty_data_path_unless_synthetic_is_asked_for() 
     with pytest.raises(DataError, match=r"data\.path: empty"):
         tdata.make_source("", 512, 64, 0, synthetic=False)
     assert isinstance(tdata.make_source("", 512, 64, 0, synthetic=True), tdata.Synthetic)
+
+
+def test_a_generated_job_script_refuses_missing_data_in_seconds_before_any_launch(tmp_path: Path) -> None:
+    cfg = yaml.safe_load((ROOT / "jobs/configs/tiny.yaml").read_text())
+    cfg["data"] = {"path": str(tmp_path / "no-such-blend")}
+    cfg["job"].update({"run_dir": str(tmp_path / "run"), "launcher": "hydra"})
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    script = tmp_path / "job.sh"
+    r = run("jobgen", "--site", "generic", "--scheduler", "slurm", "-o", str(script), str(path))
+    assert r.returncode == 0, r.stderr  # jobgen does not open the data: it lives on the site
+    env = agpt_env()
+    for k in ("SLURM_JOB_ID", "PBS_JOBID", "SCHED_KIND"):
+        env.pop(k, None)
+    p = subprocess.run(
+        ["bash", str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert f"{path}: data.path: {tmp_path}/no-such-blend/manifest.json: missing" in p.stderr
+    assert not list((tmp_path / "run" / "attempts").glob("*.log"))  # nothing was launched

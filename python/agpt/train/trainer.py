@@ -301,7 +301,7 @@ class Trainer:
             f"seq {tc.seq_len}, params {tc.param_dtype} over {tc.master_dtype} masters, "
             f"run dir {self.run_dir or '(none)'}"
         ) + ("\nagpt: train: WARNING: SYNTHETIC DATA (data.synthetic: true): generated tokens, no real data; "
-             "this run trains nothing useful" if self.cfg.data.synthetic else "")  # fmt: skip
+             "this run trains nothing useful" if not self.cfg.data.path else "")  # fmt: skip
 
     # -- the loop -----------------------------------------------------------------------------------
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
