@@ -216,6 +216,12 @@ _jobgen_exports() {
     echo "# shellcheck disable=SC2016"
     echo "export FAILOVER_CLEANUP_HOOK='LAUNCH_PPN=1 agpt launch \"\$AGPT_HOME/site/$site/hooks/cleanup.sh\"'"
   fi
+  if [[ "$JOB_FAILOVER" == 1 && "$JOB_LAUNCH" == 1 && "$JOB_COMMAND" == "agpt train "* ]]; then
+    echo "# Before the first attempt every host, spares too, starts its ranks, initialises device and collective"
+    echo "# backend and runs a small allreduce; a host that fails is evicted into hosts/bad with the failing line."
+    echo "# Submit with FAILOVER_PREFLIGHT set empty to skip it."
+    echo "[[ -v FAILOVER_PREFLIGHT ]] || export FAILOVER_PREFLIGHT='agpt preflight {host}'"
+  fi
   [[ -n "$JOB_LAUNCHER" ]] && echo "export LAUNCH_LAUNCHER=$JOB_LAUNCHER  # job.launcher"
   [[ -n "$JOB_RANKS_PER_NODE" ]] && echo "export LAUNCH_PPN=$JOB_RANKS_PER_NODE  # job.ranks_per_node"
   if ((${#JOB_ENV[@]})); then
@@ -254,6 +260,11 @@ EOF
   if [[ "$JOB_FAILOVER" == 1 ]]; then
     echo "# Active and spare hosts (hosts/), then attempts until a verdict: 0 done, 3 stuck, 4 repeat, 75 resubmit."
     echo "failover_init || rc=\$?"
+    if [[ "$JOB_COMMAND" == "agpt train "* ]]; then
+      echo "# The inputs, in seconds, before any launch: python env, the config at this size, data, run directory."
+      echo "((rc != 0)) || agpt check --site \"\$AGPT_SITE\" --nodes \"\$(grep -c . \"\$AGPT_RUN_DIR/hosts/active\")\" \\"
+      echo "  --run-dir \"\$AGPT_RUN_DIR\" \"\$AGPT_CONFIG\" || rc=\$?"
+    fi
     echo "if ((rc == 0)); then"
     if [[ "$JOB_LAUNCH" == 1 ]]; then
       echo "  failover_run agpt launch $cmd || rc=\$?"

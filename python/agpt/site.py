@@ -36,6 +36,8 @@ KEYS: dict[str, tuple[bool, str]] = {
     "SITE_GPUS_PER_NODE": (False, "accelerators (or GPU tiles) per node"),
     "SITE_RANKS_PER_NODE": (False, "ranks per node"),
     "SITE_PEAK_TFLOPS": (False, "peak dense bf16 TFLOPS of one rank's device, for MFU (empty: no MFU)"),
+    "SITE_DEVICE_MEM_GIB": (False, "memory of one rank's device in GiB (0: unknown; agpt check)"),
+    "SITE_FS_BW_GBPS": (False, "write bandwidth of the run directory's filesystem in GB/s (0: unknown)"),
     "SITE_LAUNCHER": (False, "pals | hydra | openmpi | srun"),
     "SITE_LAUNCHER_FLAGS": (True, "extra launcher flags"),
     "SITE_CPU_BIND": (False, "CPU binding for the launcher (empty: its default)"),
@@ -53,6 +55,8 @@ SCHEDULERS = ("pbs", "slurm", "none")
 LAUNCHERS = ("pals", "hydra", "openmpi", "srun")
 PATTERN_SETS = DEFAULT_SETS  # the classifier's built-in sets (agpt.failover.patterns)
 INT_KEYS = ("SITE_GPUS_PER_NODE", "SITE_RANKS_PER_NODE", "SITE_SPARES_PERCENT", "SITE_SPARES_MIN")
+
+NUM_KEYS = ("SITE_DEVICE_MEM_GIB", "SITE_FS_BW_GBPS")
 
 _ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
 
@@ -217,6 +221,8 @@ def _check_values(prof: Profile) -> None:
             prof.errors.append(f"{where}: '{v}' is not a whole number >= 0")
         elif key == "SITE_PEAK_TFLOPS" and v and not re.fullmatch(r"[0-9]+(\.[0-9]+)?", v):
             prof.errors.append(f"{where}: '{v}' is not a number of TFLOPS")
+        elif key in NUM_KEYS and not re.fullmatch(r"[0-9]+(\.[0-9]+)?", v):
+            prof.errors.append(f"{where}: '{v}' is not a number >= 0")
         elif key == "SITE_VENV_STAGE" and v not in ("0", "1"):
             prof.errors.append(f"{where}: '{v}' is not 0 or 1")
         elif key == "SITE_RANKS_PER_NODE" and v == "0":

@@ -35,6 +35,13 @@ SITE_RANKS_PER_NODE=4
 # Peak dense bf16 TFLOPS of the device one rank drives (a GPU, or a GPU tile/GCD when each rank has one),
 # from the vendor's figure; the trainer's MFU in RUN_DIR/metrics.jsonl divides by it.  Empty: no MFU.
 SITE_PEAK_TFLOPS=312
+# Memory of the device one rank drives, in GiB (a GPU, or a GPU tile/GCD when each is its own rank); 0:
+# unknown, `agpt check` then skips the memory check.  Cite the site's hardware page beside the value.
+SITE_DEVICE_MEM_GIB=64
+# Write bandwidth of the filesystem the run directory (checkpoints) lives on, in GB/s as the site publishes
+# it (an aggregate peak: one job sees at most this); `agpt check` prints the checkpoint save time at it.
+# 0: unknown.
+SITE_FS_BW_GBPS=100
 # Launcher: pals (Cray PALS mpiexec) | hydra (MPICH mpiexec) | openmpi (mpirun) | srun.
 SITE_LAUNCHER=pals
 # Extra launcher flags, one word each (e.g. --depth=8, --gpus-per-task=1).

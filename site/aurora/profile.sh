@@ -18,6 +18,13 @@ SITE_RANKS_PER_NODE=12
 # presented at Hot Chips 34 (https://www.svethardware.cz/intel-ponte-vecchio-prekona-nvidii-a100-a-prinese-408-mb-l2-cache/58281),
 # so 419.5 per tile.
 SITE_PEAK_TFLOPS=419.5
+# 768 GiB of HBM2e per node over 6 GPUs x 2 tiles = 64 GiB per rank (ALCF, Aurora machine overview:
+# https://argonne-lcf.github.io/user-guides/aurora/hardware-overview/machine-overview).
+SITE_DEVICE_MEM_GIB=64
+# Flare is an HPE ClusterStor E1000 Lustre file system like Grand and Eagle, for which ALCF publishes an
+# aggregate 650 GB/s (https://alcf.anl.gov/alcf-resources/storage-and-networking); an assumed figure until ALCF
+# publishes Flare's own.
+SITE_FS_BW_GBPS=650
 SITE_LAUNCHER=pals
 SITE_LAUNCHER_FLAGS=(--genvall)
 # One rank per GPU tile, each on its own 8 cores, skipping the cores the OS uses (0 and 52 per socket).

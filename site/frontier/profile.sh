@@ -16,6 +16,12 @@ SITE_RANKS_PER_NODE=8
 # One rank per GCD: AMD Instinct MI250X, 383 TFLOPS BF16 per 2-GCD module (AMD's MI200 launch figures,
 # https://zexron.com/amd-mi250-x-aldebaran-as-mcm-with-up-to-479-teraflop-s-and-560-watt-tdp), so 191.5 per GCD.
 SITE_PEAK_TFLOPS=191.5
+# MI250X: 128 GB HBM2e = 64 GB per GCD, each GCD its own GPU and rank
+# (https://glennklockwood.com/garden/systems/frontier, after the Frontier user guide).
+SITE_DEVICE_MEM_GIB=64
+# Orion: files past 8 MB (checkpoints) land on its disk tier, peak write 4.6 TB/s (OLCF's Orion specs:
+# https://insidehpc.com/2021/05/olcf-releases-storage-specs-for-frontier-exascale/).
+SITE_FS_BW_GBPS=4600
 SITE_LAUNCHER=srun
 SITE_LAUNCHER_FLAGS=(--cpus-per-task=7 --gpus-per-task=1 --gpu-bind=closest)
 SITE_CPU_BIND=threads

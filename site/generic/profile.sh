@@ -15,6 +15,10 @@ SITE_GPUS_PER_NODE=0
 SITE_RANKS_PER_NODE=1
 # Unknown hardware: no MFU (set it to your device's peak dense bf16 TFLOPS to get one).
 SITE_PEAK_TFLOPS=""
+# Any host: device memory unknown, so `agpt check` skips the memory check.
+SITE_DEVICE_MEM_GIB=0
+# A local disk, roughly.
+SITE_FS_BW_GBPS=1
 SITE_LAUNCHER=hydra
 SITE_LAUNCHER_FLAGS=()
 SITE_CPU_BIND=""

@@ -17,6 +17,12 @@ SITE_RANKS_PER_NODE=4
 # NVIDIA A100 SXM4: 312 TFLOPS BF16 dense (NVIDIA A100 datasheet,
 # https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf).
 SITE_PEAK_TFLOPS=312
+# 1,536 GPU nodes with A100 40GB (256 more with 80GB: set 80 for `-C gpu&hbm80g`)
+# (NERSC, https://docs.nersc.gov/systems/perlmutter/architecture).
+SITE_DEVICE_MEM_GIB=40
+# All-flash Lustre scratch, "more than 5 terabytes/sec"
+# (https://webarchive.library.unt.edu/web/20201218030734/https://www.nersc.gov/systems/perlmutter).
+SITE_FS_BW_GBPS=5000
 SITE_LAUNCHER=srun
 SITE_LAUNCHER_FLAGS=(--cpus-per-task=32 --gpus-per-node=4)
 SITE_CPU_BIND=cores

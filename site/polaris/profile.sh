@@ -17,6 +17,12 @@ SITE_RANKS_PER_NODE=4
 # NVIDIA A100 SXM4: 312 TFLOPS BF16 dense (NVIDIA A100 datasheet,
 # https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf).
 SITE_PEAK_TFLOPS=312
+# NVIDIA A100 with 40 GiB HBM2 each (ALCF, Polaris machine overview:
+# https://docs.alcf.anl.gov/polaris/hardware-overview/machine-overview).
+SITE_DEVICE_MEM_GIB=40
+# Eagle and Grand: Lustre on HPE ClusterStor E1000, aggregate 650 GB/s
+# (https://alcf.anl.gov/alcf-resources/storage-and-networking).
+SITE_FS_BW_GBPS=650
 SITE_LAUNCHER=pals
 SITE_LAUNCHER_FLAGS=(--depth=8 --env OMP_NUM_THREADS=8)
 SITE_CPU_BIND=depth

@@ -17,6 +17,11 @@ SITE_RANKS_PER_NODE=12
 # presented at Hot Chips 34 (https://www.svethardware.cz/intel-ponte-vecchio-prekona-nvidii-a100-a-prinese-408-mb-l2-cache/58281),
 # so 419.5 per tile.
 SITE_PEAK_TFLOPS=419.5
+# Aurora's node (6 Max 1550 GPUs x 2 tiles, 768 GiB HBM2e): 64 GiB per rank
+# (https://argonne-lcf.github.io/user-guides/aurora/hardware-overview/machine-overview).
+SITE_DEVICE_MEM_GIB=64
+# Sunspot's test filesystem publishes no bandwidth; 100 GB/s is a conservative guess for a test rack.
+SITE_FS_BW_GBPS=100
 SITE_LAUNCHER=pals
 SITE_LAUNCHER_FLAGS=(--genvall)
 SITE_CPU_BIND="list:1-8:9-16:17-24:25-32:33-40:41-48:53-60:61-68:69-76:77-84:85-92:93-100"

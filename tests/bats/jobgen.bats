@@ -1,6 +1,7 @@
 #!/usr/bin/env bats
 # shellcheck disable=SC2016
-# agpt jobgen: the committed job scripts equal a fresh generation; every site value is marked; bad configs
+# agpt jobgen: the committed job scripts equal a fresh generation (`--no-check`: configs that only exercise the
+# job section, not meant to train); every site value is marked; bad configs
 # are exit 2 naming the field; a generated script runs end to end on this host (no scheduler).
 load helpers
 load joblib
@@ -81,7 +82,7 @@ conf() {  # conf NAME YAML-BODY: a config file holding only a job: section
 @test "without --portable the toolkit and config paths are embedded (a spool copy cannot find them)" {
   cd "$BATS_TEST_TMPDIR"
   printf 'model: {dim: 64}\njob: {walltime: "00:01:00", account: ""}\n' >tiny.yaml
-  run agpt jobgen --site polaris --scheduler pbs -o my.pbs tiny.yaml
+  run agpt jobgen --site polaris --scheduler pbs --no-check -o my.pbs tiny.yaml
   assert_success
   run cat my.pbs
   assert_line "export AGPT_HOME=\"\${AGPT_HOME:-$AGPT_ROOT}\""
@@ -90,23 +91,23 @@ conf() {  # conf NAME YAML-BODY: a config file holding only a job: section
   assert_line "#PBS -l walltime=00:01:00"
   refute_line --partial "#PBS -A"
   [[ -x my.pbs ]]
-  run agpt jobgen --site polaris --scheduler pbs tiny.yaml
+  run agpt jobgen --site polaris --scheduler pbs --no-check tiny.yaml
   assert_line --partial "# EDIT: this script's path"
 }
 
 @test "walltimes: D-HH:MM:SS for Slurm, hours past 24 for PBS; unquoted HH:MM:SS (not base 60); minutes" {
   c="$(conf long 'job: {nodes: 100, walltime: "1-12:00:00"}')"
-  run agpt jobgen --site frontier --scheduler slurm "$c"
+  run agpt jobgen --site frontier --scheduler slurm --no-check "$c"
   assert_line "#SBATCH --time=1-12:00:00"
   assert_line "#SBATCH --nodes=102"
   assert_line "#SBATCH --partition=batch"
-  run agpt jobgen --site aurora --scheduler pbs "$c"
+  run agpt jobgen --site aurora --scheduler pbs --no-check "$c"
   assert_line "#PBS -l walltime=36:00:00"
   c="$(conf unquoted 'job: {walltime: 06:00:00}')"
-  run agpt jobgen --site aurora --scheduler pbs "$c"
+  run agpt jobgen --site aurora --scheduler pbs --no-check "$c"
   assert_line "#PBS -l walltime=06:00:00"
   c="$(conf mins 'job: {walltime: 90, queue: debug, account: proj1, spares: 0, filesystems: home}')"
-  run agpt jobgen --site sunspot "$c"
+  run agpt jobgen --site sunspot --no-check "$c"
   assert_line "#PBS -l walltime=01:30:00"
   assert_line "#PBS -q debug"
   assert_line "#PBS -A proj1"
@@ -137,10 +138,10 @@ conf() {  # conf NAME YAML-BODY: a config file holding only a job: section
   c="$(conf nk 'job:
   nodes: 4
   spares: 2')"
-  run agpt jobgen --site generic --scheduler slurm "$c"
+  run agpt jobgen --site generic --scheduler slurm --no-check "$c"
   assert_success
   assert_line "#SBATCH --no-kill"
-  run agpt jobgen --site generic --scheduler pbs "$c"
+  run agpt jobgen --site generic --scheduler pbs --no-check "$c"
   refute_line --partial "no-kill"
 }
 

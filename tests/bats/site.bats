@@ -6,7 +6,7 @@ load helpers
   cd "$AGPT_ROOT"
   run agpt site check site/*/profile.sh
   assert_success
-  assert_line "site/aurora/profile.sh: ok (23 keys)"
+  assert_line "site/aurora/profile.sh: ok (25 keys)"
   refute_output --partial "agpt site check:"
 }
 

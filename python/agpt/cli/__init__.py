@@ -27,6 +27,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "agpt.cli.blend",
         "Blend token shards by corpus weights into a pinned, per-batch mixture index.",
     ),
+    "check": (
+        "agpt.cli.check",
+        "Check a config at its real size on a site before queueing: layout, batch, memory, data.",
+    ),
     "ckpt": (
         "agpt.cli.ckpt",
         "Export a checkpoint to Hugging Face, import one, inspect one, or size the save interval.",
@@ -45,6 +49,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Sweep the learning rate exponentially over a short run and plot loss vs LR.",
     ),
     "plot": ("agpt.cli.plot", "Plot a run's loss curve with its failures and recoveries marked (PNG)."),
+    "preflight": (
+        "stdlib:agpt.preflight",
+        "Check one host can train: launcher, device, collective backend, a small allreduce.",
+    ),
     "setup": ("bin", "Install the system packages and the pinned .venv this checkout needs."),
     "sim": (
         "agpt.cli.sim",

@@ -138,9 +138,12 @@ class OptimConfig:
 
 @dataclass(kw_only=True, slots=True)
 class DataConfig:
-    """Where samples come from: a blended data set directory, or a synthetic stream when `path` is empty."""
+    """Where samples come from: a blended data set directory, or, only when asked for by name with
+    `synthetic: true`, a synthetic stream (smoke and test runs); a `path` set on top (`--set data.path=...`
+    on a test config) wins.  The trainer refuses an empty `path` without `synthetic`."""
 
     path: str = ""
+    synthetic: bool = False  # with an empty `path`: generated tokens (loudly announced); a `path` wins
     seed: int = 0  # synthetic stream only
 
     def validate(self) -> None:

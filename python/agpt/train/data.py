@@ -71,9 +71,15 @@ class Blended:
         return tokens
 
 
-def make_source(path: str, vocab_size: int, seq_len: int, seed: int) -> Source:
+def make_source(path: str, vocab_size: int, seq_len: int, seed: int, synthetic: bool = True) -> Source:
+    """The blend at `path`; generated tokens only when `synthetic` says so (an empty path is no default)."""
     if path:
         return Blended(path, vocab_size, seq_len)
+    if not synthetic:
+        raise DataError(
+            "data.path: empty; set it to a blend made by `agpt blend` (or data.synthetic: true for a smoke "
+            "or test run on generated tokens)"
+        )
     return Synthetic(vocab_size, seq_len, seed)
 
 

@@ -89,7 +89,9 @@ class Trainer:
             # Ranks sharing a node's cores: oversubscribed OpenMP threads spin and slow everyone.
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, self.info.local_world_size)))
         tdist.init(self.info, backend, self.device_str, tc.dist_timeout_s)
-        self.source = tdata.make_source(cfg.data.path, cfg.model.vocab_size, tc.seq_len, cfg.data.seed)
+        self.source = tdata.make_source(
+            cfg.data.path, cfg.model.vocab_size, tc.seq_len, cfg.data.seed, cfg.data.synthetic
+        )
         self.model = self._build_model()
         self.optim = self._build_optim()
         self.step = 0
@@ -333,7 +335,8 @@ class Trainer:
             f"global batch {tc.global_batch} = {self.dp} dp ranks x micro {tc.micro_batch} x accum {self.accum}, "
             f"seq {tc.seq_len}, params {tc.param_dtype} over {tc.master_dtype} masters, "
             f"run dir {self.run_dir or '(none)'}"
-        )
+        ) + ("\nagpt: train: WARNING: SYNTHETIC DATA (data.synthetic: true): generated tokens, no real data; "
+             "this run trains nothing useful" if not self.cfg.data.path else "")  # fmt: skip
 
     # -- the loop -----------------------------------------------------------------------------------
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:

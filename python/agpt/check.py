@@ -1,0 +1,466 @@
+"""`agpt check`: will this config train at this size on this site?  Answered before the queue wait.
+
+Every number comes from the config, the site profile and the model built on torch's meta device (no
+memory is allocated, no GPU is needed), so the same check runs on a laptop, in `agpt jobgen` before it
+writes a job script, and in the job script itself before the first launch.  Each failed check is one
+line naming the file and the field, with a concrete fix.
+
+Memory model per device (FSDP2 full sharding over all ranks, optional tensor parallelism `parallel.tp`):
+- sharded state: parameters in `train.master_dtype`, their gradients, and AdamW's two moments, each
+  P / world_size elements;
+- working set: one block's parameters unsharded in `train.param_dtype` twice (current + prefetched) plus
+  its unsharded gradients in `train.reduce_dtype`, divided by tp;
+- activations per micro-batch, per token and layer, counted from the tensors the block keeps for backward
+  (`_act_per_token_layer`); with activation checkpointing only each block's input is kept, plus one block
+  recomputed at a time; the logits and their fp32 loss copy on top;
+- 10% of the device held back for the allocator, the collective library's buffers and the runtime.
+The estimate is meant to be right within tens of percent: enough to refuse a layout that cannot run and
+to name the knob that makes it run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shlex
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from agpt.errors import BadInput, ConfigError
+from agpt.train import config as tconfig
+
+GIB = 1024**3
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+HEADROOM = 0.10  # of device memory, for the allocator, collective buffers and the runtime
+
+
+@dataclass(kw_only=True, slots=True)
+class Row:
+    """One line of the table: a check's name, what was found, and whether it passed (None: info)."""
+
+    name: str
+    value: str
+    ok: bool | None = True
+
+
+@dataclass(kw_only=True, slots=True)
+class Report:
+    """The table and the failures (one line each, naming file and field, with a fix)."""
+
+    title: str
+    rows: list[Row] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+
+    def add(self, name: str, value: str, fail: str = "") -> None:
+        self.rows.append(Row(name=name, value=value, ok=not fail))
+        if fail:
+            self.failures.append(fail)
+
+    def info(self, name: str, value: str) -> None:
+        self.rows.append(Row(name=name, value=value, ok=None))
+
+    def table(self) -> str:
+        lines = [self.title]
+        for r in self.rows:
+            mark = {True: "ok  ", False: "FAIL", None: "    "}[r.ok]
+            lines.append(f"  {mark} {r.name:<11} {r.value}")
+        return "\n".join(lines)
+
+
+@dataclass(kw_only=True, slots=True)
+class SiteFacts:
+    """What the check needs from a site profile."""
+
+    name: str
+    ranks_per_node: int
+    device_mem_gib: float  # 0: unknown, memory not checked
+    fs_bw_gbps: float  # 0: unknown, save time not estimated
+    profile: str
+
+
+def _num(prof: Mapping[str, Any], key: str, path: str, default: float = 0.0) -> float:
+    raw = prof.get(key, "")
+    if raw in ("", None):
+        return default
+    try:
+        return float(str(raw))
+    except ValueError:
+        raise ConfigError(f"{path}: {key}: '{raw}' is not a number") from None
+
+
+def site_facts(name: str) -> SiteFacts:
+    """Ranks per node, device memory and filesystem bandwidth of a site (by name or profile path)."""
+    from agpt import site as site_mod
+
+    path = site_mod.profile_path(name)
+    prof = site_mod.resolve_profile(path)
+    shown = site_mod.display_path(path)
+    rpn = int(_num(prof, "SITE_RANKS_PER_NODE", shown, 1))
+    return SiteFacts(
+        name=path.parent.name,
+        ranks_per_node=max(rpn, 1),
+        device_mem_gib=_num(prof, "SITE_DEVICE_MEM_GIB", shown),
+        fs_bw_gbps=_num(prof, "SITE_FS_BW_GBPS", shown),
+        profile=shown,
+    )
+
+
+def load_yaml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: top level must be a mapping of sections")
+    return data
+
+
+def load_trainer_config(path: Path, raw: dict[str, Any], environ: Mapping[str, str]) -> tconfig.Config:
+    """The trainer's view of the config (YAML < AGPT_* env), validated.  A `parallel:` section is read
+    here (tensor parallelism) even by a trainer that does not know it yet."""
+    cfg = tconfig.Config()
+    body = {k: v for k, v in raw.items() if k != "parallel" or k in tconfig.SECTIONS}
+    tconfig._apply(cfg, body, str(path))
+    tconfig._apply(cfg, tconfig.env_overrides(environ), "environment")
+    try:
+        cfg.validate()
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    return cfg
+
+
+def tensor_parallel(raw: dict[str, Any], path: Path) -> int:
+    par = raw.get("parallel") or {}
+    if not isinstance(par, dict):
+        raise ConfigError(f"{path}: 'parallel' must be a mapping")
+    tp = par.get("tp", 1)
+    if not isinstance(tp, int) or isinstance(tp, bool) or tp < 1:
+        raise ConfigError(f"{path}: parallel.tp: must be a whole number >= 1 (got {tp!r})")
+    return tp
+
+
+def count_params(mc: tconfig.ModelConfig) -> tuple[int, int]:
+    """(total parameters, parameters of one block), from the model built on the meta device."""
+    import torch
+
+    from agpt.train.model import Transformer
+
+    with torch.device("meta"):
+        model = Transformer(mc)
+    total = sum(p.numel() for p in model.parameters())
+    block = sum(p.numel() for p in model.layers[0].parameters()) if mc.n_layers else 0
+    return total, block
+
+
+def _act_per_token_layer(mc: tconfig.ModelConfig, psize: int, tp: int) -> float:
+    """Bytes one block keeps for backward, per token: the tensors its autograd graph saves.
+
+    Attention: the fp32 RMSNorm input, the normed input, q, k, v, rotated q and k, k and v repeated to all
+    heads (grouped-query attention), the attention output.  Feed-forward: the fp32 norm input, the normed
+    input, w1 and w3 outputs, SiLU's output and the product fed to w2.  Compare Korthikanti et al. 2022,
+    "Reducing Activation Recomputation in Large Transformer Models" (https://arxiv.org/abs/2205.05198),
+    34·h bytes per token per layer for a GPT block with dropout and an MLP of 4h.
+    """
+    h, f = mc.dim, mc.hidden_dim
+    kv = mc.n_kv_heads * (mc.dim // mc.n_heads)
+    rep = 2 * h if mc.n_kv_heads != mc.n_heads else 0
+    attn = psize * (h + h + 2 * kv + h + kv + rep + h) / tp + 4 * h
+    mlp = psize * (h + 4 * f / tp) + 4 * h
+    return attn + mlp
+
+
+@dataclass(kw_only=True, slots=True)
+class Memory:
+    states: float  # bytes per device
+    working: float
+    act_ckpt: float  # activations at the given micro batch, checkpointing on
+    act_full: float  # ... off
+
+    def total(self, ckpt: bool) -> float:
+        return self.states + self.working + (self.act_ckpt if ckpt else self.act_full)
+
+
+def memory(cfg: tconfig.Config, total: int, block: int, world: int, tp: int, micro: int) -> Memory:
+    tc, mc = cfg.train, cfg.model
+    master, param, reduce = (DTYPE_BYTES[tc.master_dtype], DTYPE_BYTES[tc.param_dtype],
+                             DTYPE_BYTES[tc.reduce_dtype])  # fmt: skip
+    states = total / world * (master + master + 2 * master)
+    working = block / tp * (2 * param + reduce)
+    tokens = micro * tc.seq_len
+    per_layer = _act_per_token_layer(mc, param, tp) * tokens
+    logits = tokens * mc.vocab_size * (param + 4 + 4) / tp  # logits, fp32 copy for the loss, its gradient
+    embed_out = tokens * mc.dim * param
+    act_full = per_layer * mc.n_layers + logits + embed_out
+    act_ckpt = tokens * mc.dim * param * mc.n_layers + per_layer + logits + embed_out
+    return Memory(states=states, working=working, act_ckpt=act_ckpt, act_full=act_full)
+
+
+def _gib(x: float) -> str:
+    return f"{x / GIB:.1f}"
+
+
+def _human(n: float) -> str:
+    for unit, div in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(n) >= div:
+            return f"{n / div:.3g} {unit}"
+    return f"{n:g}"
+
+
+def batch_fix(
+    gb: int, micro: int, dp: int, rpn: int, tp: int, nodes: int, mc: tconfig.ModelConfig | None = None
+) -> str:
+    """Concrete ways out when global_batch is not a multiple of micro_batch × data-parallel ranks."""
+    unit = micro * dp
+    lo, hi = (gb // unit) * unit, (gb // unit + 1) * unit
+    opts = [str(x) for x in (lo, hi) if x > 0]
+    out = f"use train.global_batch {' or '.join(opts)}"
+    micros = [m for m in range(1, micro) if gb % (m * dp) == 0]
+    if micros:
+        out += f", or train.micro_batch {max(micros)}"
+    dp_per_node = rpn // tp if rpn % tp == 0 else 0
+    if dp_per_node:
+        fits = [n for n in range(1, 4 * nodes + 1) if gb % (micro * n * dp_per_node) == 0]
+        below = [n for n in fits if n < nodes]
+        above = [n for n in fits if n > nodes]
+        near = ([max(below)] if below else []) + ([min(above)] if above else [])
+        if near:
+            out += f", or run on {' or '.join(map(str, near))} nodes"
+        else:
+            out += f" (no node count of {rpn} ranks per node divides {gb})"
+    if mc is not None:
+        world = dp * tp
+        tps = [t for t in range(2, rpn + 1) if t != tp and rpn % t == 0 and world % t == 0
+               and mc.n_heads % t == 0 and mc.n_kv_heads % t == 0 and mc.hidden_dim % t == 0
+               and gb % (micro * (world // t)) == 0]  # fmt: skip
+        if tps:
+            out += f", or parallel.tp {' or '.join(map(str, tps[:2]))}"
+    return out
+
+
+def _data_checks(rep: Report, cfg: tconfig.Config, cfg_path: Path, raw: dict[str, Any], data: bool) -> None:
+    synthetic = cfg.data.synthetic
+    path = cfg.data.path
+    where = f"{cfg_path}: data.path"
+    if synthetic and not path:
+        rep.add("data", "SYNTHETIC tokens (data.synthetic: true): no real data is read")
+        return
+    if not path:
+        rep.add("data", "data.path is empty", f"{where}: empty; set it to a blend made by `agpt blend` "
+                "(or data.synthetic: true for a smoke or test run)")  # fmt: skip
+        return
+    if not data:
+        rep.info("data", f"{path}: not opened here (--no-data); the job checks it before launching")
+        return
+    from agpt.data import manifest as mf
+    from agpt.errors import DataError
+
+    try:
+        m = mf.load(path)
+    except DataError as exc:
+        rep.add("data", f"{path}: no readable manifest", f"{where}: {exc}")
+        return
+    mpath = Path(path) / mf.MANIFEST
+    vocab = (m.get("tokenizer") or {}).get("vocab_size")
+    seq = m.get("seq_len")
+    bad = []
+    if not isinstance(vocab, int) or vocab > cfg.model.vocab_size or cfg.model.vocab_size - vocab >= 128:
+        bad.append(f"{mpath}: tokenizer.vocab_size {vocab} does not match model.vocab_size "
+                   f"{cfg.model.vocab_size} of {cfg_path} (a blend made with another tokenizer)")  # fmt: skip
+    if seq != cfg.train.seq_len:
+        bad.append(f"{mpath}: seq_len {seq} differs from train.seq_len {cfg.train.seq_len} of {cfg_path}; "
+                   f"blend again with --seq-len {cfg.train.seq_len}")  # fmt: skip
+    value = f"{path}: {m.get('num_samples', '?')} samples, vocab {vocab}, seq {seq}"
+    if not bad:
+        rep.add("data", value)
+    for b in bad:
+        rep.add("data", value, b)
+
+
+def _run_dir_checks(rep: Report, run_dir: Path) -> None:
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe = run_dir / f".agpt-check.{os.getpid()}"
+        probe.write_text("ok\n")
+        probe.unlink()
+    except OSError as exc:
+        rep.add(
+            "run dir", str(run_dir), f"{run_dir}: not writable ({exc.strerror}); job.run_dir or AGPT_RUN_DIR"
+        )
+        return
+    ck = run_dir / "ckpt"
+    newest: tuple[int, dict[str, Any]] | None = None
+    bad = []
+    if ck.is_dir():
+        for d in sorted(ck.iterdir()):
+            if not d.name.startswith("step-") or not (d / ".complete").exists():
+                continue
+            try:
+                meta = json.loads((d / ".complete").read_text())
+                step = int(meta["step"])
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                bad.append(f"{d / '.complete'}: unreadable ({exc}); move that directory aside")
+                continue
+            if d.name != f"step-{step}":
+                bad.append(f"{d / '.complete'}: step {step} in a directory named {d.name}; move it aside")
+                continue
+            if newest is None or step > newest[0]:
+                newest = (step, meta)
+    value = f"{run_dir}: writable"
+    if newest is not None:
+        value += f"; resumes from step {newest[0]} (saved on {newest[1].get('world_size', '?')} ranks)"
+    else:
+        value += "; no checkpoint yet (starts at step 0)"
+    if not bad:
+        rep.add("run dir", value)
+    for b in bad:
+        rep.add("run dir", value, b)
+
+
+def check(
+    config: str | Path,
+    *,
+    site: str,
+    nodes: int | None = None,
+    ranks_per_node: int | None = None,
+    data: bool = True,
+    run_dir: str | Path | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Report:
+    """Run every check; raises BadInput for input that leaves nothing to check (unknown site, no nodes)."""
+    cfg_path = Path(config)
+    raw = load_yaml(cfg_path)
+    job = raw.get("job") or {}
+    if not isinstance(job, dict):
+        raise ConfigError(f"{cfg_path}: 'job' must be a mapping")
+    facts = site_facts(site)
+    for key in ("nodes", "ranks_per_node"):
+        v = job.get(key)
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+            raise ConfigError(f"{cfg_path}: job.{key}: must be a whole number > 0 (got {v!r})")
+    if nodes is None:
+        nodes = int(job.get("nodes") or 1)
+    if nodes <= 0:
+        raise BadInput(f"--nodes: must be at least 1 (got {nodes})")
+    rpn = ranks_per_node or int(job.get("ranks_per_node") or 0) or facts.ranks_per_node
+    if rpn <= 0:
+        raise BadInput(f"--ranks-per-node: must be at least 1 (got {rpn})")
+    world = nodes * rpn
+    command = job.get("command")
+    if command is not None:
+        words = shlex.split(command) if isinstance(command, str) else [str(w) for w in command]
+        if words[:2] != ["agpt", "train"]:
+            rep = Report(title=f"agpt check {cfg_path} on {facts.name}: {nodes} node(s) x {rpn} ranks")
+            rep.info("command", f"job.command runs {' '.join(words[:2])}, not the trainer: nothing to check")
+            return rep
+    rep = Report(title=f"agpt check {cfg_path} on {facts.name}: {nodes} node{'s' * (nodes != 1)} x {rpn} "
+                 f"ranks = {world} ranks")  # fmt: skip
+    cfg = load_trainer_config(cfg_path, raw, os.environ if environ is None else environ)
+    sections = ", ".join(s for s in raw if s != "job") or "no trainer section (defaults)"
+    rep.add("schema", f"{cfg_path}: {sections} valid")
+    tp = tensor_parallel(raw, cfg_path)
+    mc, tc = cfg.model, cfg.train
+
+    # Layout: world = data x tensor.
+    tp_bad = [f"{k} {v}" for k, v in (("model.n_heads", mc.n_heads), ("model.n_kv_heads", mc.n_kv_heads),
+              ("ffn width", mc.hidden_dim), ("ranks per node", rpn)) if v % tp]  # fmt: skip
+    if world % tp:
+        tp_bad.append(f"world size {world}")
+    dp = world // tp if world % tp == 0 else 0
+    layout = f"{world} ranks = {dp or '?'} data x {tp} tensor"
+    rep.add("layout", layout, f"{cfg_path}: parallel.tp: {tp} does not divide {', '.join(tp_bad)}; use a divisor "
+            f"of each" if tp_bad else "")  # fmt: skip
+    if tp_bad:
+        dp = max(world // tp, 1)
+
+    # Batch.
+    unit = tc.micro_batch * dp
+    accum = tc.global_batch / unit
+    bval = f"global {tc.global_batch} = {dp} data ranks x micro {tc.micro_batch} x accum {accum:.3g}"
+    fix = ""
+    if tc.global_batch % unit:
+        fix = (f"{cfg_path}: train.global_batch: {tc.global_batch} on {dp} data-parallel ranks x micro_batch "
+               f"{tc.micro_batch} is not a whole number of steps: "
+               f"{batch_fix(tc.global_batch, tc.micro_batch, dp, rpn, tp, nodes, mc)}")  # fmt: skip
+    rep.add("batch", bval, fix)
+
+    # The python environment, then the model built on the meta device.
+    try:
+        import torch
+
+        rep.add("python", f"{sys.executable} (torch {torch.__version__})")
+    except ImportError as exc:
+        rep.add("python", sys.executable, f"python env: {sys.executable} cannot import torch ({exc}); load the "
+                "site's modules and venv (env_setup) or run `agpt setup`")  # fmt: skip
+        return rep
+    total, block = count_params(mc)
+    rep.add("model", f"{_human(total)} parameters (meta device), {mc.n_layers} layers, dim {mc.dim}, "
+            f"GQA {mc.n_heads}/{mc.n_kv_heads}")  # fmt: skip
+    mem = memory(cfg, total, block, world, tp, tc.micro_batch)
+    ckpt_on = tc.activation_checkpointing
+    need = mem.total(ckpt_on)
+    split = (f"state {_gib(mem.states)} + working {_gib(mem.working)} + act {_gib(mem.act_ckpt)} ckpt on / "
+             f"{_gib(mem.act_full)} off")  # fmt: skip
+    if facts.device_mem_gib <= 0:
+        rep.info("memory", f"{_gib(need)} GiB per device ({split}); {facts.profile} sets no device memory")
+    else:
+        usable = facts.device_mem_gib * GIB * (1 - HEADROOM)
+        value = f"{_gib(need)} of {facts.device_mem_gib:g} GiB per device ({split})"
+        fix = ""
+        if need > usable:
+            least = memory(cfg, total, block, world, tp, 1).total(True)
+            if least > usable:
+                short = least - usable
+                per_rank_state = mem.states * world
+                room = usable - (least - mem.states)
+                more = (
+                    f"; {math.ceil(per_rank_state / room / rpn)} nodes would hold the sharded state"
+                    if room > 0
+                    else "; even one block's working set does not fit: use tensor parallelism"
+                )
+                fix = (f"{cfg_path}: model: cannot fit in {facts.device_mem_gib:g} GiB ({facts.profile}: "
+                       f"SITE_DEVICE_MEM_GIB) at any batch: {_gib(least)} GiB per device at micro_batch 1 with "
+                       f"activation checkpointing, short by {_gib(short)} GiB{more}")  # fmt: skip
+            else:
+                opts = []
+                if not ckpt_on and mem.total(True) <= usable:
+                    opts.append("train.activation_checkpointing: true")
+                fitting = [m for m in range(1, tc.micro_batch) if tc.global_batch % (m * dp) == 0 and
+                           memory(cfg, total, block, world, tp, m).total(ckpt_on) <= usable]  # fmt: skip
+                if fitting:
+                    opts.append(f"train.micro_batch: {max(fitting)}")
+                if not opts:
+                    opts.append("train.activation_checkpointing: true and train.micro_batch: 1")
+                fix = (f"{cfg_path}: train.micro_batch: {tc.micro_batch} needs {_gib(need)} GiB per device, "
+                       f"{facts.device_mem_gib:g} GiB minus {HEADROOM:.0%} headroom available: set "
+                       f"{' or '.join(opts)}")  # fmt: skip
+        rep.add("memory", value, fix)
+
+    # Checkpoint: model + AdamW moments in the master dtype.
+    ck_bytes = total * DTYPE_BYTES[tc.master_dtype] * 3
+    if facts.fs_bw_gbps > 0:
+        secs = ck_bytes / (facts.fs_bw_gbps * 1e9)
+        rep.info("checkpoint", f"{ck_bytes / 1e9:.4g} GB; >= {secs:.3g} s to write at the published {facts.fs_bw_gbps:g} GB/s "
+                 f"(SITE_FS_BW_GBPS), every {cfg.checkpoint.interval} steps")  # fmt: skip
+    else:
+        rep.info("checkpoint", f"{ck_bytes / 1e9:.4g} GB every {cfg.checkpoint.interval} steps")
+
+    # Tokens.
+    per_step = tc.global_batch * tc.seq_len
+    budget = per_step * tc.steps
+    rep.info("tokens", f"{_human(per_step)} per step; {_human(budget)} in {tc.steps} steps "
+             f"({budget / max(total, 1):.3g} per parameter)")  # fmt: skip
+
+    _data_checks(rep, cfg, cfg_path, raw, data)
+    if run_dir is not None:
+        _run_dir_checks(rep, Path(run_dir))
+    return rep

@@ -1,0 +1,140 @@
+"""`agpt preflight HOST`: can HOST train?  Start its ranks with the site's launcher, bring up each rank's
+device and collective backend, run a small allreduce; seconds per host, before the first attempt.
+
+A node that is up for the scheduler can still be unable to train: a GPU missing or stuck, a driver or
+fabric library that fails to initialise, a broken network interface.  Found at the first attempt, such a
+node costs an attempt (a startup timeout, a relaunch); found here, it costs seconds.  The failover loop
+runs `FAILOVER_PREFLIGHT='agpt preflight {host}'` on every host, spares included, and evicts the hosts
+where it fails into hosts/bad with the failing line as evidence (`agpt failover hosts preflight`).
+
+Two modes:
+- `agpt preflight HOST`: the host check (standard library only: it runs in the recovery path).  Writes a
+  one-host host file, runs `agpt launch PROGRAM` on it (ranks per node, launcher and flags from the site
+  profile and LAUNCH_*), and ends with one summary line: `preflight: HOST ok (N ranks)` or
+  `preflight: HOST FAILED (rc R): <the first failing rank's line>`.
+- `python -m agpt.preflight --rank`: what each rank runs (torch imported here only).
+
+Settings: AGPT_PREFLIGHT_PROGRAM (the per-rank program, shell words; default
+`$AGPT_PYTHON -m agpt.preflight --rank`: a site can put its own burn-in test here), AGPT_PREFLIGHT_DEVICE
+(auto | cpu | cuda | xpu ...; default: the config's train.device rule, auto), AGPT_PREFLIGHT_INIT_TIMEOUT_S
+(backend initialisation and allreduce timeout, default 60).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+ELEMENTS = 1 << 16  # 256 KiB of fp32: small, but past the inline/eager thresholds of most collectives
+
+
+def rank_check() -> int:
+    """One rank: device, process group, allreduce of (rank + 1) checked against the closed form."""
+    host = socket.gethostname()
+    rank = "?"
+    try:
+        from agpt.train import dist as tdist
+
+        info = tdist.detect()
+        rank = f"{info.rank}/{info.world_size}"
+        device, backend = tdist.pick_device(os.environ.get("AGPT_PREFLIGHT_DEVICE", "auto"), info.local_rank)
+        t0 = time.monotonic()
+        tdist.init(info, backend, device, int(os.environ.get("AGPT_PREFLIGHT_INIT_TIMEOUT_S", "60")))
+        import torch
+        import torch.distributed as dist
+
+        x = torch.full((ELEMENTS,), float(info.rank + 1), device=device)
+        dist.all_reduce(x)
+        want = info.world_size * (info.world_size + 1) / 2
+        got = float(x[0].item())
+        ms = (time.monotonic() - t0) * 1000
+        if got != want or float(x[-1].item()) != want:
+            print(
+                f"preflight: rank {rank} on {host} FAILED: allreduce gave {got}, expected {want}", flush=True
+            )
+            tdist.finish()
+            os._exit(1)
+        print(f"preflight: rank {rank} on {host} ok: {device} {backend}, allreduce {ms:.0f} ms", flush=True)
+        tdist.finish()
+    except Exception as exc:  # any failure here is the evidence: one line, then a non-zero exit
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        print(f"preflight: rank {rank} on {host} FAILED: {type(exc).__name__}: {first}"[:400], flush=True)
+        os._exit(1)
+    os._exit(0)
+
+
+def program() -> list[str]:
+    raw = os.environ.get("AGPT_PREFLIGHT_PROGRAM", "")
+    if raw.strip():
+        return shlex.split(raw)
+    py = os.environ.get("AGPT_PYTHON") or sys.executable
+    return [py, "-m", "agpt.preflight", "--rank"]
+
+
+def host_check(host: str, *, timeout: float = 0.0) -> int:
+    """Launch the per-rank program on HOST alone; print its output and a one-line verdict last."""
+    launch = str(ROOT / "bin" / "agpt-launch")
+    with tempfile.TemporaryDirectory(prefix="agpt-preflight.") as tmp:
+        hostfile = Path(tmp) / "host"
+        hostfile.write_text(host + "\n")
+        env = dict(os.environ, FAILOVER_HOSTFILE=str(hostfile))
+        env["PYTHONPATH"] = str(ROOT / "python") + (
+            os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
+        )
+        try:
+            p = subprocess.run(
+                [launch, *program()],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                timeout=timeout or None,
+            )
+            out, rc = p.stdout.decode(errors="replace"), p.returncode
+        except subprocess.TimeoutExpired as exc:
+            out = (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else ""
+            rc = 124
+    lines = out.splitlines()
+    for line in lines:
+        print(line)
+    oks = sum(1 for ln in lines if "preflight: rank" in ln and " ok: " in ln)
+    failed = [ln for ln in lines if "FAILED" in ln]
+    if rc == 0 and not failed:
+        print(f"preflight: {host} ok ({oks} rank{'s' * (oks != 1)})", flush=True)
+        return 0
+    why = failed[0] if failed else (lines[-1] if lines else "no output")
+    if rc == 124:
+        why = f"timed out after {timeout:g} s; last: {why}"
+    print(f"preflight: {host} FAILED (rc {rc}): {why.strip()}"[:500], flush=True)
+    return rc or 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="agpt preflight",
+        description="Start HOST's ranks with the site launcher, initialise each rank's device and collective "
+        "backend, run a small allreduce. Exit 0 when every rank passed; else non-zero with the failing "
+        "line last.",
+    )
+    ap.add_argument("host", nargs="?", help="the host to check")
+    ap.add_argument("--rank", action="store_true", help="run as one rank (what the launcher starts)")
+    ap.add_argument("--timeout", type=float, default=0.0, help="seconds for the whole host check (0: none)")
+    args = ap.parse_args(argv)
+    if args.rank:
+        return rank_check()
+    if not args.host:
+        print("agpt preflight: HOST is required (or --rank)", file=sys.stderr)
+        return 2
+    return host_check(args.host, timeout=args.timeout)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

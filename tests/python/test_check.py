@@ -1,0 +1,257 @@
+"""`agpt check`: every committed job script can train at the size its own launch line implies; a config
+that cannot is refused with the fix; bad input is one line and exit 2."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import ROOT, agpt_env
+
+AGPT = str(ROOT / "bin" / "agpt")
+SCRIPTS = sorted([*ROOT.glob("jobs/*.pbs"), *ROOT.glob("jobs/*.slurm")])
+
+
+def run(*args: str, cwd: Path = ROOT, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [AGPT, *args], cwd=cwd, env=agpt_env(env), capture_output=True, text=True, timeout=300
+    )
+
+
+def _export(text: str, name: str) -> str | None:
+    m = re.search(rf"^export {name}=(.*?)(?:\s+#.*)?$", text, re.M)
+    return shlex.split(m.group(1))[0] if m else None
+
+
+def launch_size(script: Path, tmp: Path) -> tuple[int, int, str, str]:
+    """(ranks, ranks per node, site, config) as the script's own launch line would start them.
+
+    The allocation comes from the script's directive (`#PBS -l select=N`, `#SBATCH --nodes=N`) less its
+    FAILOVER_SPARES; the launch line (`failover_run agpt launch PROGRAM...`) is then built by the real
+    `agpt launch --dry-run` on that many hosts, with the script's own AGPT_SITE and LAUNCH_* exports, and
+    the rank count is read from the launcher's command line."""
+    text = script.read_text()
+    m = re.search(r"^#PBS -l select=(\d+)", text, re.M) or re.search(r"^#SBATCH --nodes=(\d+)", text, re.M)
+    assert m, f"{script}: no node directive"
+    total = int(m.group(1))
+    spares = int(_export(text, "FAILOVER_SPARES") or 0)
+    site, config = _export(text, "AGPT_SITE"), _export(text, "AGPT_CONFIG")
+    assert site and config, f"{script}: no AGPT_SITE/AGPT_CONFIG"
+    line = re.search(r"^\s*failover_run agpt launch (.*?) \|\| rc=\$\?$", text, re.M)
+    assert line, f"{script}: no `failover_run agpt launch` line"
+    program = [w.replace("$AGPT_CONFIG", config) for w in shlex.split(line.group(1))]
+    hostfile = tmp / f"{script.name}.hosts"
+    hostfile.write_text("".join(f"node{i:04d}\n" for i in range(total - spares)))
+    env = {"AGPT_SITE": site, "FAILOVER_HOSTFILE": str(hostfile)}
+    for name in ("LAUNCH_PPN", "LAUNCH_LAUNCHER"):
+        if (v := _export(text, name)) is not None:
+            env[name] = v
+    r = run("launch", "--dry-run", *program, env=env)
+    assert r.returncode == 0, r.stderr
+    words = shlex.split(r.stdout.strip().splitlines()[-1])
+    ranks = ppn = 0
+    for i, w in enumerate(words):
+        if w in ("-n", "-np"):
+            ranks = int(words[i + 1])
+        elif w in ("--ppn", "-ppn"):
+            ppn = int(words[i + 1])
+        elif w.startswith("--ntasks-per-node="):
+            ppn = int(w.split("=", 1)[1])
+        elif w.startswith("ppr:"):
+            ppn = int(w.split(":")[1])
+    assert ranks and ppn, r.stdout
+    return ranks, ppn, site, config
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
+def test_every_committed_job_script_can_train_at_its_launch_size(script: Path, tmp_path: Path) -> None:
+    ranks, ppn, site, config = launch_size(script, tmp_path)
+    r = run(
+        "check",
+        config,
+        "--site",
+        site,
+        "--nodes",
+        str(ranks // ppn),
+        "--ranks-per-node",
+        str(ppn),
+        "--no-data",
+    )
+    assert r.returncode == 0, f"{script.name} ({ranks} ranks): {r.stderr}"
+    assert f"= {ranks} ranks" in r.stdout
+
+
+def test_the_committed_scripts_cover_every_production_config_at_scale() -> None:
+    names = {p.name for p in SCRIPTS}
+    assert {"agpt_2b.pbs", "agpt_20b.pbs", "agpt_80b.pbs", "agpt_20b.slurm", "agpt_80b.slurm"} <= names
+
+
+def _broken_20b(tmp: Path) -> Path:
+    """The 20B config as first shipped: global batch 1024 for 384 ranks, no data path."""
+    cfg = yaml.safe_load((ROOT / "jobs/configs/20b.yaml").read_text())
+    cfg["train"]["global_batch"] = 1024
+    cfg["data"] = {"path": ""}
+    out = tmp / "20b.yaml"
+    out.write_text(yaml.safe_dump(cfg))
+    return out
+
+
+def test_a_script_generated_from_a_broken_config_fails_the_committed_scripts_check(tmp_path: Path) -> None:
+    cfg = _broken_20b(tmp_path)
+    script = tmp_path / "agpt_20b.pbs"
+    r = run("jobgen", "--site", "aurora", "--scheduler", "pbs", "--no-check", "-o", str(script), str(cfg))
+    assert r.returncode == 0, r.stderr
+    ranks, ppn, site, config = launch_size(script, tmp_path)
+    assert (ranks, ppn) == (384, 12)
+    r = run(
+        "check",
+        config,
+        "--site",
+        site,
+        "--nodes",
+        str(ranks // ppn),
+        "--ranks-per-node",
+        str(ppn),
+        "--no-data",
+    )
+    assert r.returncode == 2
+    assert f"{cfg}: train.global_batch: 1024 on 384 data-parallel ranks" in r.stderr
+    assert "use train.global_batch 768 or 1152" in r.stderr
+    assert f"{cfg}: data.path: empty" in r.stderr
+
+
+def test_jobgen_refuses_the_first_20b_aurora_config_with_the_fix(tmp_path: Path) -> None:
+    cfg = _broken_20b(tmp_path)
+    out = tmp_path / "job.pbs"
+    r = run("jobgen", "--site", "aurora", "--scheduler", "pbs", "-o", str(out), str(cfg))
+    assert r.returncode == 2
+    assert "global 1024 = 384 data ranks" in r.stderr  # the table, on stderr
+    assert "use train.global_batch 768 or 1152" in r.stderr
+    assert "not writing a job script" in r.stderr
+    assert not out.exists()
+
+
+def test_the_table_fits_one_screen_and_names_every_figure() -> None:
+    r = run("check", "jobs/configs/80b.yaml", "--site", "aurora", "--no-data")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) <= 24 and max(map(len, lines)) <= 160
+    assert lines[0] == "agpt check jobs/configs/80b.yaml on aurora: 256 nodes x 12 ranks = 3072 ranks"
+    text = r.stdout
+    for want in ("3072 ranks = 3072 data x 1 tensor", "79.2 B parameters (meta device)", "of 64 GiB per device",
+                 "GB/s (SITE_FS_BW_GBPS)", "12.6 M per step", "not opened here"):  # fmt: skip
+        assert want in text, want
+
+
+def _one_error(r: subprocess.CompletedProcess[str]) -> str:
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1, r.stderr
+    return lines[0]
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    assert "unknown site 'atlantis'" in _one_error(run("check", "jobs/configs/2b.yaml", "--site", "atlantis"))
+    assert "--nodes: must be at least 1 (got 0)" in _one_error(
+        run("check", "jobs/configs/2b.yaml", "--site", "aurora", "--nodes", "0")
+    )
+    line = _one_error(run("check", "jobs/configs/80b.yaml", "--site", "aurora", "--nodes", "1", "--no-data"))
+    assert line.startswith("agpt check: jobs/configs/80b.yaml: model: cannot fit in 64 GiB")
+    assert (
+        "SITE_DEVICE_MEM_GIB" in line and "at any batch" in line and re.search(r"short by [0-9.]+ GiB", line)
+    )
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: {dim: 64, n_heads: 4, n_kv_heads: 2}\ntrain: {micro_batch: 3, global_batch: 8}\n")
+    assert "train.micro_batch: 3 does not divide train.global_batch 8" in _one_error(
+        run("check", str(bad), "--site", "generic")
+    )
+
+
+def test_a_manifest_from_another_tokenizer_is_refused_naming_file_and_field(tmp_path: Path) -> None:
+    blend = tmp_path / "blend"
+    blend.mkdir()
+    (blend / "manifest.json").write_text(
+        json.dumps(
+            {"format": "agpt-blend-1", "tokenizer": {"vocab_size": 50257}, "seq_len": 64, "num_samples": 9}
+        )
+    )
+    cfg = yaml.safe_load((ROOT / "jobs/configs/tiny.yaml").read_text())
+    cfg["data"] = {"path": str(blend)}
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    line = _one_error(run("check", str(path), "--site", "generic"))
+    assert f"{blend}/manifest.json: tokenizer.vocab_size 50257 does not match model.vocab_size 512" in line
+    (blend / "manifest.json").write_text(
+        json.dumps(
+            {"format": "agpt-blend-1", "tokenizer": {"vocab_size": 512}, "seq_len": 64, "num_samples": 9}
+        )
+    )
+    r = run("check", str(path), "--site", "generic")
+    assert r.returncode == 0, r.stderr
+    assert "9 samples, vocab 512, seq 64" in r.stdout
+    r = run("check", str(tmp_path / "nope.yaml"), "--site", "generic")
+    assert "nope.yaml: cannot read" in _one_error(r)
+
+
+def test_the_run_directory_is_checked_writable_and_its_checkpoints_readable(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    (run_dir / "ckpt" / "step-20").mkdir(parents=True)
+    (run_dir / "ckpt" / "step-20" / ".complete").write_text('{"step": 20, "time": 1, "world_size": 2}')
+    r = run("check", "jobs/configs/tiny.yaml", "--site", "generic", "--run-dir", str(run_dir))
+    assert r.returncode == 0, r.stderr
+    assert "resumes from step 20 (saved on 2 ranks)" in r.stdout
+    assert "SYNTHETIC tokens" in r.stdout
+    (run_dir / "ckpt" / "step-30").mkdir()
+    (run_dir / "ckpt" / "step-30" / ".complete").write_text("{not json")
+    line = _one_error(run("check", "jobs/configs/tiny.yaml", "--site", "generic", "--run-dir", str(run_dir)))
+    assert "step-30/.complete: unreadable" in line
+
+
+def test_tensor_parallel_layout_is_checked_when_the_config_asks_for_it(tmp_path: Path) -> None:
+    cfg = yaml.safe_load((ROOT / "jobs/configs/80b.yaml").read_text())
+    cfg["parallel"] = {"tp": 4}
+    cfg["train"]["global_batch"] = 768
+    path = tmp_path / "80b.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    r = run("check", str(path), "--site", "aurora", "--no-data")
+    assert r.returncode == 0, r.stderr
+    assert "3072 ranks = 768 data x 4 tensor" in r.stdout
+    cfg["parallel"] = {"tp": 5}
+    path.write_text(yaml.safe_dump(cfg))
+    r = run("check", str(path), "--site", "aurora", "--no-data")
+    assert r.returncode == 2
+    assert "parallel.tp: 5 does not divide model.n_heads 64, model.n_kv_heads 8" in r.stderr
+
+
+def test_the_trainer_refuses_an_empty_data_path_unless_synthetic_is_asked_for() -> None:
+    from agpt.errors import DataError
+    from agpt.train import data as tdata
+
+    with pytest.raises(DataError, match=r"data\.path: empty"):
+        tdata.make_source("", 512, 64, 0, synthetic=False)
+    assert isinstance(tdata.make_source("", 512, 64, 0, synthetic=True), tdata.Synthetic)
+
+
+def test_a_generated_job_script_refuses_missing_data_in_seconds_before_any_launch(tmp_path: Path) -> None:
+    cfg = yaml.safe_load((ROOT / "jobs/configs/tiny.yaml").read_text())
+    cfg["data"] = {"path": str(tmp_path / "no-such-blend")}
+    cfg["job"].update({"run_dir": str(tmp_path / "run"), "launcher": "hydra"})
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    script = tmp_path / "job.sh"
+    r = run("jobgen", "--site", "generic", "--scheduler", "slurm", "-o", str(script), str(path))
+    assert r.returncode == 0, r.stderr  # jobgen does not open the data: it lives on the site
+    env = agpt_env()
+    for k in ("SLURM_JOB_ID", "PBS_JOBID", "SCHED_KIND"):
+        env.pop(k, None)
+    p = subprocess.run(
+        ["bash", str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert f"{path}: data.path: {tmp_path}/no-such-blend/manifest.json: missing" in p.stderr
+    assert not list((tmp_path / "run" / "attempts").glob("*.log"))  # nothing was launched
