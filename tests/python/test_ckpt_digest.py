@@ -26,7 +26,9 @@ def straight(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     return run, r.stdout
 
 
-def test_complete_pins_a_digest_of_every_file_and_keeps_its_contract_fields(straight: tuple[Path, str]) -> None:
+def test_complete_pins_a_digest_of_every_file_and_keeps_its_contract_fields(
+    straight: tuple[Path, str],
+) -> None:
     run, _ = straight
     d = run / "ckpt/step-20"
     rec = json.loads((d / ".complete").read_text())
@@ -58,7 +60,7 @@ def test_a_same_size_change_falls_back_with_a_warning_naming_the_file(
 def test_a_garbage_marker_resumes_from_its_step_and_is_never_pruned(
     straight: tuple[Path, str], tmp_path: Path
 ) -> None:
-    src, ref = straight
+    src, _ = straight
     run = tmp_path / "run"
     copy_ckpt(src, run, 20)
     marker = run / "ckpt/step-20/.complete"
