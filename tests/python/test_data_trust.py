@@ -99,7 +99,7 @@ def test_an_output_that_is_a_regular_file_is_one_line(
 
 
 def test_verify_full_catches_a_same_size_change_in_a_bin(corpus: tuple[Path, Path], tmp_path: Path) -> None:
-    tok, blend = corpus
+    _, blend = corpus
     manifest = json.loads((blend / "manifest.json").read_text())
     assert all(len(f["bin_sha256"]) == 64 for f in manifest["files"])
     r = run_agpt("data", "verify", str(blend))
