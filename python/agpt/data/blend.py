@@ -116,6 +116,14 @@ def parse_file_list(path: str | Path) -> list[Entry]:
         entries.append(Entry(weight=weight, prefix=prefix_s, corpus=parts[2], line=n))
     if not entries:
         raise BadInput(f"--file-list {p}: no entries")
+    try:
+        total = math.fsum(e.weight for e in entries)
+    except OverflowError:
+        total = math.inf
+    if not math.isfinite(total):
+        raise BadInput(f"--file-list {p}: the weights sum to more than a float holds; scale them down")
+    if total / max(e.weight for e in entries) == 0.0 or not all(e.weight / total > 0 for e in entries):
+        raise BadInput(f"--file-list {p}: weights span too wide a range (one is 0 next to the total)")
     return entries
 
 
