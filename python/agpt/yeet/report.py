@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import socket
 import statistics
 from collections.abc import Sequence
@@ -17,7 +18,10 @@ from pathlib import Path
 from agpt.errors import BadInput
 from agpt.yeet.node import NodeResult
 
-DETAIL_MAX = 64  # above this many nodes, report a summary and the slowest, not every node
+DETAIL_MAX = 64
+HOST_RE = re.compile(
+    r"[A-Za-z0-9_][A-Za-z0-9._-]*"
+)  # above this many nodes, report a summary and the slowest, not every node
 
 
 def node_name() -> str:
@@ -28,15 +32,23 @@ def node_name() -> str:
 def read_hostfile(path: Path) -> list[str]:
     """Hosts, one per line (a `host slots=N` or `host:N` tail is ignored), de-duplicated, in order."""
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise BadInput(f"--hostfile {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise BadInput(f"--hostfile {path}: not UTF-8 text (byte {exc.start})") from None
     hosts: list[str] = []
-    for line in text.splitlines():
+    for n, line in enumerate(text.splitlines(), 1):
         word = line.split("#", 1)[0].split()
         if not word:
             continue
         host = word[0].split(":", 1)[0]
+        # A host becomes an ssh argument: a name like `-oProxyCommand=...` would be an option, so only
+        # host-name characters are accepted.
+        if not HOST_RE.fullmatch(host):
+            raise BadInput(
+                f"--hostfile {path}:{n}: {host[:40]!a} is not a host name (letters, digits, '.', '_', '-')"
+            )
         if host not in hosts:
             hosts.append(host)
     if not hosts:
