@@ -122,7 +122,7 @@ def profile_path(name_or_path: str) -> Path:
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _UNQUOTED_STOP = set(" \t\n")
 _META = set(";&|<>()")
-_GLOB = set("*?[")
+_GLOB = set("*?[{")  # in an array, unquoted: file-name and brace expansion
 
 Part = tuple[
     str, str, "list[Part] | None", bool
@@ -153,14 +153,16 @@ class _Lexer:
     def refuse(self, msg: str) -> _Refused:
         return _Refused(msg, self.line)
 
-    def dollar(self, in_default: bool = False) -> Part:
-        """At `$`: the expansion, or refuse one that could run something."""
+    def dollar(self, in_default: bool = False, dq: bool = False) -> Part:
+        """At `$`: the expansion, or refuse one that could run something (DQ: inside "...")."""
         nxt = self.peek(1)
         if nxt == "(":
             what = "arithmetic $((...))" if self.peek(2) == "(" else "command substitution $(...)"
             raise self.refuse(f"{what} is not allowed (profiles are data; commands belong in hooks/)")
-        if nxt == "'":
+        if nxt == "'" and not dq:
             raise self.refuse("$'...' quoting is not allowed; use '...' or \"...\"")
+        if nxt == '"' and not dq:
+            raise self.refuse('$"..." (locale) quoting is not allowed; use "..."')
         if nxt == "{":
             self.i += 2
             m = _NAME.match(self.s, self.i)
@@ -179,7 +181,7 @@ class _Lexer:
                     f"${{{name}...}}: only ${{NAME}}, ${{NAME:-default}} and ${{NAME-default}} are allowed"
                 )
             self.i += 1
-            default = self.word_parts(stop="}", quoted=False, in_default=True)
+            default = self.word_parts(stop="}", quoted=False, in_default=True, dq=dq)
             if self.peek() != "}":
                 raise self.refuse(f"${{{name}...}} is not closed with '}}'")
             self.i += 1
@@ -221,7 +223,7 @@ class _Lexer:
                 if buf:
                     parts.append(("lit", buf, None, False))
                     buf = ""
-                parts.append(self.dollar(in_default))
+                parts.append(self.dollar(in_default, dq=True))
                 continue
             if in_default and ch == "}":
                 raise self.refuse('"..." inside ${NAME:-...} must close before the }')
@@ -232,9 +234,10 @@ class _Lexer:
         return parts
 
     def word_parts(
-        self, *, stop: str, quoted: bool, in_default: bool = False, array: bool = False
+        self, *, stop: str, quoted: bool, in_default: bool = False, array: bool = False, dq: bool = False
     ) -> list[Part]:
-        """One word: parts until unquoted whitespace (or STOP)."""
+        """One word: parts until unquoted whitespace (or STOP).  DQ: a default inside "...", where Bash
+        reads quotes and backslashes differently: they are refused there rather than guessed."""
         parts: list[Part] = []
         buf = ""
         start = self.i
@@ -249,6 +252,8 @@ class _Lexer:
             ch = self.peek()
             if ch == "" or ch in stop or (not in_default and ch in _UNQUOTED_STOP):
                 break
+            if dq and ch in "'\"\\~":
+                raise self.refuse(f'{ch} inside "${{NAME:-...}}" is not allowed; write the default plainly')
             if ch == "'":
                 end = self.s.find("'", self.i + 1)
                 if end < 0:
@@ -281,15 +286,17 @@ class _Lexer:
                 raise self.refuse(
                     f"unquoted '{ch}' is not allowed in a value (quote it; commands belong in hooks/)"
                 )
-            elif ch == "~" and self.i == start and not in_default:
+            elif ch == "~":
                 nxt = self.peek(1)
+                if self.i != start or in_default:
+                    raise self.refuse("unquoted '~' here is not allowed; quote it or write ${HOME}")
                 if nxt not in ("", "/", " ", "\t", "\n", ")"):
                     raise self.refuse("~user is not allowed; write the path or ${HOME}")
                 flush()
                 parts.append(("var", "HOME", None, False))
                 self.i += 1
             elif array and ch in _GLOB:
-                raise self.refuse(f"unquoted '{ch}' in an array would match file names; quote it")
+                raise self.refuse(f"unquoted '{ch}' in an array would expand (file names, braces); quote it")
             else:
                 buf += ch
                 self.i += 1
@@ -466,9 +473,10 @@ def check_profile(path: Path) -> Profile:
         if key not in prof.entries:
             prof.errors.append(f"{path}: missing key {key} ({KEYS[key][1]})")
     _check_values(prof)
-    syntax = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
+    syntax = subprocess.run(["bash", "-n", str(path)], capture_output=True)
     if syntax.returncode != 0:
-        prof.errors.append(f"{path}: bash syntax: {syntax.stderr.strip().splitlines()[-1]}")
+        lines = syntax.stderr.decode("utf-8", "replace").strip().splitlines() or ["(no message)"]
+        prof.errors.append(f"{path}: bash syntax: {lines[-1]}")
     return prof
 
 
