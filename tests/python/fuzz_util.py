@@ -8,6 +8,7 @@ one line.  What may not: any other exception (a traceback for the user), or a pa
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -19,9 +20,13 @@ from agpt.errors import AgptError
 T = TypeVar("T")
 
 # Modest budgets: the whole fuzz suite stays well under a minute on a loaded 2-core machine.
-FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+# AGPT_FUZZ_EXAMPLES=N raises them for a deeper search (the slow properties get N/2.4).
+_N = int(os.environ.get("AGPT_FUZZ_EXAMPLES") or 60)
+FUZZ = settings(max_examples=_N, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 FUZZ_SLOW = settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=max(1, int(_N / 2.4)),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 
 EXTREME_NUMBERS = st.one_of(
