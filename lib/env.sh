@@ -95,7 +95,8 @@ env_site_detect() {
 
 # Usage: env_site_load [NAME]
 # Globals written: every SITE_* key of the profile; AGPT_SITE (exported)
-# Returns: 0; 2 when the site is unknown (the known ones are listed)
+# Returns: 0; 2 when the site is unknown (the known ones are listed) or its profile holds anything but
+#   assignments (it is checked as data before it is sourced); 1 when no Python could check it
 env_site_load() {
   local name="${1:-}" d
   [[ -n "$name" ]] || name="$(env_site_detect)"
@@ -103,6 +104,18 @@ env_site_load() {
   if [[ ! -f "$d/$name/profile.sh" ]]; then
     _env_say "unknown site '$name' (known: $(_env_known_sites))"
     return 2
+  fi
+  # A profile is data: it is sourced only after the parser (python/agpt/site.py) found nothing in it that
+  # could run a command ($(...), backticks, a line that is not an assignment).
+  local rc=0
+  PYTHONPATH="$(_env_home)/python${PYTHONPATH:+:$PYTHONPATH}" "${AGPT_PYTHON:-python3}" -m agpt.site \
+    "$d/$name/profile.sh" 2>>"$ENV_LOG" || rc=$?
+  if ((rc == 2)); then
+    _env_say "refusing to source $d/$name/profile.sh: not data only (agpt site check $d/$name/profile.sh)"
+    return 2
+  elif ((rc != 0)); then
+    _env_say "cannot check $d/$name/profile.sh: ${AGPT_PYTHON:-python3} -m agpt.site exited $rc (set AGPT_PYTHON to a Python >= 3.10)"
+    return 1
   fi
   # shellcheck source=/dev/null
   source "$d/$name/profile.sh"

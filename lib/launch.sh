@@ -5,9 +5,12 @@
 #   source "$AGPT_HOME/lib/sched.sh"; source "$AGPT_HOME/lib/launch.sh"
 #
 # Functions
-#   launch_hostfile          print the path of the host file to launch on
-#   launch_cmd ARGS...       set the array LAUNCH_CMD and print it as one shell-quoted line
-#   launch_run ARGS...       run LAUNCH_CMD (AGPT_DRY_RUN=1: print it and return 0)
+#   launch_hostfile          print the path of the host file to launch on (a new mktemp file, yours to
+#                            remove, when FAILOVER_HOSTFILE is not set)
+#   launch_cmd ARGS...       set the array LAUNCH_CMD and print it as one shell-quoted line; a host file it
+#                            had to make is LAUNCH_TMPFILE, removed by launch_run or launch_cleanup
+#   launch_run ARGS...       run LAUNCH_CMD (AGPT_DRY_RUN=1: print it and return 0), then launch_cleanup
+#   launch_cleanup           remove LAUNCH_TMPFILE, if any
 #
 # The host list is always honoured: $FAILOVER_HOSTFILE (hosts/active, written by the failover loop) when
 # set, else the allocation's hosts, so that a spare swapped in really receives the ranks.
@@ -26,6 +29,7 @@
 : "${LAUNCH_MPIRUN:=mpirun}"
 : "${LAUNCH_SRUN:=srun}"
 LAUNCH_CMD=()
+LAUNCH_TMPFILE=""
 
 # Prints its arguments as one line a user can paste: plain words as they are, others shell-quoted.
 _launch_quote() {
@@ -54,14 +58,29 @@ launch_hostfile() {
     printf '%s\n' "$FAILOVER_HOSTFILE"
     return 0
   fi
-  f="${TMPDIR:-/tmp}/agpt-hostfile.$$"
-  sched_hosts >"$f" || return 1
+  # mktemp: a new file of ours (O_EXCL, mode 0600), never a name someone could have planted a link at.
+  f="$(mktemp "${TMPDIR:-/tmp}/agpt-hostfile.XXXXXX")" || return 1
+  if ! sched_hosts >"$f"; then
+    rm -f -- "$f"
+    return 1
+  fi
   printf '%s\n' "$f"
+}
+
+# Usage: launch_cleanup
+# Globals read/written: LAUNCH_TMPFILE (emptied)
+# Returns: 0
+launch_cleanup() {
+  if [[ -n "${LAUNCH_TMPFILE:-}" ]]; then
+    rm -f -- "$LAUNCH_TMPFILE"
+    LAUNCH_TMPFILE=""
+  fi
+  return 0
 }
 
 # Usage: launch_cmd PROGRAM [ARGS...]
 # Globals read: LAUNCH_*, SITE_LAUNCHER, SITE_RANKS_PER_NODE, SITE_CPU_BIND, SITE_LAUNCHER_FLAGS
-# Globals written: LAUNCH_CMD (array)
+# Globals written: LAUNCH_CMD (array), LAUNCH_TMPFILE (the host file it made, or empty)
 # Returns: 0 and prints the command; 2 on an unknown launcher or no program
 launch_cmd() {
   if (($# == 0)); then
@@ -73,7 +92,9 @@ launch_cmd() {
   local bind="${LAUNCH_CPU_BIND-${SITE_CPU_BIND:-}}"
   local hostfile h nh np nodelist
   local -a hosts=() flags=()
+  launch_cleanup
   hostfile="$(launch_hostfile)" || return 1
+  [[ "$hostfile" == "${FAILOVER_HOSTFILE:-}" ]] || LAUNCH_TMPFILE="$hostfile"
   while IFS= read -r h || [[ -n "$h" ]]; do
     h="${h%%[[:space:]]*}"
     [[ -n "$h" ]] && hosts+=("$h")
@@ -81,6 +102,7 @@ launch_cmd() {
   nh=${#hosts[@]}
   if ((nh == 0)); then
     echo "launch: host file $hostfile is empty" >&2
+    launch_cleanup
     return 1
   fi
   np=$((nh * ppn))
@@ -102,6 +124,7 @@ launch_cmd() {
       ;;
     srun)
       printf -v nodelist '%s,' "${hosts[@]}"
+      launch_cleanup # srun takes the list on its command line
       # --kill-on-bad-exit: one dead rank ends the step (its peers would wait in a collective forever);
       # --label: every line says its rank, so the failover classifier can tell which host spoke.
       LAUNCH_CMD=("$LAUNCH_SRUN" "--nodelist=${nodelist%,}" -N "$nh" "--ntasks-per-node=$ppn" -n "$np"
@@ -110,6 +133,7 @@ launch_cmd() {
       ;;
     *)
       echo "launch: unknown launcher '$launcher' (pals, hydra, openmpi, srun)" >&2
+      launch_cleanup
       return 2
       ;;
   esac
@@ -119,16 +143,19 @@ launch_cmd() {
 }
 
 # Usage: launch_run PROGRAM [ARGS...]
-# Globals read: as launch_cmd, AGPT_DRY_RUN
+# Globals read: as launch_cmd, AGPT_DRY_RUN; the host file launch_cmd made is removed when it returns
 # Returns: the launcher's exit status (0 for a dry run); launch_cmd's status when it cannot build one
 launch_run() {
-  local line
+  local line rc=0
   launch_cmd "$@" >/dev/null || return $?
   line="$(_launch_quote "${LAUNCH_CMD[@]}")"
   if [[ "${AGPT_DRY_RUN:-0}" == 1 ]]; then
     printf '%s\n' "$line"
+    launch_cleanup
     return 0
   fi
   echo "launch: $line" >&2
-  "${LAUNCH_CMD[@]}"
+  "${LAUNCH_CMD[@]}" || rc=$?
+  launch_cleanup
+  return "$rc"
 }

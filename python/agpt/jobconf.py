@@ -179,9 +179,43 @@ def parse(src: Path, data: Any) -> JobConf:
             raise ConfigError(f"{src}: job.env: must be a mapping KEY: VALUE")
         for k, v in env.items():
             if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", str(k)) or isinstance(v, (dict, list)):
-                raise ConfigError(f"{src}: job.env.{k}: must be NAME: scalar value")
+                raise ConfigError(f"{src}: job.env.{_printable(str(k))}: must be NAME: scalar value")
             conf.env[str(k)] = "" if v is None else (str(v).lower() if isinstance(v, bool) else str(v))
+    _no_control_characters(conf)
     return conf
+
+
+# C0 controls (newline, CR, NUL, tab, ...), DEL, C1 controls and the Unicode line/paragraph separators:
+# a job value is one line of text in the generated script, and a newline there would start a live line.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def _printable(text: str) -> str:
+    """TEXT with control characters escaped, for a one-line message."""
+    return _CONTROL.sub(lambda m: m.group(0).encode("unicode_escape").decode(), text)
+
+
+def _no_control_characters(conf: JobConf) -> None:
+    """Refuse a control character in any job value, naming the key and the character."""
+    values: list[tuple[str, str]] = [
+        ("name", conf.name),
+        ("queue", conf.queue or ""),
+        ("account", conf.account or ""),
+        ("filesystems", conf.filesystems or ""),
+        ("run_dir", conf.run_dir),
+        ("launcher", conf.launcher or ""),
+    ]
+    values += [(f"directives[{i}]", d) for i, d in enumerate(conf.directives)]
+    values += [(f"command[{i}]", w) for i, w in enumerate(conf.command)]
+    for k, v in conf.env.items():
+        values += [(f"env.{_printable(k)}", k), (f"env.{_printable(k)}", v)]
+    for key, value in values:
+        m = _CONTROL.search(value)
+        if m:
+            raise ConfigError(
+                f"{conf.source}: job.{key}: holds the control character {m.group(0)!r}; "
+                "a job value must be one line of printable text"
+            )
 
 
 def load(path: Path) -> JobConf:
@@ -192,13 +226,17 @@ def load(path: Path) -> JobConf:
         raise ConfigError(
             f"{path}: reading YAML needs PyYAML; run jobgen with the toolkit's venv (make setup)"
         ) from None
+    from agpt import yamlio
+
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
 
     # YAML 1.1 reads an unquoted 06:00:00 as the base-60 integer 21600; a walltime must stay a string.
-    class _Loader(yaml.SafeLoader):
+    class _Loader(yamlio.StrictLoader):
         pass
 
     int_tag = "tag:yaml.org,2002:int"
@@ -208,9 +246,11 @@ def load(path: Path) -> JobConf:
     }
     _Loader.add_implicit_resolver(int_tag, re.compile(r"^[-+]?(?:0|[1-9][0-9_]*)$"), list("-+0123456789"))
     try:
-        data = yaml.load(text, Loader=_Loader)  # a SafeLoader subclass: safe
+        data = yamlio.load(text, _Loader)  # a SafeLoader subclass: safe
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+        raise ConfigError(f"{path}: not valid YAML ({yamlio.first_line(exc)})") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: not valid YAML (nested too deeply)") from None
     return parse(path, data)
 
 

@@ -322,8 +322,10 @@ def latest_checkpoint(run_dir: Path) -> int | None:
 
 
 # ----------------------------------------------------------------------------------------------- hosts
-_HOST_RE = re.compile(r"[A-Za-z0-9._-]+")
-_HOST_SLOTS = re.compile(r"^([A-Za-z0-9._-]+):[0-9]+$")  # `n2:4`: host n2 with 4 slots (hydra, Open MPI)
+_HOST_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")  # no leading "-": it would read as an option
+_HOST_SLOTS = re.compile(
+    r"^([A-Za-z0-9_][A-Za-z0-9._-]*):[0-9]+$"
+)  # `n2:4`: host n2 with 4 slots (hydra, Open MPI)
 
 
 def is_ip(text: str) -> bool:
@@ -337,7 +339,8 @@ def is_ip(text: str) -> bool:
 
 
 def valid_host(name: str) -> bool:
-    """A host name as agpt accepts it: letters, digits, '.', '_', '-' (or an IP address): never shell text."""
+    """A host name as agpt accepts it: letters, digits, '.', '_', '-', not starting with '-' (or an IP
+    address): never shell text, never an option."""
     return bool(_HOST_RE.fullmatch(name)) or (":" in name and is_ip(name))
 
 

@@ -1,9 +1,11 @@
 """Site profiles (`site/NAME/profile.sh`): list, parse, check, resolve and detect them.
 
-A profile is Bash that the job scripts source, so a sysadmin writes it once for both worlds.  Here we
-read it two ways: statically (which key is on which line, so `check` can point at a typo and `show` can
-say where a value came from) and through Bash itself (so `show` prints the value a job would really
-see, `${HOME}` expanded).  Standard library only: it is used from login nodes before any venv exists.
+A profile is Bash that the job scripts source, so a sysadmin writes it once for both worlds.  But it is
+data, never code: here it is parsed, not run (which key is on which line, so `check` can point at a typo
+and `show` can say where a value came from), and `show` expands `${HOME}` and friends itself, the way
+Bash would.  Anything that could execute when Bash sources the file is refused by `check` and by
+`python -m agpt.site PATH`, which lib/env.sh runs before it sources a profile.  Standard library only:
+it is used from login nodes and job scripts before any venv exists.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ import re
 import shlex
 import socket
 import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from agpt.errors import BadInput, ConfigError
 from agpt.failover.patterns import DEFAULT_SETS
@@ -58,7 +62,7 @@ INT_KEYS = ("SITE_GPUS_PER_NODE", "SITE_RANKS_PER_NODE", "SITE_SPARES_PERCENT", 
 
 NUM_KEYS = ("SITE_DEVICE_MEM_GIB", "SITE_FS_BW_GBPS")
 
-_ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)
+_ASSIGN_HEAD = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=")
 
 Value = str | list[str]
 
@@ -70,6 +74,13 @@ class Entry:
     key: str
     value: Value
     line: int
+    parts: Any = None  # list[Part] for a single value, list[list[Part]] for an array (see expand)
+
+    @property
+    def expands(self) -> bool:
+        """Whether the value refers to a variable (then only its shape can be checked statically)."""
+        words = self.parts if isinstance(self.value, list) else [self.parts or []]
+        return any(p[0] == "var" for w in words or [] for p in w)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -104,78 +115,304 @@ def profile_path(name_or_path: str) -> Path:
     return path
 
 
-def _close_quote_scan(text: str) -> int:
-    """Index of the `)` that closes an array whose text starts after its `(`, or -1 (quotes respected)."""
-    quote = ""
-    i = 0
-    while i < len(text):
-        ch = text[i]
-        if quote:
-            if ch == "\\" and quote == '"':
-                i += 1
-            elif ch == quote:
-                quote = ""
-        elif ch in "'\"":
-            quote = ch
-        elif ch == "\\":
-            i += 1
-        elif ch == "#" and (i == 0 or text[i - 1].isspace()):
-            nl = text.find("\n", i)
-            if nl < 0:
-                return -1
-            i = nl
-        elif ch == ")":
-            return i
-        i += 1
-    return -1
+# -- the profile grammar ------------------------------------------------------------------------
+# A profile is read as data, never run: `NAME=WORD` and `NAME=(WORD ...)` with Bash's quoting ('...',
+# "...", backslash) and the only expansions a value needs, `$NAME`, `${NAME}` and `${NAME:-WORD}` /
+# `${NAME-WORD}` (resolved here from the environment and the keys above them).  Everything that could run
+# a command when Bash sources the file is refused with its line: `$(...)`, backticks, `$((...))`, `<(...)`,
+# `>(...)`, `$'...'`, other `${...}` forms (`${X@P}` runs `$(...)` held in X), `;`, `&`, `|`, redirections,
+# and any line that is not an assignment.  The job scripts source a profile only after this check passed
+# (lib/env.sh runs `python -m agpt.site PATH` first), so what `check` calls ok is all Bash will ever see.
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_UNQUOTED_STOP = set(" \t\n")
+_META = set(";&|<>()")
+_GLOB = set("*?[{")  # in an array, unquoted: file-name and brace expansion
+
+Part = tuple[
+    str, str, "list[Part] | None", bool
+]  # ("lit", text, None, False) | ("var", name, default, colon)
+
+
+class _Refused(Exception):
+    """A construct a data profile may not hold: (message, line)."""
+
+    def __init__(self, msg: str, line: int) -> None:
+        super().__init__(msg)
+        self.line = line
+
+
+class _Lexer:
+    def __init__(self, text: str) -> None:
+        self.s = text
+        self.i = 0
+
+    @property
+    def line(self) -> int:
+        return self.s.count("\n", 0, self.i) + 1
+
+    def peek(self, k: int = 0) -> str:
+        j = self.i + k
+        return self.s[j] if j < len(self.s) else ""
+
+    def refuse(self, msg: str) -> _Refused:
+        return _Refused(msg, self.line)
+
+    def dollar(self, in_default: bool = False, dq: bool = False) -> Part:
+        """At `$`: the expansion, or refuse one that could run something (DQ: inside "...")."""
+        nxt = self.peek(1)
+        if nxt == "(":
+            what = "arithmetic $((...))" if self.peek(2) == "(" else "command substitution $(...)"
+            raise self.refuse(f"{what} is not allowed (profiles are data; commands belong in hooks/)")
+        if nxt == "'" and not dq:
+            raise self.refuse("$'...' quoting is not allowed; use '...' or \"...\"")
+        if nxt == '"' and not dq:
+            raise self.refuse('$"..." (locale) quoting is not allowed; use "..."')
+        if nxt == "{":
+            self.i += 2
+            m = _NAME.match(self.s, self.i)
+            if not m:
+                raise self.refuse("only ${NAME}, ${NAME:-default} and ${NAME-default} are allowed")
+            name = m.group(0)
+            self.i = m.end()
+            if self.peek() == "}":
+                self.i += 1
+                return ("var", name, None, False)
+            colon = self.peek() == ":"
+            if colon:
+                self.i += 1
+            if self.peek() != "-":
+                raise self.refuse(
+                    f"${{{name}...}}: only ${{NAME}}, ${{NAME:-default}} and ${{NAME-default}} are allowed"
+                )
+            self.i += 1
+            default = self.word_parts(stop="}", quoted=False, in_default=True, dq=dq)
+            if self.peek() != "}":
+                raise self.refuse(f"${{{name}...}} is not closed with '}}'")
+            self.i += 1
+            return ("var", name, default, colon)
+        m = _NAME.match(self.s, self.i + 1)
+        if m:
+            self.i = m.end()
+            return ("var", m.group(0), None, False)
+        if nxt and nxt in "0123456789@*#?$!-":
+            raise self.refuse(f"${nxt} is not allowed in a profile")
+        self.i += 1
+        return ("lit", "$", None, False)
+
+    def double_quoted(self, in_default: bool) -> list[Part]:
+        """After the opening `"`: parts up to the closing one."""
+        parts: list[Part] = []
+        buf = ""
+        while True:
+            ch = self.peek()
+            if ch == "":
+                raise self.refuse('"..." is not closed')
+            if ch == '"':
+                self.i += 1
+                break
+            if ch == "`":
+                raise self.refuse("command substitution `...` is not allowed (profiles are data)")
+            if ch == "\\":
+                nxt = self.peek(1)
+                if nxt in '$`"\\':
+                    buf += nxt
+                    self.i += 2
+                elif nxt == "\n":
+                    self.i += 2
+                else:
+                    buf += ch
+                    self.i += 1
+                continue
+            if ch == "$":
+                if buf:
+                    parts.append(("lit", buf, None, False))
+                    buf = ""
+                parts.append(self.dollar(in_default, dq=True))
+                continue
+            if in_default and ch == "}":
+                raise self.refuse('"..." inside ${NAME:-...} must close before the }')
+            buf += ch
+            self.i += 1
+        if buf:
+            parts.append(("lit", buf, None, False))
+        return parts
+
+    def word_parts(
+        self, *, stop: str, quoted: bool, in_default: bool = False, array: bool = False, dq: bool = False
+    ) -> list[Part]:
+        """One word: parts until unquoted whitespace (or STOP).  DQ: a default inside "...", where Bash
+        reads quotes and backslashes differently: they are refused there rather than guessed."""
+        parts: list[Part] = []
+        buf = ""
+        start = self.i
+
+        def flush() -> None:
+            nonlocal buf
+            if buf:
+                parts.append(("lit", buf, None, False))
+                buf = ""
+
+        while True:
+            ch = self.peek()
+            if ch == "" or ch in stop or (not in_default and ch in _UNQUOTED_STOP):
+                break
+            if dq and ch in "'\"\\~":
+                raise self.refuse(f'{ch} inside "${{NAME:-...}}" is not allowed; write the default plainly')
+            if ch == "'":
+                end = self.s.find("'", self.i + 1)
+                if end < 0:
+                    raise self.refuse("'...' is not closed")
+                buf += self.s[self.i + 1 : end]
+                self.i = end + 1
+            elif ch == '"':
+                flush()
+                self.i += 1
+                parts.extend(self.double_quoted(in_default))
+            elif ch == "\\":
+                nxt = self.peek(1)
+                if nxt == "":
+                    raise self.refuse("a lone backslash ends the file")
+                if nxt != "\n":
+                    buf += nxt
+                self.i += 2
+            elif ch == "`":
+                raise self.refuse("command substitution `...` is not allowed (profiles are data)")
+            elif ch == "$":
+                if array:
+                    raise self.refuse(
+                        'quote expansions inside an array ("$NAME"): unquoted ones split into words'
+                    )
+                flush()
+                parts.append(self.dollar(in_default))
+            elif ch in _META:
+                if ch in "<>" and self.peek(1) == "(":
+                    raise self.refuse(f"process substitution {ch}(...) is not allowed (profiles are data)")
+                raise self.refuse(
+                    f"unquoted '{ch}' is not allowed in a value (quote it; commands belong in hooks/)"
+                )
+            elif ch == "~":
+                nxt = self.peek(1)
+                if self.i != start or in_default:
+                    raise self.refuse("unquoted '~' here is not allowed; quote it or write ${HOME}")
+                if nxt not in ("", "/", " ", "\t", "\n", ")"):
+                    raise self.refuse("~user is not allowed; write the path or ${HOME}")
+                flush()
+                parts.append(("var", "HOME", None, False))
+                self.i += 1
+            elif array and ch in _GLOB:
+                raise self.refuse(f"unquoted '{ch}' in an array would expand (file names, braces); quote it")
+            else:
+                buf += ch
+                self.i += 1
+        flush()
+        return parts
+
+    def skip_blank(self, newlines: bool) -> None:
+        """Spaces (and newlines, comments, line continuations when NEWLINES)."""
+        while True:
+            ch = self.peek()
+            if ch in (" ", "\t"):
+                self.i += 1
+            elif ch == "\\" and self.peek(1) == "\n":
+                self.i += 2
+            elif newlines and ch == "\n":
+                self.i += 1
+            elif ch == "#" and newlines:
+                end = self.s.find("\n", self.i)
+                self.i = len(self.s) if end < 0 else end
+            else:
+                return
+
+
+def _raw(parts: list[Part]) -> str:
+    """The value as written, expansions spelled `${NAME}` / `${NAME:-default}` (what `check` reports)."""
+    out = ""
+    for kind, text, default, colon in parts:
+        if kind == "lit":
+            out += text
+        elif default is None:
+            out += "${" + text + "}"
+        else:
+            out += "${" + text + (":-" if colon else "-") + _raw(default) + "}"
+    return out
+
+
+def expand(parts: list[Part], env: dict[str, str], where: str) -> str:
+    """Resolve parts as Bash would under `set -u` (an unset name without a default is an error)."""
+    out = ""
+    for kind, text, default, colon in parts:
+        if kind == "lit":
+            out += text
+            continue
+        val = env.get(text)
+        if default is not None and (val is None or (colon and val == "")):
+            out += expand(default, env, where)
+        elif val is None:
+            raise ConfigError(f"{where}: {text} is not set")
+        else:
+            out += val
+    return out
 
 
 def parse_profile(path: Path) -> Profile:
-    """Read a profile statically: every assignment with its line; anything else is an error."""
+    """Read a profile as data: every assignment with its line; anything else (or anything that would run
+    when sourced) is an error naming its line."""
     prof = Profile(path=path)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         prof.errors.append(f"{path}: cannot read ({exc})")
         return prof
-    i = 0
-    while i < len(lines):
-        lineno = i + 1
-        stripped = lines[i].strip()
-        i += 1
-        if not stripped or stripped.startswith("#"):
-            continue
-        m = _ASSIGN.match(stripped)
+    if "\0" in text:
+        prof.errors.append(f"{path}: holds a NUL byte (not a text file)")
+        return prof
+    lx = _Lexer(text)
+    while True:
+        lx.skip_blank(newlines=True)
+        if lx.i >= len(text):
+            break
+        lineno = lx.line
+        eol = text.find("\n", lx.i)
+        eol = len(text) if eol < 0 else eol
+        m = _ASSIGN_HEAD.match(text, lx.i)
         if not m:
-            prof.errors.append(f"{path}:{lineno}: not an assignment (commands belong in hooks/): {stripped}")
+            prof.errors.append(
+                f"{path}:{lineno}: not an assignment (commands belong in hooks/): {text[lx.i : eol].strip()}"
+            )
+            lx.i = eol
             continue
-        key, rest = m.group(1), m.group(2)
+        key = m.group(1)
+        lx.i = m.end()
         value: Value
-        if rest.startswith("("):
-            body = rest[1:]
-            end = _close_quote_scan(body)
-            while end < 0 and i < len(lines):
-                body += "\n" + lines[i]
-                i += 1
-                end = _close_quote_scan(body)
-            if end < 0:
-                prof.errors.append(f"{path}:{lineno}: {key}: array is not closed with ')'")
-                continue
-            try:
-                value = shlex.split(body[:end], comments=True)
-            except ValueError as exc:
-                prof.errors.append(f"{path}:{lineno}: {key}: {exc}")
-                continue
-        else:
-            try:
-                words = shlex.split(rest, comments=True)
-            except ValueError as exc:
-                prof.errors.append(f"{path}:{lineno}: {key}: {exc}")
-                continue
-            if len(words) > 1:
-                prof.errors.append(f"{path}:{lineno}: {key}: several words; quote the value or use (...)")
-                continue
-            value = words[0] if words else ""
+        parts: Any
+        try:
+            if lx.peek() == "(":
+                lx.i += 1
+                words: list[list[Part]] = []
+                while True:
+                    lx.skip_blank(newlines=True)
+                    if lx.peek() == ")":
+                        lx.i += 1
+                        break
+                    if lx.peek() == "":
+                        raise _Refused("array is not closed with ')'", lineno)
+                    words.append(lx.word_parts(stop=")", quoted=False, array=True))
+                value, parts = [_raw(w) for w in words], words
+            else:
+                parts = lx.word_parts(stop="", quoted=False)
+                value = _raw(parts)
+            lx.skip_blank(newlines=False)
+            if lx.peek() == "#":
+                end = text.find("\n", lx.i)
+                lx.i = len(text) if end < 0 else end
+            elif lx.peek() not in ("", "\n"):
+                raise _Refused("several words; quote the value or use (...)", lineno)
+        except _Refused as exc:
+            prof.errors.append(f"{path}:{exc.line}: {key}: {exc}")
+            end = text.find("\n", lx.i)
+            lx.i = len(text) if end < 0 else end
+            continue
         if key not in KEYS:
             hint = difflib.get_close_matches(key, list(KEYS), n=1)
             why = f" (did you mean {hint[0]}?)" if hint else ""
@@ -184,7 +421,7 @@ def parse_profile(path: Path) -> Profile:
         if key in prof.entries:
             prof.errors.append(f"{path}:{lineno}: {key} set twice (first on line {prof.entries[key].line})")
             continue
-        prof.entries[key] = Entry(key=key, value=value, line=lineno)
+        prof.entries[key] = Entry(key=key, value=value, line=lineno, parts=parts)
     return prof
 
 
@@ -211,7 +448,7 @@ def _check_values(prof: Profile) -> None:
                 if bad:
                     prof.errors.append(f"{where}: '{bad[0]}' is not KEY=VALUE")
             continue
-        if "$" in v:
+        if entry.expands:
             continue
         if key == "SITE_SCHEDULER" and v not in SCHEDULERS:
             prof.errors.append(f"{where}: '{v}' is not one of {' | '.join(SCHEDULERS)}")
@@ -232,8 +469,8 @@ def _check_values(prof: Profile) -> None:
                 re.compile(v)
             except re.error as exc:
                 prof.errors.append(f"{where}: not a regular expression ({exc})")
-        elif key == "SITE_NAME" and v != p.parent.name:
-            prof.errors.append(f"{where}: '{v}' differs from the folder name '{p.parent.name}'")
+        elif key == "SITE_NAME" and v != p.resolve().parent.name:
+            prof.errors.append(f"{where}: '{v}' differs from the folder name '{p.resolve().parent.name}'")
 
 
 def check_profile(path: Path) -> Profile:
@@ -245,48 +482,27 @@ def check_profile(path: Path) -> Profile:
         if key not in prof.entries:
             prof.errors.append(f"{path}: missing key {key} ({KEYS[key][1]})")
     _check_values(prof)
-    syntax = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
+    syntax = subprocess.run(["bash", "-n", str(path)], capture_output=True)
     if syntax.returncode != 0:
-        prof.errors.append(f"{path}: bash syntax: {syntax.stderr.strip().splitlines()[-1]}")
+        lines = syntax.stderr.decode("utf-8", "replace").strip().splitlines() or ["(no message)"]
+        prof.errors.append(f"{path}: bash syntax: {lines[-1]}")
     return prof
 
 
-_RESOLVE = r"""
-set -u
-source "$1" >/dev/null
-shift
-for k in "$@"; do
-  if [[ "$(declare -p "$k" 2>/dev/null)" == "declare -a"* ]]; then
-    declare -n _a="$k"
-    printf 'A\0%s\0%d\0' "$k" "${#_a[@]}"
-    ((${#_a[@]})) && printf '%s\0' "${_a[@]}"
-    unset -n _a
-  else
-    printf 'S\0%s\0%s\0' "$k" "${!k-}"
-  fi
-done
-"""
-
-
 def resolve_profile(path: Path) -> dict[str, Value]:
-    """The values a job sees: source the profile in Bash (under `set -u`) and read every key back."""
-    proc = subprocess.run(
-        ["bash", "-c", _RESOLVE, "resolve", str(path), *KEYS], capture_output=True, timeout=30
-    )
-    if proc.returncode != 0:
-        raise ConfigError(f"{path}: sourcing failed: {proc.stderr.decode(errors='replace').strip()}")
-    parts = proc.stdout.split(b"\0")
+    """The values a job sees, expanded here as Bash would (under `set -u`), without running anything."""
+    prof = parse_profile(path)
+    if prof.errors:
+        raise ConfigError(prof.errors[0])
+    env = dict(os.environ)
     out: dict[str, Value] = {}
-    i = 0
-    while i + 2 < len(parts):
-        kind, key = parts[i].decode(), parts[i + 1].decode()
-        if kind == "A":
-            n = int(parts[i + 2])
-            out[key] = [x.decode() for x in parts[i + 3 : i + 3 + n]]
-            i += 3 + n
+    for key, entry in prof.entries.items():
+        where = f"{path}:{entry.line}: {key}"
+        if isinstance(entry.value, list):
+            out[key] = [expand(w, env, where) for w in entry.parts]
         else:
-            out[key] = parts[i + 2].decode()
-            i += 3
+            val = expand(entry.parts, env, where)
+            out[key] = env[key] = val
     return out
 
 
@@ -327,3 +543,20 @@ def display_path(path: Path) -> str:
         return str(path.resolve().relative_to(Path.cwd().resolve()))
     except ValueError:
         return str(path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m agpt.site PROFILE`: exit 0 when PROFILE is data only (safe to source), else one line per
+    problem and exit 2.  lib/env.sh runs this before it sources a profile."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 1:
+        sys.stderr.write("usage: python -m agpt.site PROFILE\n")
+        return 2
+    prof = parse_profile(Path(args[0]))
+    for err in prof.errors:
+        sys.stderr.write(f"agpt site: {err}\n")
+    return 2 if prof.errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -98,3 +98,46 @@ local_setup() {
   assert_failure 2
   assert_output --partial "unknown site 'nowhere'"
 }
+
+@test "the allocation's host file is a new mktemp file: a planted symlink at the old name is not followed" {
+  printf '%s\n' h1 h2 >"$BATS_TEST_TMPDIR/nodefile"
+  echo precious >"$BATS_TEST_TMPDIR/victim"
+  mkdir -p "$TMPDIR"
+  # A link planted at the name the launcher used to write with `>`: TMPDIR/agpt-hostfile.PID.
+  PBS_JOBID=1.x PBS_NODEFILE="$BATS_TEST_TMPDIR/nodefile" AGPT_DRY_RUN=1 run_strict '
+    ln -s "$BATS_TEST_TMPDIR/victim" "$TMPDIR/agpt-hostfile.$$"
+    env_site_load aurora; launch_run prog'
+  assert_success
+  [[ "$(cat "$BATS_TEST_TMPDIR/victim")" == precious ]]
+}
+
+@test "launch_run removes the host file it made, after the launcher ran and on a dry run" {
+  printf '%s\n' h1 h2 >"$BATS_TEST_TMPDIR/nodefile"
+  mkdir -p "$TMPDIR"
+  PBS_JOBID=1.x PBS_NODEFILE="$BATS_TEST_TMPDIR/nodefile" AGPT_DRY_RUN=1 run_strict 'env_site_load aurora; launch_run prog; echo "left=[$LAUNCH_TMPFILE]"'
+  assert_success
+  assert_line "left=[]"
+  [[ "$output" == *"--hostfile $TMPDIR/agpt-hostfile."* ]]
+  run ls "$TMPDIR"
+  refute_output --partial agpt-hostfile.
+  PBS_JOBID=1.x PBS_NODEFILE="$BATS_TEST_TMPDIR/nodefile" LAUNCH_MPIEXEC=true run_strict 'env_site_load aurora; launch_run prog 2>/dev/null; echo rc=$?'
+  assert_line rc=0
+  run ls "$TMPDIR"
+  refute_output --partial agpt-hostfile
+  PBS_JOBID=1.x PBS_NODEFILE="$BATS_TEST_TMPDIR/nodefile" LAUNCH_MPIEXEC=false run_strict 'env_site_load aurora; launch_run prog 2>/dev/null || echo rc=$?'
+  assert_line rc=1
+  run ls "$TMPDIR"
+  refute_output --partial agpt-hostfile
+}
+
+@test "agpt launch removes the host file it made; the failover host file is never removed" {
+  printf '%s\n' h1 h2 >"$BATS_TEST_TMPDIR/nodefile"
+  mkdir -p "$TMPDIR"
+  PBS_JOBID=1.x PBS_NODEFILE="$BATS_TEST_TMPDIR/nodefile" LAUNCH_MPIEXEC=true run "$AGPT_ROOT/bin/agpt" launch --site aurora prog
+  assert_success
+  run ls "$TMPDIR"
+  refute_output --partial agpt-hostfile
+  FAILOVER_HOSTFILE="$BATS_TEST_TMPDIR/active" LAUNCH_MPIEXEC=true run "$AGPT_ROOT/bin/agpt" launch --site aurora prog
+  assert_success
+  [[ -f "$BATS_TEST_TMPDIR/active" ]]
+}

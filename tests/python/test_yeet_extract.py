@@ -65,6 +65,7 @@ def test_cli_refuses_a_malicious_tarball_loudly(tmp_path: Path) -> None:
     dest = tmp_path / "out" / "dest"
     dest.mkdir(parents=True)
     (dest / "keep").write_text("old\n")
+    (dest / ".yeet-dest").write_text("")  # staged by an earlier yeet
     r = yeet(str(bad), "--dest", str(dest))
     assert r.returncode == 2, r.stdout + r.stderr
     lines = r.stderr.strip().splitlines()
@@ -105,7 +106,7 @@ def test_stage_commit_replaces_dest_atomically(tmp_path: Path) -> None:
     (stage.tmp / "new").write_text("new")
     assert (dest / "old").exists()  # nothing visible until commit
     stage.commit()
-    assert sorted(os.listdir(dest)) == ["new"]
+    assert sorted(os.listdir(dest)) == [".yeet-dest", "new"]
     assert sorted(os.listdir(dest.parent)) == ["dest"]
 
 

@@ -66,14 +66,16 @@ def test_failed_check_leaves_dest_unchanged(tmp_path: Path) -> None:
 
 
 def _seed(out: Path, n: int) -> None:
+    """An older tree that yeet staged (it holds yeet's marker), on every rank."""
     for rank in range(n):
         (out / str(rank) / "data").mkdir(parents=True)
         (out / str(rank) / "data" / "old").write_text("old\n")
+        (out / str(rank) / "data" / ".yeet-dest").write_text("")
 
 
 def _unchanged(out: Path, n: int) -> None:
     for rank in range(n):
-        assert sorted(os.listdir(out / str(rank) / "data")) == ["old"], rank
+        assert sorted(os.listdir(out / str(rank) / "data")) == [".yeet-dest", "old"], rank
         assert _leftovers(out / str(rank)) == [], rank
 
 

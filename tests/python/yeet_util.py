@@ -63,10 +63,13 @@ def make_venv(root: Path) -> Path:
 
 
 def tree(root: Path) -> dict[str, tuple[str, bytes]]:
-    """A tree's content for comparison: relative path -> (kind, bytes or link target)."""
+    """A tree's content for comparison: relative path -> (kind, bytes or link target); yeet's own marker
+    (`.yeet-dest`, written into every tree it swaps in) is left out."""
     out: dict[str, tuple[str, bytes]] = {}
     for dirpath, dirnames, filenames in os.walk(root):
         for name in dirnames + filenames:
+            if dirpath == str(root) and name == ".yeet-dest":
+                continue
             p = Path(dirpath) / name
             rel = str(p.relative_to(root))
             if p.is_symlink():

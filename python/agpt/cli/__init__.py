@@ -12,7 +12,7 @@ import importlib
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -172,10 +172,32 @@ def cli() -> None:
     """
 
 
+def usage_error(exc: click.UsageError) -> NoReturn:
+    """A usage error as one line naming the command, plus where to read more; exit 2."""
+    path = exc.ctx.command_path if exc.ctx is not None else "agpt"
+    click.echo(f"{path}: error: {exc.format_message()}", err=True)
+    click.echo(f"Try '{path} --help' for help.", err=True)
+    sys.exit(exc.exit_code)
+
+
 def main(argv: list[str] | None = None) -> Any:
-    """Entry point: run the CLI and turn AgptError into one line on stderr and its exit code."""
+    """Entry point: run the CLI and turn AgptError into one line on stderr and its exit code; a usage
+    error is one line and a hint, not the whole usage text."""
     try:
-        return cli.main(args=argv, prog_name="agpt", standalone_mode=True)
+        rv = cli.main(args=argv, prog_name="agpt", standalone_mode=False)
+    except click.UsageError as exc:
+        usage_error(exc)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.Abort:
+        click.echo("Aborted!", err=True)
+        sys.exit(1)
     except AgptError as exc:
         click.echo(f"agpt: error: {exc}", err=True)
         sys.exit(exc.exit_code)
+    if isinstance(rv, int) and not isinstance(rv, bool):  # ctx.exit(N) outside a command: its code
+        sys.exit(rv)
+    return rv

@@ -18,13 +18,20 @@ def cli() -> None:
 @click.option("--tokenizer", default=None, help="Also require this tokenizer to be the pinned one.")
 def verify_cmd(directory: str, level: str, tokenizer: str | None) -> None:
     """Check every pinned file of DIRECTORY; exit 2 naming the first mismatch."""
-    from agpt.data.manifest import verify
+    from agpt.data.manifest import unpinned_bins, verify
 
     manifest = verify(directory, level, tokenizer)
     click.echo(
-        f"{directory}: ok ({len(manifest['files'])} shards, {manifest['num_samples']} samples, "
-        f"cache key {manifest['cache_key'][:16]})"
+        f"{directory}: ok ({len(manifest['files'])} shards, {manifest.get('num_samples', '?')} samples, "
+        f"cache key {str(manifest.get('cache_key', '?'))[:16]})"
     )
+    n = unpinned_bins(manifest)
+    if level == "full" and n:
+        click.echo(
+            f"{directory}: note: {n} of {len(manifest['files'])} shard .bin files have no digest pinned "
+            "(manifest made before .bin digests were recorded): checked by size only; rebuild the blend "
+            "to pin them"
+        )
 
 
 @cli.command(name="inspect")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -58,22 +57,20 @@ def cli(
     """
     from agpt.yeet.run import YeetSettings, yeet
 
-    settings = YeetSettings(
-        src=src,
-        dest=dest,
-        mode=mode,
-        transport=transport,
-        hostfile=hostfile,
-        check=check_cmd,
-        min_success=min_success,
-        chunk_mb=int(os.environ.get("AGPT_YEET_CHUNK_MB", "8") or 8),
-    )
-
     def emit(line: str) -> None:
         click.echo(line)
         sys.stdout.flush()
 
     try:
+        settings = YeetSettings(
+            src=src,
+            dest=dest,
+            mode=mode,
+            transport=transport,
+            hostfile=hostfile,
+            check=check_cmd,
+            min_success=min_success,
+        )
         rc = yeet(settings, emit)
     except AgptError as exc:
         if not getattr(exc, "silent", False):

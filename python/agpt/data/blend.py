@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from agpt.data import manifest as mf
-from agpt.data import mmidx, rng
+from agpt.data import mmidx, rng, workdir
 from agpt.data.dist import Comm, world
 from agpt.data.greedy import deficit_with_occurrence
 from agpt.data.tokenizer import load as load_tokenizer
@@ -116,6 +116,14 @@ def parse_file_list(path: str | Path) -> list[Entry]:
         entries.append(Entry(weight=weight, prefix=prefix_s, corpus=parts[2], line=n))
     if not entries:
         raise BadInput(f"--file-list {p}: no entries")
+    try:
+        total = math.fsum(e.weight for e in entries)
+    except OverflowError:
+        total = math.inf
+    if not math.isfinite(total):
+        raise BadInput(f"--file-list {p}: the weights sum to more than a float holds; scale them down")
+    if total / max(e.weight for e in entries) == 0.0 or not all(e.weight / total > 0 for e in entries):
+        raise BadInput(f"--file-list {p}: weights span too wide a range (one is 0 next to the total)")
     return entries
 
 
@@ -211,6 +219,26 @@ def _concat(path: Path, parts: list[Path], dtype: np.dtype, width: int | None) -
     return {"bytes": path.stat().st_size}
 
 
+def _bin_sha256(prefix: str, idx_sha: str, bin_bytes: int) -> str:
+    """A shard's `.bin` digest: the one `agpt tokenize` recorded beside it when its record matches this
+    shard (same `.idx` digest and `.bin` size), else hashed here."""
+    meta = Path(prefix).parent / "tokenize.json"
+    try:
+        shards = json.loads(meta.read_text()).get("shards", [])
+        for rec in shards:
+            if (
+                isinstance(rec, dict)
+                and os.path.abspath(str(rec.get("prefix"))) == os.path.abspath(prefix)
+                and rec.get("idx_sha256") == idx_sha
+                and rec.get("bin_bytes") == bin_bytes
+                and isinstance(rec.get("bin_sha256"), str)
+            ):
+                return str(rec["bin_sha256"])
+    except (OSError, ValueError, AttributeError, RecursionError):
+        pass
+    return sha256_file(mmidx.bin_path(prefix))
+
+
 def _inspect_files(entries: list[Entry], comm: Comm) -> list[dict[str, Any]]:
     """Open, check and hash every shard, ranks sharing the work; errors name the shard."""
     mine: dict[int, dict[str, Any]] = {}
@@ -222,9 +250,12 @@ def _inspect_files(entries: list[Entry], comm: Comm) -> list[dict[str, Any]]:
             shard = mmidx.Shard(e.prefix)
             if len(shard) == 0:
                 raise DataError(f"{mmidx.idx_path(e.prefix)}: shard has no documents")
+            idx_sha = sha256_file(mmidx.idx_path(e.prefix))
+            bin_bytes = mmidx.bin_path(e.prefix).stat().st_size
             mine[i] = {
-                "idx_sha256": sha256_file(mmidx.idx_path(e.prefix)),
-                "bin_bytes": mmidx.bin_path(e.prefix).stat().st_size,
+                "idx_sha256": idx_sha,
+                "bin_bytes": bin_bytes,
+                "bin_sha256": _bin_sha256(e.prefix, idx_sha, bin_bytes),
                 "docs": len(shard),
                 "tokens": int(shard.index.sizes.sum(dtype=np.int64)),
                 "dtype": shard.dtype.name,
@@ -362,6 +393,7 @@ def build(s: BlendSettings, comm: Comm | None = None) -> dict[str, Any]:
 
 def _prepare(out: Path, key: str, overwrite: bool) -> str:
     """Rank 0: 'done' when `out` already holds this exact blend; refuse to clobber another one."""
+    workdir.ensure_output(out)
     if (out / mf.MANIFEST).exists():
         try:
             old = mf.load(out)
@@ -375,9 +407,10 @@ def _prepare(out: Path, key: str, overwrite: bool) -> str:
                 "pass --overwrite or use a new dir"
             )
         (out / mf.MANIFEST).unlink()
-    out.mkdir(parents=True, exist_ok=True)
-    shutil.rmtree(out / WORK, ignore_errors=True)
-    (out / WORK).mkdir()
+    workdir.ensure_output(out)
+    work = workdir.claim(out, "agpt blend")
+    shutil.rmtree(work, ignore_errors=True)
+    workdir.make(work, "agpt blend")
     return "run"
 
 

@@ -9,8 +9,10 @@ of a shard, a weight or the tokenizer changes it.
 Verification levels (each includes the previous):
 - `sizes`: every file exists with the recorded size (cheap: for ranks other than the first).
 - `idx`: plus each shard's `.idx` sha256 (a re-tokenized shard is caught).
-- `full`: plus the tokenizer's and every index file's sha256, and the file list's when it still
-  exists at its recorded path (an edited weight is named) (`agpt data verify`).
+- `full`: plus the tokenizer's and every index file's sha256, each shard's `.bin` sha256 (a same-size
+  change is caught), and the file list's when it still exists at its recorded path (an edited weight is
+  named) (`agpt data verify`).  A manifest from before `.bin` digests were pinned stays readable: its
+  `.bin` files are checked by size and `agpt data verify` says how many were not pinned.
 """
 
 from __future__ import annotations
@@ -48,16 +50,80 @@ def cache_key(
 
 
 def load(directory: str | Path) -> dict[str, Any]:
+    """The manifest, checked for shape: every field verification reads has the type it needs."""
     path = Path(directory) / MANIFEST
     try:
-        manifest: dict[str, Any] = json.loads(path.read_text())
+        manifest = json.loads(path.read_bytes())
     except FileNotFoundError:
         raise DataError(f"{path}: missing (not a blend built by `agpt blend`)") from None
-    except (OSError, json.JSONDecodeError) as exc:
-        raise DataError(f"{path}: unreadable ({exc})") from None
+    except IsADirectoryError:
+        raise DataError(f"{path}: is a directory") from None
+    except OSError as exc:
+        raise DataError(f"{path}: unreadable ({exc.strerror})") from None
+    except (ValueError, RecursionError) as exc:
+        why = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
+        raise DataError(f"{path}: not JSON ({why})") from None
+    if not isinstance(manifest, dict):
+        raise DataError(f"{path}: must be a JSON object, not {type(manifest).__name__}")
     if manifest.get("format") != FORMAT:
-        raise DataError(f"{path}: field 'format' is {manifest.get('format')!r}, expected {FORMAT!r}")
+        raise DataError(f"{path}: field 'format' is {_short(manifest.get('format'))}, expected {FORMAT!r}")
+    _check_shape(path, manifest)
     return manifest
+
+
+def _short(value: Any) -> str:
+    text = ascii(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _check_shape(path: Path, m: dict[str, Any]) -> None:
+    """Refuse a manifest whose fields do not have the types verification and loading rely on."""
+
+    def need(ok: bool, field: str, what: str) -> None:
+        if not ok:
+            raise DataError(f"{path}: field {field!r} must be {what}")
+
+    def is_int(v: Any) -> bool:
+        return type(v) is int and v >= 0
+
+    tok: Any = m.get("tokenizer")
+    need(isinstance(tok, dict) and isinstance(tok.get("sha256"), str), "tokenizer", "an object with sha256")
+    need(isinstance(tok.get("path"), str), "tokenizer.path", "a string")
+    need(isinstance(m.get("file_list", {}), dict), "file_list", "an object")
+    files: Any = m.get("files")
+    need(isinstance(files, list) and len(files) > 0, "files", "a non-empty list")
+    for i, f in enumerate(files):
+        where = f"files[{i}]"
+        need(isinstance(f, dict), where, "an object")
+        need(isinstance(f.get("prefix"), str), f"{where}.prefix", "a string")
+        need(
+            f.get("prefix_rel") is None or isinstance(f.get("prefix_rel"), str),
+            f"{where}.prefix_rel",
+            "a string",
+        )
+        need(is_int(f.get("bin_bytes")), f"{where}.bin_bytes", "a whole number >= 0")
+        need(isinstance(f.get("idx_sha256"), str), f"{where}.idx_sha256", "a string")
+        need(
+            f.get("bin_sha256") is None or isinstance(f.get("bin_sha256"), str),
+            f"{where}.bin_sha256",
+            "a string",
+        )
+    index: Any = m.get("index_files")
+    need(isinstance(index, dict), "index_files", "an object")
+    for name, rec in index.items():
+        need(name in INDEX_FILES, f"index_files.{name}", f"one of {', '.join(INDEX_FILES)}")
+        need(
+            isinstance(rec, dict) and is_int(rec.get("bytes")), f"index_files.{name}.bytes", "a whole number"
+        )
+        need(isinstance(rec.get("sha256"), str), f"index_files.{name}.sha256", "a string")
+    for key in ("num_samples", "seq_len", "seed"):
+        if key in m:
+            need(is_int(m[key]), key, "a whole number >= 0")
+
+
+def unpinned_bins(manifest: dict[str, Any]) -> int:
+    """How many shards have no `.bin` digest pinned (a manifest from before digests were recorded)."""
+    return sum(1 for f in manifest["files"] if not f.get("bin_sha256"))
 
 
 def shard_prefix(directory: str | Path, f: dict[str, Any]) -> str:
@@ -127,6 +193,13 @@ def first_mismatch(
             if got != f["idx_sha256"]:
                 return (
                     f"shard {ip}: sha256 {got[:16]}... differs from the manifest's {f['idx_sha256'][:16]}..."
+                )
+        if deep >= 2 and f.get("bin_sha256"):
+            got = sha256_file(bp)
+            if got != f["bin_sha256"]:
+                return (
+                    f"shard {bp}: sha256 {got[:16]}... differs from the manifest's {f['bin_sha256'][:16]}... "
+                    "(same size, different bytes)"
                 )
     for name, rec in manifest["index_files"].items():
         p = d / name

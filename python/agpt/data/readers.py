@@ -275,6 +275,14 @@ def _text_of(chunk: Chunk, obj: Any, key: str, loc: int) -> str:
     text = obj[key]
     if not isinstance(text, str):
         raise DataError(f"{chunk.where(loc)}: field '{key}' is {type(text).__name__}, not a string")
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise DataError(
+                f"{chunk.where(loc)}: field '{key}' holds a lone surrogate "
+                f"(\\u{ord(text[exc.start]):04x}), which is not text"
+            ) from None
     return text
 
 
@@ -290,6 +298,8 @@ def iter_documents(chunk: Chunk, text_key: str = "text") -> Iterator[tuple[str, 
             items = json.loads(_decode(chunk, _read_range(chunk)))
         except json.JSONDecodeError as exc:
             raise DataError(f"{chunk.path}:{exc.lineno}: invalid JSON ({exc.msg})") from None
+        except RecursionError:
+            raise DataError(f"{chunk.path}: invalid JSON (nested too deeply)") from None
         if not isinstance(items, list):
             raise DataError(f"{chunk.path}: expected a JSON array of objects")
         for i, obj in enumerate(items):
@@ -321,6 +331,8 @@ def iter_documents(chunk: Chunk, text_key: str = "text") -> Iterator[tuple[str, 
                     raise DataError(f"{chunk.where(n)}: invalid UTF-8") from None
                 except json.JSONDecodeError as exc:
                     raise DataError(f"{chunk.where(n)}: invalid JSON ({exc.msg})") from None
+                except RecursionError:
+                    raise DataError(f"{chunk.where(n)}: invalid JSON (nested too deeply)") from None
                 yield _text_of(chunk, obj, text_key, n), n
 
 

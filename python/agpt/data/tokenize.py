@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from agpt.data import mmidx
+from agpt.data import mmidx, workdir
 from agpt.data.dist import Comm, local_ranks, world
 from agpt.data.readers import Chunk, expand_inputs, iter_documents, plan_chunks
 from agpt.data.tokenizer import load, sha256_file
@@ -251,8 +251,20 @@ def write_shard(args: tuple[_ShardPlan, str, str]) -> int:
     except BaseException:
         writer.abort()
         raise
-    _marker(work, plan).touch()
+    # The .bin's digest, read back right after it was written (page cache): the blend manifest pins it.
+    _marker(work, plan).write_text(sha256_file(mmidx.bin_path(plan.prefix)) + "\n")
     return plan.index
+
+
+def _bin_sha256(work: str, plan: _ShardPlan) -> str:
+    """The digest write_shard recorded for a shard, else hashed now (a shard reused from an older run)."""
+    try:
+        text = _marker(work, plan).read_text().strip()
+    except OSError:
+        text = ""
+    if len(text) == 64 and all(c in "0123456789abcdef" for c in text):
+        return text
+    return sha256_file(mmidx.bin_path(plan.prefix))
 
 
 class _Progress:
@@ -342,14 +354,16 @@ def _default_workers(comm: Comm) -> int:
 
 def _prepare(s: TokenizeSettings, out: Path, ident: dict[str, Any]) -> str:
     """Rank 0: check the output dir; returns 'done' when it already holds this exact result."""
-    out.mkdir(parents=True, exist_ok=True)
+    workdir.ensure_output(out)
     meta = out / META
-    work = out / WORK
+    work = workdir.claim(out, "agpt tokenize", also_ours=("identity.json",))
     if meta.exists():
         try:
             old = json.loads(meta.read_text())
-        except (OSError, json.JSONDecodeError):
+        except (OSError, ValueError, RecursionError):
             raise DataError(f"{meta}: unreadable; remove it or use another --output") from None
+        if not isinstance(old, dict) or not isinstance(old.get("shards", []), list):
+            raise DataError(f"{meta}: not a tokenize record; remove it or use another --output")
         same = old.get("identity") == ident
         if same and all(mmidx.idx_path(x["prefix"]).exists() for x in old.get("shards", [])):
             return "done"
@@ -365,11 +379,11 @@ def _prepare(s: TokenizeSettings, out: Path, ident: dict[str, Any]) -> str:
     if work.exists():
         try:
             same = json.loads(ident_file.read_text()) == ident
-        except (OSError, json.JSONDecodeError):
+        except (OSError, ValueError, RecursionError):
             same = False
         if not same:
             shutil.rmtree(work)
-    work.mkdir(exist_ok=True)
+    workdir.make(work, "agpt tokenize")
     tmp = ident_file.with_suffix(".tmp")
     tmp.write_text(json.dumps(ident, indent=1))
     os.replace(tmp, ident_file)
@@ -514,6 +528,7 @@ def _finish(
             "tokens": p.tokens,
             "idx_sha256": sha256_file(mmidx.idx_path(p.prefix)),
             "bin_bytes": mmidx.bin_path(p.prefix).stat().st_size,
+            "bin_sha256": _bin_sha256(str(out / WORK), p),
         }
         for p in plans
     ]

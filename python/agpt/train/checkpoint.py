@@ -1,9 +1,12 @@
 """Distributed checkpoints in RUN_DIR/ckpt/step-N/ that are either complete or visibly not.
 
-A step directory counts only when its `.complete` marker (JSON: step, time, world_size) exists; the
-marker is written by rank 0 after every rank's files are written and fsynced, and removed before
+A step directory counts only when its `.complete` marker (JSON: step, time, world_size, sha256) exists;
+the marker is written by rank 0 after every rank's files are written and fsynced, and removed before
 anything is written into an existing directory, so a kill at any moment never leaves a placeholder
-that looks complete.  Async saves copy the state to host buffers on the training thread (the only
+that looks complete.  `sha256` maps each file of the step to its digest, hashed by the rank that wrote
+it right after the fsync (from the page cache); a load verifies them (the files split over the ranks) and
+falls back to an older checkpoint, naming the file, when one differs.  A directory whose marker exists but
+does not parse is still a candidate (its data checked by size) and is never pruned.  Async saves copy the state to host buffers on the training thread (the only
 stall) and write from a background thread on their own gloo group (collectives on the default group
 from two threads can hang), one save in flight at most, and at most `max_writers` ranks writing at
 once so a thousand ranks do not flood the filesystem together.
@@ -11,6 +14,8 @@ once so a thousand ranks do not flood the filesystem together.
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import io
 import json
 import os
@@ -40,29 +45,87 @@ def step_dir(ckpt_root: Path, step: int) -> Path:
     return ckpt_root / f"step-{step}"
 
 
+HASH_BUF = 4 << 20
+# Step directories that failed verification in this process: never pruned, never counted as kept.
+SUSPECT: set[Path] = set()
+
+
 def read_complete(path: Path) -> dict[str, Any] | None:
     """The `.complete` record of a step directory, or None when it is missing or unreadable."""
     try:
-        data = json.loads((path / COMPLETE).read_text())
-    except (OSError, ValueError):
+        data = json.loads((path / COMPLETE).read_bytes())
+    except (OSError, ValueError, RecursionError):
         return None
-    if not isinstance(data, dict) or not isinstance(data.get("step"), int):
+    if not isinstance(data, dict) or type(data.get("step")) is not int:
         return None
     return data
 
 
-def complete_steps(ckpt_root: Path) -> list[tuple[int, Path]]:
-    """Complete checkpoints, oldest first; every other directory is ignored."""
+def _is_rank0() -> bool:
+    return not dist.is_initialized() or dist.get_rank() == 0
+
+
+def complete_steps(ckpt_root: Path, *, warn_unreadable: bool = True) -> list[tuple[int, Path]]:
+    """Complete checkpoints, oldest first; directories without a marker are ignored.  A marker that exists
+    but does not parse (bit rot, a hand edit) still counts, by its directory's step: the marker is only ever
+    written last, so its presence is the evidence; the data is then checked by size on load."""
     out: list[tuple[int, Path]] = []
     if not ckpt_root.is_dir():
         return out
     for p in ckpt_root.iterdir():
         if not p.name.startswith("step-") or not p.name[5:].isdigit():
             continue
+        step = int(p.name[5:])
         rec = read_complete(p)
-        if rec is not None and rec["step"] == int(p.name[5:]):
-            out.append((int(p.name[5:]), p))
+        if rec is not None and rec["step"] == step:
+            out.append((step, p))
+        elif rec is None and (p / COMPLETE).is_file():
+            if warn_unreadable and _is_rank0():
+                warn(
+                    f"{p / COMPLETE}: unreadable marker; trying step {step} with its data checked by size only"
+                )
+            out.append((step, p))
     return sorted(out)
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(HASH_BUF):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def verify_digests(path: Path, group: Any = None) -> None:
+    """Every file `.complete` pins has its digest (the files split over the ranks of GROUP); raise
+    CheckpointError naming the first that differs.  A marker without digests (older runs) verifies nothing."""
+    rec = read_complete(path) or {}
+    raw = rec.get("sha256")
+    pinned: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    names = sorted(str(k) for k in pinned)
+    rank, world = (dist.get_rank(group), dist.get_world_size(group)) if dist.is_initialized() else (0, 1)
+    bad = ""
+    for name in names[rank::world]:
+        f = path / name
+        if "/" in name or name.startswith(".."):
+            bad = f"{path / COMPLETE}: names {name!r}, not a file of this directory"
+            break
+        try:
+            got = file_sha256(f)
+        except OSError as exc:
+            bad = f"{f}: checkpoint data file unreadable ({exc.strerror})"
+            break
+        want = str(pinned[name])
+        if got != want:
+            bad = f"{f}: corrupt checkpoint data (sha256 {got[:16]}..., .complete recorded {want[:16]}...)"
+            break
+    if world > 1:
+        found: list[str] = [""] * world
+        dist.all_gather_object(found, bad, group=group)
+        bad = next((b for b in found if b), "")
+    if bad:
+        SUSPECT.add(path)
+        raise CheckpointError(bad)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -103,6 +166,8 @@ class ThrottledWriter(FileSystemWriter):
         self._group = group
         self._max_writers = max_writers
         self._step = step
+        self._root = Path(path)
+        self.digests: dict[str, str] = {}  # file -> sha256 of what this rank wrote
 
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[Any]:
         rank = dist.get_rank(self._group)
@@ -117,10 +182,17 @@ class ThrottledWriter(FileSystemWriter):
                     time.sleep(delay)
                 fut = super().write_data(plan, planner)
                 fut.wait()
+                self._hash_written(fut.value())
             if waves > 1:
                 dist.barrier(group=self._group)
         assert fut is not None
         return fut
+
+    def _hash_written(self, results: Any) -> None:
+        """Digest each file this rank just wrote and fsynced (read back from the page cache)."""
+        names = {str(r.storage_data.relative_path) for r in results or [] if hasattr(r, "storage_data")}
+        for name in sorted(names):
+            self.digests[name] = file_sha256(self._root / name)
 
 
 class Checkpointer:
@@ -197,18 +269,28 @@ class Checkpointer:
             step=step,
             thread_count=self.cfg.thread_count,
         )
-        dcp.save(sd, storage_writer=writer, process_group=self.group)
-        # dcp.save returns only after every rank's (fsynced) write results reached the coordinator.
-        dist.barrier(group=self.group)
-        if self.rank == 0:
-            if self.meta is not None:
-                from agpt.ckpt import provenance
+        try:
+            dcp.save(sd, storage_writer=writer, process_group=self.group)
+            # dcp.save returns only after every rank's (fsynced) write results reached the coordinator.
+            gathered: list[dict[str, str]] = [{} for _ in range(dist.get_world_size(self.group))]
+            dist.all_gather_object(gathered, writer.digests, group=self.group)
+            if self.rank == 0:
+                if self.meta is not None:
+                    from agpt.ckpt import provenance
 
-                provenance.write(path, self.meta, step=step, world_size=self.world)
-            _fsync_dir(path)
-            record = {"step": step, "time": int(time.time()), "world_size": self.world}
-            _write_atomic(path / COMPLETE, json.dumps(record) + "\n")
-            self.prune()
+                    provenance.write(path, self.meta, step=step, world_size=self.world)
+                digests: dict[str, str] = {}
+                for d in gathered:
+                    digests.update(d)
+                digests[".metadata"] = file_sha256(path / ".metadata")
+                _fsync_dir(path)
+                record = {"step": step, "time": int(time.time()), "world_size": self.world, "sha256": digests}
+                _write_atomic(path / COMPLETE, json.dumps(record, sort_keys=True) + "\n")
+                self.prune()
+        except BaseException as exc:
+            if _disk_full(exc):
+                raise AgptError(f"disk full: cannot write checkpoint {path}") from exc
+            raise
 
     @staticmethod
     def _drop_marker(path: Path) -> None:
@@ -225,22 +307,26 @@ class Checkpointer:
             self._thread = None
         if self._error is not None:
             exc, self._error = self._error, None
-            raise AgptError(f"checkpoint save failed: {one_line(exc)}") from exc
+            why = str(exc) if isinstance(exc, AgptError) else one_line(exc)
+            raise AgptError(f"checkpoint save failed: {why}") from exc
 
     def prune(self) -> None:
-        """Keep the newest `keep` complete checkpoints; drop incomplete ones older than the newest."""
-        done = complete_steps(self.root)
+        """Keep the newest `keep` complete checkpoints; drop directories with no marker older than the newest.
+        Never pruned: a checkpoint whose marker does not parse or whose data failed verification (what could
+        not be read is evidence, and maybe the only copy), and those do not count toward `keep`."""
+        done = complete_steps(self.root, warn_unreadable=False)
         if not done:
             return
         newest = done[-1][0]
-        for _step, p in done[: -self.cfg.keep]:
+        good = [(s, p) for s, p in done if p not in SUSPECT and read_complete(p) is not None]
+        for _step, p in good[: -self.cfg.keep]:
             shutil.rmtree(p, ignore_errors=True)
         for p in self.root.iterdir():
             name = p.name
             if not (name.startswith("step-") and name[5:].isdigit()):
                 continue
             step = int(name[5:])
-            if step < newest and step != self.in_flight_step and read_complete(p) is None:
+            if step < newest and step != self.in_flight_step and not os.path.lexists(p / COMPLETE):
                 shutil.rmtree(p, ignore_errors=True)
 
 
@@ -277,8 +363,10 @@ def check_files(path: Path, meta: Metadata) -> None:
         try:
             have = f.stat().st_size
         except OSError:
+            SUSPECT.add(path)
             raise CheckpointError(f"{f}: checkpoint data file missing") from None
         if have < size:
+            SUSPECT.add(path)
             raise CheckpointError(f"{f}: checkpoint data file truncated ({have} of {size} bytes)")
 
 
@@ -333,14 +421,35 @@ def find_corrupt_file(path: Path, meta: Metadata, budget_s: float = 120.0) -> Pa
     return None
 
 
+def _disk_full(exc: BaseException) -> bool:
+    """Whether ENOSPC (or EDQUOT) is behind EXC: its cause chain, or any rank's failure in DCP's wrapper."""
+    seen: set[int] = set()
+    todo: list[BaseException] = [exc]
+    while todo:
+        e = todo.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        failures = getattr(e, "failures", None)
+        if isinstance(failures, dict):
+            for v in failures.values():
+                todo += [x for x in (v if isinstance(v, tuple) else (v,)) if isinstance(x, BaseException)]
+        todo += [x for x in (e.__cause__, e.__context__) if x is not None]
+    return False
+
+
 def load(path: Path, sd: dict[str, Any], group: Any, meta: Metadata | None = None) -> None:
-    """Load in place into `sd` (resharding to the current world size as needed)."""
+    """Verify the digests `.complete` pins, then load in place into `sd` (resharding as needed)."""
+    verify_digests(path, group)
     try:
         dcp.load(sd, storage_reader=FileSystemReader(path), process_group=group)
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException as exc:  # DCP's CheckpointException is a BaseException
         bad = find_corrupt_file(path, meta) if meta is not None and dist.get_rank() == 0 else None
+        SUSPECT.add(path)
         if bad is not None:
             raise CheckpointError(f"{bad}: corrupt checkpoint data ({one_line(exc)})") from None
         raise CheckpointError(f"{path}: cannot load checkpoint ({one_line(exc)})") from None

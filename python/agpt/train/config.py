@@ -134,6 +134,13 @@ class OptimConfig:
                 raise ConfigError(f"optim.{key}: must be in [0, 1) (got {getattr(self, key)})")
         if self.grad_clip < 0:
             raise ConfigError(f"optim.grad_clip: must be >= 0 (got {self.grad_clip})")
+        if not self.eps > 0:
+            raise ConfigError(f"optim.eps: must be positive (got {self.eps})")
+        if self.weight_decay < 0:
+            raise ConfigError(f"optim.weight_decay: must be >= 0 (got {self.weight_decay})")
+        for key in ("lr", "min_lr", "weight_decay", "beta1", "beta2", "eps", "grad_clip"):
+            if not math.isfinite(getattr(self, key)):
+                raise ConfigError(f"optim.{key}: must be a finite number (got {getattr(self, key)})")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -264,15 +271,25 @@ def _coerce(key: str, value: Any, typ: Any) -> Any:
             return value
     elif name == "int":
         if isinstance(value, int) and not isinstance(value, bool):
+            if abs(value) >= 1 << 63:
+                raise ConfigError(f"{key}: {value} is out of range (at most 2**63 - 1)")
             return value
     elif name == "float":
+        number: float | None = None
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):  # YAML 1.1 reads "3e-4" as a string
             try:
-                return float(value)
+                number = float(value)
+            except OverflowError:
+                raise ConfigError(f"{key}: {value} is out of range for a float") from None
+        elif isinstance(value, str):  # YAML 1.1 reads "3e-4" as a string
+            try:
+                number = float(value)
             except ValueError:
                 pass
+        if number is not None:
+            if not math.isfinite(number):
+                raise ConfigError(f"{key}: must be a finite number (got {value!r})")
+            return number
     elif name == "str":
         if value is None:
             return ""
@@ -357,14 +374,20 @@ def load_config(
     cfg = Config()
     if path is not None:
         p = Path(path)
+        from agpt import yamlio
+
         try:
-            text = p.read_text()
+            text = p.read_text(encoding="utf-8")
         except OSError as exc:
             raise ConfigError(f"{p}: cannot read ({exc.strerror})") from None
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{p}: not UTF-8 text (byte {exc.start})") from None
         try:
-            data = yaml.safe_load(text) or {}
+            data = yamlio.load(text) or {}
         except yaml.YAMLError as exc:
-            raise ConfigError(f"{p}: not valid YAML ({str(exc).splitlines()[0]})") from None
+            raise ConfigError(f"{p}: not valid YAML ({yamlio.first_line(exc)})") from None
+        except RecursionError:
+            raise ConfigError(f"{p}: not valid YAML (nested too deeply)") from None
         if not isinstance(data, Mapping):
             raise ConfigError(f"{p}: top level must be a mapping of sections")
         _apply(cfg, data, str(p))

@@ -8,6 +8,7 @@ only, so a 1,000-rank job's log shows one line, not a thousand.
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 import traceback
@@ -40,6 +41,14 @@ def run_and_exit(
         code = exc.exit_code
     except KeyboardInterrupt:
         code = 130
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            traceback.print_exc()
+        else:  # the run directory's filesystem is full (progress, metrics): say where, in one line
+            where = exc.filename or "the run directory"
+            print(f"agpt: error: disk full: cannot write {where} ({os.strerror(exc.errno)})", file=sys.stderr)
+        code = 1
+        clean = False
     except BaseException:
         traceback.print_exc()
         code = 1

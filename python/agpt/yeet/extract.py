@@ -6,10 +6,11 @@ when an entry has an absolute path or `..`, is a device or fifo, would be writte
 link that points outside the tree (also through other links).  The one exception is the interpreter link a
 venv's `bin/python*` holds to its base Python, without which no venv works.
 
-Where the checks run: `scan` validates a whole tarball once where it is read (rank 0, the ssh head, or while
-packing), and that verdict is bound to the tarball's sha256.  Nodes then stream the bytes straight into
-`zstd -d | tar -x` and compare the digest at the end; a mismatch discards the tree.  A stream nobody has
-validated goes through a gate instead: each header is checked here before `tar` is given its bytes.
+Where the checks run: `scan` validates a whole tarball where it is read (rank 0, the ssh head, or while
+packing), so a bad SRC is refused before anything is shipped.  And every node checks again as it extracts:
+the stream goes through a gate, each header checked here before `tar` is given its bytes.  The second check
+is never skipped: a verdict cached in a sidecar file beside SRC is not evidence, anyone who can write there
+can forge it.
 
 Why a temporary tree and a janitor: a node must end with either the old DEST or the complete new one.  The tree
 is built in `DEST.tmp.<id>`, verified, then swapped in with two renames.  A small `sh` process (the janitor,
@@ -53,8 +54,28 @@ class UnsafeArchive(AgptError):
     """The tarball holds an entry that could write outside DEST or create a device: refused whole."""
 
 
-def check_dest(dest: Path) -> None:
-    """Refuse a DEST we could not safely replace; create its parent when missing."""
+MARKER = ".yeet-dest"  # written into every tree yeet swaps in: a non-empty DEST without it is not ours
+
+
+def check_dest_src(dest: Path, src: Path | None) -> None:
+    """Refuse a DEST whose replacement would delete SRC or everything: `/`, SRC itself, or a folder above it."""
+    real = Path(os.path.realpath(dest))
+    if real.parent == real:
+        raise BadInput(f"--dest {dest}: refusing to replace the root directory")
+    if src is not None:
+        s = Path(os.path.realpath(src))
+        if real == s or real in s.parents:
+            raise BadInput(
+                f"--dest {dest}: holds SRC {src}; replacing it would delete SRC (choose another folder)"
+            )
+
+
+def check_dest(dest: Path, src: Path | None = None) -> None:
+    """Refuse a DEST we could not safely replace; create its parent when missing.
+
+    Replacing DEST deletes what was in it, so a DEST that exists must be a tree yeet made (it holds MARKER)
+    or empty; anything else is someone's data."""
+    check_dest_src(dest, src)
     parent = dest.parent
     try:
         parent.mkdir(parents=True, exist_ok=True)
@@ -75,6 +96,17 @@ def check_dest(dest: Path) -> None:
         raise BadInput(f"--dest {dest}: parent {parent} is not writable")
     if os.path.lexists(dest) and (dest.is_symlink() or not dest.is_dir()):
         raise BadInput(f"--dest {dest}: exists and is not a directory")
+    if os.path.lexists(dest) and not os.path.lexists(dest / MARKER):
+        try:
+            with os.scandir(dest) as it:
+                empty = next(it, None) is None
+        except OSError as exc:
+            raise BadInput(f"--dest {dest}: cannot read it ({exc.strerror})") from None
+        if not empty:
+            raise BadInput(
+                f"--dest {dest}: exists, is not empty and was not made by agpt yeet (no {MARKER}); "
+                "it would be deleted: remove it yourself or choose another folder"
+            )
 
 
 def _pid_alive(pid: int) -> bool:
@@ -135,6 +167,7 @@ class Stage:
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(self.tmp, 0o777 & ~umask)
+        (self.tmp / MARKER).write_text("made by agpt yeet: replaced as a whole by the next yeet\n")
         moved = False
         if os.path.lexists(self.dest):
             os.rename(self.dest, self.old)
@@ -405,10 +438,6 @@ def _tar_extract(raw: IO[bytes], root: Path, compression: str, guard: _Guard) ->
 
 
 TAR_FLAGS = ["--no-same-owner", "--no-same-permissions", "--keep-old-files"]
-DECOMPRESS = {
-    "zstd": ["zstd", "-d", "-c", "-q"],
-    "gzip": ["pigz" if shutil.which("pigz") else "gzip", "-d", "-c"],
-}
 
 
 def scan(raw: IO[bytes], compression: str) -> tuple[int, int]:
@@ -428,57 +457,15 @@ def scan(raw: IO[bytes], compression: str) -> tuple[int, int]:
     return guard.count, guard.nbytes
 
 
-def _pipe_extract(raw: IO[bytes], root: Path, compression: str) -> None:
-    """`zstd -d | tar -x` fed from RAW: for bytes whose digest was validated by `scan` (checked at the end)."""
-    import tempfile
+def safe_extract(raw: IO[bytes], root: Path, compression: str) -> tuple[int, int]:
+    """Extract a tar stream into ROOT; return (members, bytes of file data).
 
-    with tempfile.TemporaryFile() as errf:
-        procs: list[subprocess.Popen[bytes]] = []
-        try:
-            if compression in DECOMPRESS:
-                dec = subprocess.Popen(
-                    DECOMPRESS[compression], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errf
-                )
-                procs.append(dec)
-                tar_in: Any = dec.stdout
-            else:
-                tar_in = subprocess.PIPE
-            tar = subprocess.Popen(
-                ["tar", "-x", "-f", "-", "-C", str(root), *TAR_FLAGS], stdin=tar_in, stderr=errf
-            )
-            procs.append(tar)
-            if procs[0] is not tar:
-                assert dec.stdout is not None
-                dec.stdout.close()  # tar holds it now
-            sink = procs[0].stdin
-            assert sink is not None
-            while data := raw.read(COPY_BUF):
-                sink.write(data)
-            sink.close()
-        except BaseException:
-            for p in procs:
-                p.kill()
-                p.wait()
-            raise
-        codes = [p.wait() for p in procs]
-        if any(codes):
-            errf.seek(0)
-            tail = errf.read().decode(errors="replace").strip().splitlines()[-1:] or [""]
-            raise AgptError(f"extraction failed (exit {codes}): {tail[0]}")
-
-
-def safe_extract(raw: IO[bytes], root: Path, compression: str, *, trusted: bool = False) -> tuple[int, int]:
-    """Extract a tar stream into ROOT; return (members, bytes of file data) ((0, 0) when TRUSTED).
-
-    Untrusted: every header is validated here before `tar` sees it.  TRUSTED: the caller checks at the end
-    that the bytes have the digest of a tarball `scan` already validated, so they go straight to the C tools.
+    Every header is validated here before `tar` sees it, always: no earlier verdict (a cache sidecar, a
+    digest from another node) can switch the checks off, since whoever can write beside SRC can forge those.
     """
     if shutil.which("tar") is None:
         raise AgptError("extraction needs GNU tar on PATH")
     try:
-        if trusted and (compression not in DECOMPRESS or shutil.which(DECOMPRESS[compression][0])):
-            _pipe_extract(raw, root, compression)
-            return 0, 0
         guard = _Guard(root)
         _tar_extract(raw, root, compression, guard)
     except (tarfile.TarError, EOFError, OSError) as exc:

@@ -134,7 +134,7 @@ def _run(
     my_dest = render_dest(dest, rank=rank, host=name)
     err = ""
     try:
-        check_dest(my_dest)
+        check_dest(my_dest, src)
     except BadInput as exc:
         err = str(exc)
     info: list[tuple[str, str, str]] = comm.allgather((socket.gethostname(), name, err))

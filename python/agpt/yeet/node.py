@@ -89,7 +89,7 @@ class Receiver:
         members: int = 0,
     ) -> None:
         self.dest = dest
-        self.members = members  # > 0: the tarball with this digest was validated where it was read
+        self.members = members  # entries counted where the tarball was read (reports only; never trusted)
         self.compression = compression
         self.sha256 = sha256
         self.size = size
@@ -122,15 +122,13 @@ class Receiver:
             self.reader.drain()
             return
         try:
-            trusted = self.members > 0
+            # Every member is checked here, on every node, whatever a cache sidecar says: the sidecar and the
+            # digest it holds sit beside SRC where anyone who can write there could forge them.
             self.files, self.bytes = safe_extract(
                 self.reader,  # type: ignore[arg-type]
                 self.stage.tmp,
                 self.compression,
-                trusted=trusted,
             )
-            if trusted:
-                self.files = self.members
         except Exception as exc:
             self.error = str(exc) or type(exc).__name__
         finally:

@@ -247,11 +247,23 @@ def cache_paths(src: Path) -> tuple[Path, Path]:
 
 
 def _read_meta(path: Path) -> dict[str, object]:
+    """A cache sidecar, or {} when it is missing or malformed (then SRC is hashed again).  It only ever
+    saves a re-hash: extraction checks every member whatever it says."""
     try:
-        meta = json.loads(path.read_text())
-    except (OSError, ValueError):
+        meta = json.loads(path.read_bytes())
+    except (OSError, ValueError, RecursionError):
         return {}
-    return meta if isinstance(meta, dict) and meta.get("format") == META_FORMAT else {}
+    if not isinstance(meta, dict) or meta.get("format") != META_FORMAT:
+        return {}
+    sha = meta.get("sha256")
+    if not (isinstance(sha, str) and len(sha) == 64 and all(c in "0123456789abcdef" for c in sha)):
+        return {}
+    for key in ("members", "size"):
+        if key in meta and not (type(meta[key]) is int and meta[key] >= 0):
+            return {}
+    if not isinstance(meta.get("fingerprint"), str):
+        return {}
+    return meta
 
 
 def _write_meta(path: Path, meta: dict[str, object]) -> None:

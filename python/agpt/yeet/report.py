@@ -30,9 +30,13 @@ def read_hostfile(path: Path) -> list[str]:
     """Hosts, one per line (agpt.rundir.parse_hostfile: a `host slots=N` or `host:N` tail is ignored),
     de-duplicated, in order."""
     try:
-        text = path.read_bytes().decode("utf-8", errors="replace")
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise BadInput(f"--hostfile {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise BadInput(f"--hostfile {path}: not UTF-8 text (byte {exc.start})") from None
+    # A host becomes an ssh argument: the shared rule refuses anything but host-name characters, and a
+    # leading '-' (it would read as an option).
     hosts = rundir.parse_hostfile(text.splitlines(), where=f"--hostfile {path}")
     if not hosts:
         raise BadInput(f"--hostfile {path}: no hosts in it")

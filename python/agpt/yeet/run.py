@@ -10,11 +10,11 @@ import getpass
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from agpt.errors import BadInput
-from agpt.yeet.extract import check_dest
+from agpt.yeet.extract import check_dest, check_dest_src
 from agpt.yeet.node import NodeResult, TreeCopier, stage_file
 from agpt.yeet.pack import resolve_source
 from agpt.yeet.report import needed, node_name, parse_min_success, read_hostfile, render_dest, report_lines
@@ -22,6 +22,20 @@ from agpt.yeet.report import needed, node_name, parse_min_success, read_hostfile
 MODES = ("tar", "copy", "rsync")
 TRANSPORTS = ("mpi", "ssh", "local")
 TAR_SUFFIXES = (".tar.zst", ".tzst", ".tar.gz", ".tgz", ".tar")
+
+
+def env_int(name: str, default: int, lo: int, hi: int) -> int:
+    """A whole-number setting from the environment (empty: DEFAULT); anything else is one line, exit 2."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise BadInput(f"{name}={raw!r}: expected a whole number {lo}..{hi}") from None
+    if not lo <= value <= hi:
+        raise BadInput(f"{name}={value}: expected {lo}..{hi}")
+    return value
 
 
 @dataclass(kw_only=True, slots=True)
@@ -35,10 +49,10 @@ class YeetSettings:
     hostfile: Path | None = None
     check: str | None = None
     min_success: str | None = None
-    chunk_mb: int = 8
-    timeout_s: float = float(os.environ.get("AGPT_YEET_TIMEOUT_S") or 600.0)  # per ssh call
-    retries: int = int(os.environ.get("AGPT_YEET_RETRIES") or 2)  # per target, ssh transport
-    fanout: int = int(os.environ.get("AGPT_YEET_FANOUT") or 8)
+    chunk_mb: int = field(default_factory=lambda: env_int("AGPT_YEET_CHUNK_MB", 8, 1, 1024))
+    timeout_s: float = field(default_factory=lambda: float(env_int("AGPT_YEET_TIMEOUT_S", 600, 1, 86400 * 7)))
+    retries: int = field(default_factory=lambda: env_int("AGPT_YEET_RETRIES", 2, 0, 100))  # per ssh target
+    fanout: int = field(default_factory=lambda: env_int("AGPT_YEET_FANOUT", 8, 1, 4096))
 
     def validate(self) -> None:
         if self.mode not in MODES:
@@ -83,6 +97,8 @@ def yeet(s: YeetSettings, emit: Callable[[str], None]) -> int:
     dest = s.dest or s.default_dest()
     transport = s.pick_transport()
     hosts = read_hostfile(s.hostfile) if s.hostfile is not None else []
+    for i, h in enumerate(hosts or [node_name()]):
+        check_dest_src(render_dest(dest, rank=i, host=h), s.src)
     chunk = s.chunk_mb << 20
     if transport == "mpi":
         from agpt.yeet import mpi
@@ -113,7 +129,7 @@ def _local(s: YeetSettings, dest_template: str, emit: Callable[[str], None]) -> 
     t0 = time.monotonic()
     name = node_name()
     dest = render_dest(dest_template, rank=0, host=name)
-    check_dest(dest)
+    check_dest(dest, s.src)
     need = needed(s.min_success, 1)
     nbytes = 0
     if s.mode == "tar":

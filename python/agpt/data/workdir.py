@@ -1,0 +1,66 @@
+"""`--output DIR` and its `DIR/.work` scratch folder: made, claimed and removed only by the tool that made it.
+
+`agpt tokenize` and `agpt blend` keep intermediate files in `DIR/.work` and delete it when done or when it
+holds another run's leftovers.  A `.work` that some other program (or a person) put there is not theirs to
+delete: the tools write MARKER into every `.work` they create and refuse a non-empty one without it.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from agpt.errors import BadInput
+
+WORK = ".work"
+MARKER = ".agpt-work"
+
+
+def ensure_output(out: Path, flag: str = "--output") -> None:
+    """OUT is a directory (created when missing); anything else is one line naming the flag."""
+    try:
+        st = os.stat(out)
+    except FileNotFoundError:
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise BadInput(f"{flag} {out}: cannot create it ({exc.strerror})") from None
+        return
+    except OSError as exc:
+        raise BadInput(f"{flag} {out}: {exc.strerror}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise BadInput(f"{flag} {out}: exists and is not a directory")
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise BadInput(f"{flag} {out}: not writable")
+
+
+def claim(out: Path, tool: str, *, also_ours: tuple[str, ...] = ()) -> Path:
+    """OUT/.work, when it is ours to replace: missing, empty, or holding MARKER (or a file in ALSO_OURS that
+    only TOOL writes).  Otherwise BadInput: someone else's folder is never deleted."""
+    work = out / WORK
+    if not os.path.lexists(work):
+        return work
+    if work.is_symlink() or not work.is_dir():
+        raise BadInput(
+            f"--output {out}: {work} exists and is not a directory {tool} made; remove it yourself"
+        )
+    if (work / MARKER).exists() or any((work / name).exists() for name in also_ours):
+        return work
+    try:
+        with os.scandir(work) as it:
+            empty = next(it, None) is None
+    except OSError as exc:
+        raise BadInput(f"--output {out}: cannot read {work} ({exc.strerror})") from None
+    if not empty:
+        raise BadInput(
+            f"--output {out}: {work} was not made by {tool} (no {MARKER}); it would be deleted: "
+            "remove it yourself or use another --output"
+        )
+    return work
+
+
+def make(work: Path, tool: str) -> None:
+    """Create WORK (if missing) and mark it as this tool's."""
+    work.mkdir(exist_ok=True)
+    (work / MARKER).write_text(f"scratch space of {tool}: deleted when it finishes\n")

@@ -1,0 +1,53 @@
+"""YAML as agpt reads it: PyYAML's SafeLoader (no object construction), duplicate keys refused.
+
+A repeated key in a mapping is almost always an edit that went wrong (two `lr:` lines, the second one
+silently winning); PyYAML keeps the last one without a word, so this loader stops at the second with its line.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+from yaml.constructor import ConstructorError
+
+MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+class StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key repeated in one mapping (the error names both lines)."""
+
+    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict[Any, Any]:
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, int] = {}
+            for key_node, _value in node.value:
+                if key_node.tag == MERGE_TAG:
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.get(key)
+                except TypeError:  # an unhashable key: SafeLoader refuses it below
+                    continue
+                line = key_node.start_mark.line + 1
+                if first is not None:
+                    raise ConstructorError(
+                        None, None, f"duplicate key {key!r} on line {line} (first on line {first})", None
+                    )
+                seen[key] = line
+        return super().construct_mapping(node, deep)  # type: ignore[arg-type]
+
+
+def load(text: str, loader: type[yaml.SafeLoader] = StrictLoader) -> Any:
+    """Parse TEXT with LOADER (a StrictLoader subclass); raises yaml.YAMLError."""
+    return yaml.load(text, Loader=loader)  # a SafeLoader subclass: builds no objects
+
+
+def first_line(exc: yaml.YAMLError) -> str:
+    """PyYAML's message on one line: the problem and where it is."""
+    problem = getattr(exc, "problem", None)
+    mark = getattr(exc, "problem_mark", None)
+    if problem:
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        return f"{problem}{where}"
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
