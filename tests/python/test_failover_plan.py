@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -127,6 +128,21 @@ def test_system_relaunches_on_the_same_hosts_with_growing_backoff() -> None:
     p = decide(att(3, "system", last=4), h)
     assert (p.action, p.swap_out) == ("relaunch", [])
     assert p.backoff_s == 20
+
+
+def test_a_site_fault_at_the_same_step_is_never_called_deterministic() -> None:
+    # A filesystem outage that keeps interrupting the same step is still a site fault: relaunch after the
+    # backoff, and once the attempts are spent hand over to a later job (75), never `repeat` (4).
+    h = [ev(n, "system", last=4) for n in range(1, 5)]
+    p = decide(att(5, "system", last=4), h)
+    assert p.action == "relaunch" and p.verdict != "repeat"
+    s = dataclasses.replace(FAST, max_attempts=3)
+    p = decide(
+        att(3, "system", first=None, last=None),
+        [ev(n, "system", first=None, last=None) for n in (1, 2)],
+        settings=s,
+    )
+    assert (p.verdict, p.exit) == ("resubmit", 75)
 
 
 def test_app_does_not_swap() -> None:

@@ -13,14 +13,17 @@ The rules, in order (why in brackets):
    `resubmit` (75).
 2. The same class at the same step (the last progress line, else the checkpoint resumed from) for FAILOVER_MAX_REPEAT attempts in a row -> stop `repeat` (4) [a
    deterministic bug: more attempts only burn hours].  Not for `node`: each named host is evidence of its own,
-   and the spares and FAILOVER_MAX_ATTEMPTS bound it.  For `hang`/`crash` the limit is at least one more than the
+   and the spares and FAILOVER_MAX_ATTEMPTS bound it.  Not for `system`: a filesystem or PMI outage lasts as
+   long as it lasts, whatever step it interrupts; the backoff, FAILOVER_MAX_ATTEMPTS and then the chain's
+   no-progress guard bound it, and a person is not needed to restart a run a site fault stopped.  For `hang`/`crash` the limit is at least one more than the
    blind rotation needs (min(active, FAILOVER_MAX_BLIND) + 1), so a rotation can reach every original host
    before the failure is called deterministic.
 3. Two attempts in a row with no progress line, neither of them `node` or `system` -> stop `stuck` (3) [a config
    or environment bug; a swap of a host proven bad is a real fix, and a site-wide fault is waited out].  When
    every attempt of the row is a `hang`/`crash`, the row must be as long as the blind rotation (min(active,
    FAILOVER_MAX_BLIND) + 1): a bad host that hangs the first collective after a resume looks the same.
-4. FAILOVER_MAX_ATTEMPTS reached -> stop: `resubmit` (75) after progress in this job, else `failed` (1).
+4. FAILOVER_MAX_ATTEMPTS reached -> stop: `resubmit` (75) after progress in this job, or when the attempt is a
+   `system` fault (a later job retries after its queue wait; CHAIN_MAX_NO_PROGRESS bounds it), else `failed` (1).
 5. `node`: swap exactly the named active hosts.  `hang`/`crash`: a rotating blind swap of one host: never a
    spare this rotation added, the hosts the evidence points at first (the classifier's `suspect_hosts`, then
    `last_heard`), then in rank order; when the failure recurs unchanged, the host evicted last time is
@@ -271,7 +274,7 @@ def decide(
             break
         same += 1
     limit = max(settings.max_repeat, rotation) if cls in BLIND_CLASSES else settings.max_repeat
-    if cls != "node" and where is not None and same >= limit:
+    if cls not in ("node", "system") and where is not None and same >= limit:
         return _stop(
             "repeat",
             f"'{cls}' at step {where} {same} times in a row (limit {limit}): a deterministic failure",
@@ -293,7 +296,7 @@ def decide(
 
     if att.attempt >= settings.max_attempts:
         return _stop(
-            "resubmit" if progressed else "failed",
+            "resubmit" if progressed or cls == "system" else "failed",
             f"{settings.max_attempts} attempts used (FAILOVER_MAX_ATTEMPTS)",
             mark_bad=named,
         )
