@@ -107,9 +107,10 @@ env_site_load() {
   fi
   # A profile is data: it is sourced only after the parser (python/agpt/site.py) found nothing in it that
   # could run a command ($(...), backticks, a line that is not an assignment).
-  local rc=0
-  PYTHONPATH="$(_env_home)/python${PYTHONPATH:+:$PYTHONPATH}" "${AGPT_PYTHON:-python3}" -m agpt.site \
-    "$d/$name/profile.sh" 2>>"$ENV_LOG" || rc=$?
+  local rc=0 err
+  err="$(PYTHONPATH="$(_env_home)/python${PYTHONPATH:+:$PYTHONPATH}" "${AGPT_PYTHON:-python3}" -m agpt.site \
+    "$d/$name/profile.sh" 2>&1 >/dev/null)" || rc=$?
+  [[ -z "$err" ]] || _env_say "$err"
   if ((rc == 2)); then
     _env_say "refusing to source $d/$name/profile.sh: not data only (agpt site check $d/$name/profile.sh)"
     return 2

@@ -33,7 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "ckpt": (
         "agpt.cli.ckpt",
-        "Export a checkpoint to Hugging Face, import one, inspect one, or size the save interval.",
+        "Export to Hugging Face, import from it, inspect a checkpoint, size the save interval.",
     ),
     "chain": ("stdlib:agpt.chain", "Show a run's chain of jobs (JOB layer): start, end, steps, verdict."),
     "data": ("agpt.cli.data", "Verify a blended data set against its manifest, or inspect its mixture."),
