@@ -15,7 +15,8 @@
 #   failover_run CMD...       attempts until a stop; returns the verdict's exit code
 #
 # Each attempt's environment: FAILOVER_HOSTFILE (RUN_DIR/hosts/active), FAILOVER_HOSTS (comma list),
-# FAILOVER_NUM_HOSTS, FAILOVER_ATTEMPT (1, 2, ...), AGPT_RUN_DIR, AGPT_DEADLINE_EPOCH (when known); and the
+# FAILOVER_NUM_HOSTS, FAILOVER_ATTEMPT (1, 2, ...), AGPT_RUN_DIR, AGPT_ATTEMPT_ID (JOBID.N: the heartbeats'
+# attempt), FAILOVER_IDLE_TIMEOUT, AGPT_DEADLINE_EPOCH (when known); and the
 # words {hostfile} {hosts} {nhosts} in CMD are replaced.  The decisions live in `agpt failover plan` (Python,
 # unit-tested); this file is the glue.  Files written: RUN_DIR/hosts/*, attempts/JOBID.N.log, events.jsonl;
 # at the stop, `agpt failover report RUN_DIR` prints the run's timeline to the log.
@@ -277,7 +278,8 @@ failover_run() {
     log="$AGPT_RUN_DIR/attempts/$jobid.$n.log"
     cls="$AGPT_RUN_DIR/attempts/$jobid.$n.class.json"
     envs=(FAILOVER_HOSTFILE="$AGPT_RUN_DIR/hosts/active" FAILOVER_HOSTS="$hosts" FAILOVER_NUM_HOSTS="$nhosts"
-      FAILOVER_ATTEMPT="$n" AGPT_RUN_DIR="$AGPT_RUN_DIR")
+      FAILOVER_ATTEMPT="$n" AGPT_RUN_DIR="$AGPT_RUN_DIR" AGPT_ATTEMPT_ID="$jobid.$n"
+      FAILOVER_IDLE_TIMEOUT="$FAILOVER_IDLE_TIMEOUT")
     [[ -n "$deadline" ]] && envs+=(AGPT_DEADLINE_EPOCH="$deadline")
     _failover_say "attempt $n on $nhosts host(s) ($hosts): ${argv[*]}"
     : >"$log"
@@ -287,7 +289,7 @@ failover_run() {
     ended="$(date +%s.%N)"
     _failover_py classify --rc "$rc" --hostfile "$AGPT_RUN_DIR/hosts/active" --ipmap "$AGPT_RUN_DIR/hosts/ip" \
       ${deadline:+--deadline "$deadline"} --now "${ended%%.*}" --progress-re "$FAILOVER_PROGRESS_RE" \
-      "${patterns[@]}" "$log" >"$cls" ||
+      --heartbeat-dir "$AGPT_RUN_DIR/heartbeat" "${patterns[@]}" "$log" >"$cls" ||
       _failover_say "classifier failed on $log; deciding from the exit code"
     decision="$(_failover_py plan --run-dir "$AGPT_RUN_DIR" --attempt "$n" --rc "$rc" --log "$log" \
       --classification "$cls" --started "$started" --ended "$ended" --progress-re "$FAILOVER_PROGRESS_RE" \
