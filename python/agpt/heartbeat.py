@@ -300,6 +300,10 @@ def start(
     interval_s: float | None = None,
     env: Mapping[str, str] | None = None,
     on_publish: Callable[[Heartbeat], None] | None = None,
+    tick_s: float = 0.0,
+    dump_s: float = 0.0,
+    host: str = "",
+    local_dir: str = "",
 ) -> Heartbeat | None:
     """A started Heartbeat for this rank, from the environment; None when off or when there is no run dir.
 
@@ -313,7 +317,7 @@ def start(
         return None
     interval = _env_float(env, "AGPT_HEARTBEAT_INTERVAL_S", interval_s or DEFAULT_INTERVAL_S)
     idle = _env_float(env, "FAILOVER_IDLE_TIMEOUT", 0.0)
-    dump: float | None = _env_float(env, "AGPT_HEARTBEAT_DUMP_S", idle / 2 if idle else 600.0)
+    dump: float | None = dump_s or _env_float(env, "AGPT_HEARTBEAT_DUMP_S", idle / 2 if idle else 600.0)
     if env.get("AGPT_HEARTBEAT_DUMP_S", "").strip() == "0":
         dump = None
     rank = _env_int(env, _RANK, 0)
@@ -321,12 +325,13 @@ def start(
         rd,
         attempt=attempt_id(env),
         rank=rank,
-        host=host_name(env),
+        host=host or host_name(env),
         local_rank=_env_int(env, _LOCAL_RANK, 0),
         local_size=_env_int(env, _LOCAL_SIZE, 1),
         interval_s=interval,
-        tick_s=_env_float(env, "AGPT_HEARTBEAT_TICK_S", 0.0) or None,
+        tick_s=tick_s or _env_float(env, "AGPT_HEARTBEAT_TICK_S", 0.0) or None,
         dump_after_s=dump,
+        local_dir=local_dir or env.get("AGPT_HEARTBEAT_LOCAL_DIR") or None,
         on_publish=on_publish,
     )
     try:
@@ -334,3 +339,22 @@ def start(
     except OSError as e:
         print(f"agpt: heartbeat off: {e}", flush=True)
         return None
+
+
+def inject_fault(step: int, compute_s: float, env: Mapping[str, str] | None = None) -> None:
+    """Test hook for fault drills, a no-op unless set: AGPT_FAULT_SLEEP_AT=STEP[:HOST] makes the ranks (of HOST)
+    sleep forever, alive, when they reach STEP; AGPT_FAULT_SLOW_HOST=HOST[:FACTOR] stretches HOST's compute by
+    FACTOR (default 3).  Call it inside the forward pass with the compute time spent so far in the step."""
+    env = os.environ if env is None else env
+    me = host_name(env)
+    at, _, where = env.get("AGPT_FAULT_SLEEP_AT", "").partition(":")
+    if at.isdigit() and int(at) == step and where in ("", me):
+        print(f"agpt: fault drill: sleeping in the forward pass of step {step} on {me}", flush=True)
+        while True:
+            time.sleep(3600)
+    slow, _, factor = env.get("AGPT_FAULT_SLOW_HOST", "").partition(":")
+    if slow and slow == me:
+        try:
+            time.sleep(max(0.0, (float(factor or 3) - 1) * compute_s))
+        except ValueError:
+            pass

@@ -272,3 +272,13 @@ def test_apply_names_the_straggler_of_a_75_stop(tmp_path: Path) -> None:
     res = cl.Classification(cls="crash", bad_hosts=[], evidence=[], last_step=5)
     hbs.apply(res, tmp_path, HOSTS, "77.2", 75)  # another attempt's request
     assert res.cls == "crash"
+
+
+def test_bench_heartbeat_runs_and_prints_the_writes_per_node_per_minute() -> None:
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "tests/bench/bench_heartbeat.py"), "--hosts", "2", "--ranks-per-node", "2",
+         "--interval", "1", "--seconds", "3"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "run-directory writes per node per minute" in out.stdout and "fewer shared writes" in out.stdout
