@@ -52,7 +52,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--hosts", type=int, default=4)
     ap.add_argument("--ranks-per-node", type=int, default=4)
-    ap.add_argument("--interval", type=float, default=2.0, help="heartbeat.interval_s (default 2; 15 in jobs)")
+    ap.add_argument(
+        "--interval", type=float, default=2.0, help="heartbeat.interval_s (default 2; 15 in jobs)"
+    )
     ap.add_argument("--seconds", type=float, default=20.0)
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="agpt-bench-hb-"))
@@ -91,7 +93,9 @@ def main() -> int:
         if strace:
             renames = 0
             for f in tmp.glob("strace.*"):
-                renames += sum(1 for line in f.read_text().splitlines() if re.search(re.escape(str(run)), line))
+                renames += sum(
+                    1 for line in f.read_text().splitlines() if re.search(re.escape(str(run)), line)
+                )
             print(f"  strace cross-check: {renames / args.hosts / minutes:.1f} renames into the run directory "
                   "per node per minute")  # fmt: skip
         return 0
