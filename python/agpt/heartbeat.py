@@ -27,6 +27,7 @@ from __future__ import annotations
 import faulthandler
 import json
 import os
+import shutil
 import socket
 import tempfile
 import threading
@@ -159,6 +160,7 @@ class Heartbeat:
         self.local_dir.mkdir(parents=True, exist_ok=True)
         if self.local_rank == 0:
             (self.run_dir / "heartbeat").mkdir(parents=True, exist_ok=True)
+            self._clean_earlier_attempts()
         self._write_local()
         self._thread = threading.Thread(target=self._loop, name="agpt-heartbeat", daemon=True)
         self._thread.start()
@@ -175,6 +177,13 @@ class Heartbeat:
                 self.publish()
         except OSError:
             pass
+
+    def _clean_earlier_attempts(self) -> None:
+        """Node-local folders of this job's earlier attempts on this host (a killed attempt leaves its own)."""
+        job = self.attempt.rsplit(".", 1)[0]
+        for d in self.local_dir.parent.glob(f"agpt-heartbeat.{job}.*.{self.host}"):
+            if d != self.local_dir and d.is_dir():
+                shutil.rmtree(d, ignore_errors=True)
 
     # -- the thread -------------------------------------------------------------------------------------------
     def record(self) -> dict[str, Any]:

@@ -282,3 +282,21 @@ def test_bench_heartbeat_runs_and_prints_the_writes_per_node_per_minute() -> Non
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert "run-directory writes per node per minute" in out.stdout and "fewer shared writes" in out.stdout
+
+
+def test_fault_drill_hooks_do_nothing_unless_set_and_slow_only_their_host() -> None:
+    t0 = time.monotonic()
+    heartbeat.inject_fault(3, 0.2, env={})
+    heartbeat.inject_fault(3, 0.2, env={"AGPT_FAULT_SLOW_HOST": "other:3", "AGPT_HEARTBEAT_HOST": "me"})
+    assert time.monotonic() - t0 < 0.15
+    heartbeat.inject_fault(3, 0.1, env={"AGPT_FAULT_SLOW_HOST": "me:3", "AGPT_HEARTBEAT_HOST": "me"})
+    assert time.monotonic() - t0 >= 0.2  # (3 - 1) x 0.1 s more
+
+
+def test_heartbeat_settings_are_a_config_section() -> None:
+    from agpt.train.config import load_config
+
+    cfg = load_config(None, environ={"AGPT_HEARTBEAT_INTERVAL_S": "2.5"})
+    assert cfg.heartbeat.interval_s == 2.5 and cfg.heartbeat.enabled
+    cfg = load_config(None, ["heartbeat.enabled=false"], environ={})
+    assert cfg.heartbeat.enabled is False
