@@ -164,7 +164,7 @@ show_job() {
   assert_equal "$rc" 0
   run ev attempt class swapped
   assert_line --index 0 --regexp '^"hang" .*"blind":true'
-  refute_output --regexp '^"hang" .*"blind":false'
+  refute_line --regexp '^"hang" .*"blind":false'
   run grep -c n2 "$RUN/hosts/active"
   assert_output 0
   run test -e "$RUN/heartbeat"
