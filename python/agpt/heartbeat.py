@@ -25,6 +25,7 @@ kill leaves one file per node that says where every live rank was.  On rank 0, t
 from __future__ import annotations
 
 import faulthandler
+import hashlib
 import json
 import os
 import shutil
@@ -41,6 +42,9 @@ FORMAT = "agpt-heartbeat/1"
 PHASES = ("start", "data", "forward", "backward", "optimizer", "collective", "checkpoint", "done")
 DEFAULT_INTERVAL_S = 15.0
 RECENT_STEPS = 8
+# A node-local rank record written this long before the publisher started is another launch's leftover (the
+# ranks of one launch start within seconds of each other).
+STALE_LAUNCH_S = 60.0
 
 _RANK = ("RANK", "PMI_RANK", "PALS_RANKID", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
 _LOCAL_RANK = ("LOCAL_RANK", "PALS_LOCAL_RANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
@@ -126,7 +130,9 @@ class Heartbeat:
         self.tick_s = tick_s if tick_s else min(1.0, interval_s / 3)
         self.dump_after_s = dump_after_s
         base = Path(local_dir) if local_dir else _local_base()
-        self.local_dir = base / f"agpt-heartbeat.{attempt}.{host}".replace("/", "_")
+        # Job ids repeat across clusters and test runs: the run directory is part of the name too.
+        tag = hashlib.sha1(str(self.run_dir.resolve()).encode()).hexdigest()[:8]
+        self.local_dir = base / f"agpt-heartbeat.{tag}.{attempt}.{host}".replace("/", "_")
         self.on_publish = on_publish
         self.tick = 0
         self.seq = 0
@@ -181,7 +187,8 @@ class Heartbeat:
     def _clean_earlier_attempts(self) -> None:
         """Node-local folders of this job's earlier attempts on this host (a killed attempt leaves its own)."""
         job = self.attempt.rsplit(".", 1)[0]
-        for d in self.local_dir.parent.glob(f"agpt-heartbeat.{job}.*.{self.host}"):
+        tag = self.local_dir.name.split(".")[1]
+        for d in self.local_dir.parent.glob(f"agpt-heartbeat.{tag}.{job}.*.{self.host}"):
             if d != self.local_dir and d.is_dir():
                 shutil.rmtree(d, ignore_errors=True)
 
@@ -242,8 +249,13 @@ class Heartbeat:
             try:
                 rec = json.loads(p.read_text())
                 r = int(rec["rank"])
+                written = float(rec["mono"])
             except (OSError, ValueError, KeyError, TypeError):
                 missing.append(p.name)
+                continue
+            if (
+                written < self._t_start - STALE_LAUNCH_S
+            ):  # left by an earlier launch, not a frozen rank of ours
                 continue
             tick = int(rec.get("tick", 0))
             prev = self._seen.get(r)

@@ -300,3 +300,19 @@ def test_heartbeat_settings_are_a_config_section() -> None:
     assert cfg.heartbeat.interval_s == 2.5 and cfg.heartbeat.enabled
     cfg = load_config(None, ["heartbeat.enabled=false"], environ={})
     assert cfg.heartbeat.enabled is False
+
+
+def test_a_rank_record_left_by_an_earlier_launch_is_not_a_frozen_rank(tmp_path: Path) -> None:
+    # Job ids repeat (a new test cluster, a requeue): an old launch's node-local file must not be blamed.
+    run = tmp_path / "run"
+    hb = heartbeat.Heartbeat(run, attempt=ATT, rank=0, host="h1", interval_s=0.2, tick_s=0.05,
+                             local_dir=tmp_path / "shm")  # fmt: skip
+    hb.local_dir.mkdir(parents=True)
+    old = {"rank": 7, "step": 2, "phase": "forward", "phase_s": 0, "step_s": 0, "tick": 3,
+           "mono": time.monotonic() - 500}  # fmt: skip
+    (hb.local_dir / "rank7.json").write_text(json.dumps(old))
+    hb.start()
+    time.sleep(0.5)
+    hb.stop()
+    rec = json.loads((run / "heartbeat" / "h1.json").read_text())
+    assert [r["rank"] for r in rec["ranks"]] == [0]
