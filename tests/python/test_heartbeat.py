@@ -316,3 +316,13 @@ def test_a_rank_record_left_by_an_earlier_launch_is_not_a_frozen_rank(tmp_path: 
     hb.stop()
     rec = json.loads((run / "heartbeat" / "h1.json").read_text())
     assert [r["rank"] for r in rec["ranks"]] == [0]
+
+
+def test_a_rank_frozen_just_before_recording_a_step_the_others_completed_is_behind(tmp_path: Path) -> None:
+    # one rank per node: the frozen rank is its node's publisher, its record stops at step 3, 0.3 s in
+    recs = [node(h, [rank(i, step=4, phase="forward", phase_s=9.5, step_s=9.6)]) for i, h in enumerate(HOSTS)]
+    recs[2] = node("n3", [rank(2, step=3, phase="optimizer", phase_s=0.1, step_s=0.3)], seq=9)
+    f = hbs.attribute(write(tmp_path, recs), HOSTS, ATT)
+    assert f.bad_hosts == ["n3"], f
+    assert "rank 2's record is at step 3 (optimizer, 0.3 s after that step)" in f.evidence[0]
+    assert "3 other rank(s) completed step 4 9.6 s before" in f.evidence[0]

@@ -159,20 +159,30 @@ def attribute(hb_dir: str | Path, hosts: Sequence[str] | None, attempt: str | No
         leaders = [r for _, r in live if _pos(r) == lead]
         behind = [(h, r) for h, r in live if _pos(r) < lead]
         wait = statistics.median(_f(r["phase_s"]) for r in leaders)
+        at_step = [r for _, r in live if int(r["step"]) == lead[0]]
+        step_wait = statistics.median(_f(r["step_s"]) for r in at_step)
         for h, r in behind:
-            since = _f(r["phase_s"]) if int(r["step"]) == lead[0] else _f(r["step_s"])
-            if h in evidence or since < slack or wait < slack:
+            if h in evidence:
                 continue
-            lead_phase = leaders[0].get("phase")
-            where = (
-                f"at step {r['step']} in {r.get('phase')} for {since:.1f} s"
-                if int(r["step"]) == lead[0]
-                else f"still at step {r['step']} ({r.get('phase')}) for {since:.1f} s"
-            )
-            evidence[h] = (
-                f"heartbeat: {h} behind: rank {r['rank']} {where} while {len(leaders)} other rank(s) wait at "
-                f"step {lead[0]} in {lead_phase} (median {wait:.1f} s)"
-            )
+            if int(r["step"]) < lead[0]:
+                # The others completed a later step long ago: whether this rank still computes or its record
+                # froze just before it could record that step, the others are waiting for it.
+                if step_wait < slack:
+                    continue
+                evidence[h] = (
+                    f"heartbeat: {h} behind: rank {r['rank']}'s record is at step {r['step']} ({r.get('phase')}, "
+                    f"{_f(r['step_s']):.1f} s after that step) while {len(at_step)} other rank(s) completed step "
+                    f"{lead[0]} {step_wait:.1f} s before (median)"
+                )
+            else:
+                since = _f(r["phase_s"])
+                if since < slack or wait < slack:
+                    continue
+                evidence[h] = (
+                    f"heartbeat: {h} behind: rank {r['rank']} at step {r['step']} in {r.get('phase')} for "
+                    f"{since:.1f} s while {len(leaders)} other rank(s) wait at step {lead[0]} in "
+                    f"{leaders[0].get('phase')} (median {wait:.1f} s)"
+                )
             out.kinds[h] = "behind"
 
     if not evidence:
