@@ -332,6 +332,8 @@ class Trainer:
 
         self.hb = heartbeat.start(self.run_dir, interval_s=hc.interval_s, on_publish=poll, tick_s=hc.tick_s,
                                   dump_s=hc.dump_s, host=hc.host, local_dir=hc.local_dir)  # fmt: skip
+        if self.hb is not None:
+            self.hb.step(self.step)  # the resumed step: a record never says step 0 after a resume
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         self._signal = signum
