@@ -364,8 +364,8 @@ def start(
 
 def inject_fault(step: int, compute_s: float, env: Mapping[str, str] | None = None) -> None:
     """Test hook for fault drills, a no-op unless set: AGPT_FAULT_SLEEP_AT=STEP[:HOST] makes the ranks (of HOST)
-    sleep forever, alive, when they reach STEP; AGPT_FAULT_SLOW_HOST=HOST[:FACTOR] stretches HOST's compute by
-    FACTOR (default 3).  Call it inside the forward pass with the compute time spent so far in the step."""
+    sleep forever, alive, when they reach STEP; AGPT_FAULT_SLOW_HOST=HOST[:FACTOR] stretches HOST's forward passes by
+    FACTOR (default 3).  Call it right after a forward pass with that pass's time."""
     env = os.environ if env is None else env
     me = host_name(env)
     at, _, where = env.get("AGPT_FAULT_SLEEP_AT", "").partition(":")

@@ -240,8 +240,9 @@ class Trainer:
             inputs, targets = batch[:, :-1], batch[:, 1:]
             self.model.set_requires_gradient_sync(micro == self.accum - 1)  # type: ignore[operator]
             self._phase("forward")
+            t_fwd = time.perf_counter()
             logits = self.model(inputs)
-            heartbeat.inject_fault(self.step + 1, time.perf_counter() - t0)
+            heartbeat.inject_fault(self.step + 1, time.perf_counter() - t_fwd)
             loss_sum = F.cross_entropy(
                 logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="sum"
             )
