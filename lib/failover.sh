@@ -15,7 +15,8 @@
 #   failover_run CMD...       attempts until a stop; returns the verdict's exit code
 #
 # Each attempt's environment: FAILOVER_HOSTFILE (RUN_DIR/hosts/active), FAILOVER_HOSTS (comma list),
-# FAILOVER_NUM_HOSTS, FAILOVER_ATTEMPT (1, 2, ...), FAILOVER_JOBID, AGPT_RUN_DIR, AGPT_DEADLINE_EPOCH (when known); and the
+# FAILOVER_NUM_HOSTS, FAILOVER_ATTEMPT (1, 2, ...), FAILOVER_JOBID, AGPT_RUN_DIR, AGPT_ATTEMPT_ID (JOBID.N: the
+# heartbeats' attempt), FAILOVER_IDLE_TIMEOUT, AGPT_DEADLINE_EPOCH (when known); and the
 # words {hostfile} {hosts} {nhosts} in CMD are replaced.  The decisions live in `agpt failover plan` (Python,
 # unit-tested), called once per attempt: it classifies the attempt's log in-process, swaps hosts, appends
 # events.jsonl and answers `ACTION EXIT BACKOFF_S ATTEMPT`; this file is the glue.  Files written:
@@ -268,11 +269,11 @@ _failover_setup() {
   _failover_w=("$_failover_root/bin/agpt-watch" --timeout "$FAILOVER_IDLE_TIMEOUT"
     --startup-timeout "$FAILOVER_STARTUP_TIMEOUT" --grace "$FAILOVER_GRACE" --progress-re "$FAILOVER_PROGRESS_RE")
   [[ -n "$FAILOVER_PROGRESS_FILE" ]] && _failover_w+=(--progress-file "$FAILOVER_PROGRESS_FILE")
-  _failover_c=()
+  _failover_c=(--heartbeat-dir "$AGPT_RUN_DIR/heartbeat")  # names a hung host from the ranks' heartbeats
   if [[ -n "$FAILOVER_PATTERN_SETS" ]]; then
-    _failover_c=(--patterns "$FAILOVER_PATTERN_SETS")
+    _failover_c+=(--patterns "$FAILOVER_PATTERN_SETS")
   elif declare -p SITE_FAILOVER_PATTERNS >/dev/null 2>&1; then
-    _failover_c=(--patterns "$(IFS=,; printf '%s' "${SITE_FAILOVER_PATTERNS[*]}")")
+    _failover_c+=(--patterns "$(IFS=,; printf '%s' "${SITE_FAILOVER_PATTERNS[*]}")")
   fi
 }
 
@@ -282,7 +283,8 @@ _failover_env() {
   local hf="$AGPT_RUN_DIR/hosts/active" n
   n="$(grep -c . "$hf")" || n=0
   _failover_e=(FAILOVER_HOSTFILE="$hf" FAILOVER_HOSTS="$(paste -sd, "$hf")" FAILOVER_NUM_HOSTS="$n"
-    FAILOVER_ATTEMPT="$2" AGPT_RUN_DIR="$AGPT_RUN_DIR" FAILOVER_JOBID="$FAILOVER_JOBID")
+    FAILOVER_ATTEMPT="$2" AGPT_RUN_DIR="$AGPT_RUN_DIR" FAILOVER_JOBID="$FAILOVER_JOBID"
+    AGPT_ATTEMPT_ID="$FAILOVER_JOBID.$2" FAILOVER_IDLE_TIMEOUT="$FAILOVER_IDLE_TIMEOUT")
   [[ -n "$3" ]] && _failover_e+=(AGPT_DEADLINE_EPOCH="$3")
   return 0
 }

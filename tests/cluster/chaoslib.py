@@ -209,6 +209,7 @@ class Injector:
     world: int = 0  # ranks an attempt must have before a fault fires (0: any)
     poll_s: float = 0.1
     say: Any = None
+    stop_min_left_s: float = 0.0  # a SIGSTOP waits for an attempt whose job has this long left (0: any)
     rng: random.Random = field(init=False)
 
     def __post_init__(self) -> None:
@@ -217,6 +218,20 @@ class Injector:
 
     def _env(self) -> dict[str, str]:
         return {**os.environ, "SLURM_CONF": str(self.cluster_dir / "slurm.conf")}
+
+    def _time_left(self, log: Path) -> float:
+        """Seconds left to the job of attempt log JOBID.N.log (squeue %L); infinity when unknown."""
+        r = subprocess.run(["squeue", "-h", "-j", log.name.split(".")[0], "-o", "%L"], env=self._env(),
+                           capture_output=True, text=True)  # fmt: skip
+        days, _, clock = r.stdout.strip().rpartition("-")
+        try:
+            parts = [int(x) for x in clock.split(":")]
+        except ValueError:
+            return float("inf")
+        secs = 0
+        for x in parts:
+            secs = secs * 60 + x
+        return secs + (int(days) * 86400 if days.isdigit() else 0)
 
     def _say(self, msg: str) -> None:
         if self.say is not None:
@@ -257,6 +272,8 @@ class Injector:
                 return False
         elif step is None or step < f.step:
             return False
+        if f.kind == "stop" and self.stop_min_left_s and self._time_left(log) < self.stop_min_left_s:
+            return False  # the job's walltime would end the hang before the watchdog could see it
         f.at_step, f.log, f.time = step, log.name, time.time()
         if f.kind in ("kill", "stop"):
             victim = self.rng.choice(live)

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from agpt.errors import BadInput
+from agpt.failover import heartbeats
 from agpt.failover import patterns as pat
 from agpt.failover.hostmatch import HostMatcher, read_hostfile, read_ipmap
 from agpt.rundir import CLASSES as CLASSES
@@ -1004,6 +1005,13 @@ def _parser() -> _Parser:
         help=f"read at most this many MiB of a bigger log, its head and its tail (FAILOVER_CLASSIFY_MAX_MB, "
         f"default {DEFAULT_MAX_MB}; 0: all)",
     )
+    p.add_argument(
+        "--heartbeat-dir",
+        help="RUN_DIR/heartbeat: a hang that names no host is attributed from the node records (agpt.heartbeat)",
+    )
+    p.add_argument(
+        "--attempt-id", help="the attempt the heartbeats must come from (default: LOG's name, JOBID.N)"
+    )
     p.add_argument("--pretty", action="store_true", help="indent the JSON")
     return p
 
@@ -1071,6 +1079,9 @@ def main(argv: list[str] | None = None) -> int:
         )
         if ipmap_note:
             result.notes.insert(0, ipmap_note)
+        if args.heartbeat_dir:
+            attempt = args.attempt_id or Path(args.log).name.removesuffix(".log")
+            heartbeats.apply(result, args.heartbeat_dir, hosts, attempt, rc)
     except BadInput as e:
         sys.stderr.write(f"agpt failover classify: error: {e}\n")
         return 2

@@ -261,7 +261,8 @@ def decide(
         return _stop("done", "training finished" if att.rc == 0 else "classified success")
     if cls == "walltime":
         return _stop("resubmit", "killed at the job's deadline", mark_bad=named)
-    if att.rc == EXIT_RESUBMIT:
+    straggler = bool(named) and any(e.startswith("straggler:") for e in att.evidence)
+    if att.rc == EXIT_RESUBMIT and not straggler:  # a straggler's stop (heartbeat monitor) is swapped below
         return _stop("resubmit", "the trainer asked to be resubmitted (rc 75)", mark_bad=named)
 
     rotation = min(len(active), settings.max_blind) + 1  # attempts a blind rotation needs to try every host

@@ -93,6 +93,8 @@ class Report:
     goodput: dict[str, Any] | None = (
         None  # the run's MTBF, ratio so far, recommended interval (agpt.sim.observed)
     )
+    stragglers: list[dict[str, Any]] = field(default_factory=list)  # heartbeat monitor events
+    stacks: list[str] = field(default_factory=list)  # attempts/JOBID.N.stacks/: where each rank was
 
     def totals(self) -> dict[str, Any]:
         proven = sum(len(a.swapped_out) for a in self.attempts if a.swapped_out and not a.blind)
@@ -133,6 +135,8 @@ class Report:
             "totals": self.totals(),
             "goodput": self.goodput,
             "notes": self.notes,
+            "stragglers": self.stragglers,
+            "stacks": self.stacks,
         }
 
 
@@ -270,6 +274,7 @@ def build(run_dir: str | Path) -> Report:
         raise BadInput(f"{events_path}: unreadable: {e.strerror or e}") from None
     rows: list[AttemptRow] = []
     stops: list[dict[str, Any]] = []
+    stragglers = [ev for ev in events if ev.get("event") == "straggler"]
     for ev in events:
         kind = ev.get("event")
         if kind == "stop" or (kind is None and "verdict" in ev and "class" not in ev):
@@ -307,6 +312,8 @@ def build(run_dir: str | Path) -> Report:
         bad=read_bad(d / "hosts" / "bad"),
         notes=notes,
         goodput=goodput,
+        stragglers=stragglers,
+        stacks=[f"{p}/" for p in sorted((d / "attempts").glob("*.stacks")) if p.is_dir()],
     )
 
 
@@ -396,6 +403,14 @@ def render(rep: Report) -> str:
                 f"  job {j.get('jobid')}: {fmt_time(_num(j.get('started')))} -> {fmt_time(_num(j.get('ended')))}"
                 f"  {j.get('verdict', '?')}" + (f", next {j['next_jobid']}" if j.get("next_jobid") else "")
             )
+    if rep.stragglers:
+        lines += ["", "stragglers (heartbeats):"]
+        lines += [
+            f"  {s.get('attempt', '?')}  {s.get('evidence', s.get('host'))} -> {s.get('action')}"
+            for s in rep.stragglers
+        ]
+    if rep.stacks:
+        lines += ["", "stack dumps of hung attempts:"] + [f"  stacks: {p}" for p in rep.stacks]
     if rep.bad:
         lines += ["", "hosts/bad:"]
         for b in rep.bad:

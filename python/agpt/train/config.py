@@ -196,6 +196,24 @@ class ParallelConfig:
 
 
 @dataclass(kw_only=True, slots=True)
+class HeartbeatConfig:
+    """Heartbeats (agpt.heartbeat): one record per node per interval under RUN_DIR/heartbeat/."""
+
+    enabled: bool = True
+    interval_s: float = 15.0  # one small atomic write per node per interval to the run directory
+    tick_s: float = 0.0  # node-local rank record cadence; 0: min(1, interval_s / 3)
+    dump_s: float = 0.0  # step stuck this long: dump stacks; 0: half of FAILOVER_IDLE_TIMEOUT, else 600
+    host: str = ""  # the node's name in its record; "": SLURMD_NODENAME, else the short hostname
+    local_dir: str = ""  # node-local folder for rank records; "": /dev/shm, else TMPDIR
+
+    def validate(self) -> None:
+        if not self.interval_s > 0:
+            raise ConfigError(f"heartbeat.interval_s: must be > 0 (got {self.interval_s})")
+        if self.tick_s < 0 or self.dump_s < 0:
+            raise ConfigError("heartbeat.tick_s and heartbeat.dump_s: must be >= 0")
+
+
+@dataclass(kw_only=True, slots=True)
 class Config:
     """The whole trainer configuration (the trainer's sections of a jobs/configs/NAME.yaml)."""
 
@@ -205,6 +223,7 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    heartbeat: HeartbeatConfig = field(default_factory=HeartbeatConfig)
 
     def validate(self) -> None:
         self.model.validate()
@@ -214,6 +233,7 @@ class Config:
         self.checkpoint.validate()
         self.parallel.validate()
         self._validate_tp()
+        self.heartbeat.validate()
         if self.train.seq_len > self.model.max_seq_len:
             raise ConfigError(
                 f"train.seq_len: {self.train.seq_len} exceeds model.max_seq_len {self.model.max_seq_len}"
@@ -254,7 +274,7 @@ class Config:
         return dataclasses.asdict(self)
 
 
-SECTIONS = ("model", "train", "optim", "data", "checkpoint", "parallel")
+SECTIONS = ("model", "train", "optim", "data", "checkpoint", "parallel", "heartbeat")
 IGNORED_SECTIONS = ("job",)  # read by jobgen only
 
 

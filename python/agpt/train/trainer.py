@@ -27,7 +27,9 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
+from agpt import heartbeat
 from agpt.errors import EXIT_RESUBMIT, AgptError, CheckpointError
+from agpt.failover.heartbeats import StragglerMonitor
 from agpt.train import checkpoint as ck
 from agpt.train import ckpt_policy, clock
 from agpt.train import data as tdata
@@ -113,6 +115,7 @@ class Trainer:
         if run_dir is not None and self.rank == 0:
             self.metrics = tmetrics.MetricsWriter(run_dir / tmetrics.FILE, cfg, self.world)
         self.clock_marks: dict[str, float] | None = None  # start-up times; the first step writes the clock
+        self.hb: heartbeat.Heartbeat | None = None
 
     # -- construction -------------------------------------------------------------------------------
     def _build_model(self) -> torch.nn.Module:
@@ -232,6 +235,7 @@ class Trainer:
         """Forward/backward over the accumulation steps, clip, update; returns the record and stop flags."""
         tc = self.cfg.train
         t0 = time.perf_counter()
+        self._phase("data")
         lr = self.lr_fn(self.step)
         for group in self.optim.param_groups:
             group["lr"] = lr
@@ -254,10 +258,14 @@ class Trainer:
             wait += time.perf_counter() - t_data
             inputs, targets = batch[:, :-1], batch[:, 1:]
             self.model.set_requires_gradient_sync(micro == self.accum - 1)  # type: ignore[operator]
+            self._phase("forward")
+            t_fwd = time.perf_counter()
             logits = self.model(inputs)
+            heartbeat.inject_fault(self.step + 1, time.perf_counter() - t_fwd)
             loss_sum = F.cross_entropy(
                 logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="sum"
             )
+            self._phase("backward")
             (loss_sum * scale).backward()
             local_sum += loss_sum.detach()
         clip = self.cfg.optim.grad_clip or float("inf")
@@ -281,6 +289,8 @@ class Trainer:
                 torch.tensor(stop_flags[2] if len(stop_flags) > 2 else 0.0, device=self.device),
             ]
         )
+        compute_s = time.perf_counter() - t0
+        self._phase("collective")
         dist.all_reduce(totals)  # the global sum over all data-parallel ranks
         loss = float(totals[0] / tokens_global)
         grad_norm = float(norm)
@@ -291,9 +301,13 @@ class Trainer:
                 f"(loss={loss} grad_norm={grad_norm}): stopping; "
                 f"lower optim.lr or check the data"
             )
+        self._phase("optimizer")
         self.optim.step()
         self.optim.zero_grad(set_to_none=True)
         self.step += 1
+        if self.hb is not None:
+            self.hb.step(self.step, compute_s)
+            self.hb.phase("data")
         self.consumed += tc.global_batch
         seconds = time.perf_counter() - t0
         rec = StepRecord(
@@ -339,6 +353,27 @@ class Trainer:
              "this run trains nothing useful" if not self.cfg.data.path else "")  # fmt: skip
 
     # -- the loop -----------------------------------------------------------------------------------
+    def _phase(self, name: str) -> None:
+        if self.hb is not None:
+            self.hb.phase(name)
+
+    def _start_heartbeat(self) -> None:
+        """Heartbeats (agpt.heartbeat); on rank 0 the straggler monitor, whose swap request stops the run
+        as SIGUSR1 does: a checkpoint, then exit 75, and the failover loop swaps the straggler."""
+        hc = self.cfg.heartbeat
+        if not hc.enabled or self.run_dir is None:
+            return
+        monitor = StragglerMonitor.from_env(self.run_dir, heartbeat.attempt_id()) if self.rank == 0 else None
+
+        def poll(_hb: heartbeat.Heartbeat) -> None:
+            if monitor is not None and monitor.poll() and monitor.swap_host:
+                self._signal = signal.SIGUSR1
+
+        self.hb = heartbeat.start(self.run_dir, interval_s=hc.interval_s, on_publish=poll, tick_s=hc.tick_s,
+                                  dump_s=hc.dump_s, host=hc.host, local_dir=hc.local_dir)  # fmt: skip
+        if self.hb is not None:
+            self.hb.step(self.step)  # the resumed step: a record never says step 0 after a resume
+
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         self._signal = signum
 
@@ -353,6 +388,7 @@ class Trainer:
     def save(self, *, block: bool) -> None:
         if self.ckpt is None or self.ckpt.last_saved_step == self.step:
             return
+        self._phase("checkpoint")
         self._pending_stall += self.ckpt.save(self.step, self.state, block=block)
 
     def write_progress(self) -> None:
@@ -372,6 +408,7 @@ class Trainer:
             self.run_dir.mkdir(parents=True, exist_ok=True)
         target = self.cfg.train.steps
         interval = self.cfg.checkpoint.interval
+        self._start_heartbeat()
         if self.rank == 0:
             print(self.describe(), flush=True)
             if self.step >= target:
@@ -427,6 +464,9 @@ class Trainer:
                 except AgptError:
                     pass
             raise
+        finally:
+            if self.hb is not None:
+                self.hb.stop()
 
     def _log(self, emit: Callable[[str], None], rec: StepRecord, tokens: int, t_log: float) -> None:
         stall_s = self._pending_stall

@@ -1,0 +1,381 @@
+"""Heartbeats: where every rank is, published to the run directory at a bounded rate.
+
+Why: a silent hang is otherwise found by blind rotation, one host per attempt; on a big job that is minutes of
+watchdog and restart per guess.  Each rank keeps a small record (step, phase, time in it, recent compute time per
+step, a tick counter a background thread advances) and writes it every `tick_s` to a node-local file (/dev/shm:
+memory, not the shared file system).  The node's local rank 0 collects them and publishes ONE small file per node
+per `interval_s` under RUN_DIR/heartbeat/<host>.json (a temporary file, then os.replace), so 4,096 nodes cost
+4,096 creates+renames per interval, whatever the ranks per node.  A rank whose tick stops shows in its node's
+record (the publisher measures on its own monotonic clock how long the tick has not moved); a publisher that
+froze shows as a node record that stopped while the others went on (agpt.failover.heartbeats reads that).
+
+Any trainer, in a few lines (standard library only):
+
+    from agpt import heartbeat
+    hb = heartbeat.start()                 # reads AGPT_RUN_DIR, the launcher's rank variables; None when off
+    hb.phase("forward"); ...; hb.phase("collective"); ...; hb.step(n, compute_s=...)
+    hb.stop()
+
+A rank whose step has not advanced for `dump_after_s` writes its Python stacks (faulthandler, every thread) once
+per step; its node's publisher gathers them into RUN_DIR/attempts/<attempt>.stacks/<host>.txt, so the watchdog's
+kill leaves one file per node that says where every live rank was.  On rank 0, the straggler monitor
+(agpt.failover.heartbeats.StragglerMonitor) reads the node records each interval.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import hashlib
+import json
+import os
+import shutil
+import socket
+import tempfile
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+FORMAT = "agpt-heartbeat/1"
+PHASES = ("start", "data", "forward", "backward", "optimizer", "collective", "checkpoint", "done")
+DEFAULT_INTERVAL_S = 15.0
+RECENT_STEPS = 8
+# A node-local rank record written this long before the publisher started is another launch's leftover (the
+# ranks of one launch start within seconds of each other).
+STALE_LAUNCH_S = 60.0
+
+_RANK = ("RANK", "PMI_RANK", "PALS_RANKID", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
+_LOCAL_RANK = ("LOCAL_RANK", "PALS_LOCAL_RANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
+               "PMI_LOCAL_RANK", "SLURM_LOCALID")  # fmt: skip
+_LOCAL_SIZE = ("LOCAL_WORLD_SIZE", "PALS_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
+               "PMI_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE")  # fmt: skip
+
+
+def _env_int(env: Mapping[str, str], names: tuple[str, ...], default: int) -> int:
+    for n in names:
+        v = env.get(n, "")
+        if v.strip().isdigit():
+            return int(v)
+        if n == "SLURM_NTASKS_PER_NODE" and v[:1].isdigit():  # "2(x6)"
+            return int(v.split("(")[0])
+    return default
+
+
+def _env_float(env: Mapping[str, str], name: str, default: float) -> float:
+    try:
+        v = float(env.get(name, "") or default)
+    except ValueError:
+        return default
+    return v if v > 0 else default
+
+
+def attempt_id(env: Mapping[str, str] | None = None) -> str:
+    """`JOBID.N`, the name of the attempt's log (attempts/JOBID.N.log) that the failover loop exports."""
+    env = os.environ if env is None else env
+    if env.get("AGPT_ATTEMPT_ID"):
+        return env["AGPT_ATTEMPT_ID"]
+    job = env.get("FAILOVER_JOBID") or env.get("SLURM_JOB_ID") or env.get("PBS_JOBID") or "local"
+    return f"{job.replace('/', '_')}.{env.get('FAILOVER_ATTEMPT', '0')}"
+
+
+def host_name(env: Mapping[str, str] | None = None) -> str:
+    env = os.environ if env is None else env
+    return env.get("AGPT_HEARTBEAT_HOST") or env.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """One create + one rename: readers see the old file or the new one, never half of one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def _proc_state(pid: int) -> str | None:
+    """The kernel's state letter of a local process (T: stopped, D: uninterruptible), None when unknown."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[-1].split()[0] if ")" in stat else None
+
+
+class Heartbeat:
+    """One rank's heartbeat.  phase()/step() are cheap attribute updates; a daemon thread does all the I/O."""
+
+    def __init__(
+        self,
+        run_dir: str | Path,
+        *,
+        attempt: str,
+        rank: int,
+        host: str,
+        local_rank: int = 0,
+        local_size: int = 1,
+        interval_s: float = DEFAULT_INTERVAL_S,
+        tick_s: float | None = None,
+        dump_after_s: float | None = 600.0,
+        local_dir: str | Path | None = None,
+        on_publish: Callable[[Heartbeat], None] | None = None,
+    ) -> None:
+        self.run_dir = Path(run_dir)
+        self.attempt = attempt
+        self.rank = rank
+        self.host = host
+        self.local_rank = local_rank
+        self.local_size = max(1, local_size)
+        self.interval_s = interval_s
+        self.tick_s = tick_s if tick_s else min(1.0, interval_s / 3)
+        self.dump_after_s = dump_after_s
+        base = Path(local_dir) if local_dir else _local_base()
+        # Job ids repeat across clusters and test runs: the run directory is part of the name too.
+        tag = hashlib.sha1(str(self.run_dir.resolve()).encode()).hexdigest()[:8]
+        self.local_dir = base / f"agpt-heartbeat.{tag}.{attempt}.{host}".replace("/", "_")
+        self.on_publish = on_publish
+        self.tick = 0
+        self.seq = 0
+        self._step = 0
+        self._phase = "start"
+        now = time.monotonic()
+        self._t_start = now
+        self._t_phase = now
+        self._t_step = now
+        self._compute: deque[float] = deque(maxlen=RECENT_STEPS)
+        self._dumped_step = -1
+        self._seen: dict[int, tuple[int, float]] = {}  # rank -> (tick, monotonic time it last changed)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last_publish = 0.0
+
+    # -- what the trainer calls -------------------------------------------------------------------------------
+    def phase(self, name: str) -> None:
+        self._phase = name
+        self._t_phase = time.monotonic()
+
+    def step(self, n: int, compute_s: float | None = None) -> None:
+        """Step n is complete; compute_s: its compute time without waiting (what a straggler inflates)."""
+        now = time.monotonic()
+        self._step = n
+        self._t_step = now
+        if compute_s is not None and compute_s >= 0:
+            self._compute.append(float(compute_s))
+
+    def start(self) -> Heartbeat:
+        self.local_dir.mkdir(parents=True, exist_ok=True)
+        if self.local_rank == 0:
+            (self.run_dir / "heartbeat").mkdir(parents=True, exist_ok=True)
+            self._clean_earlier_attempts()
+        self._write_local()
+        self._thread = threading.Thread(target=self._loop, name="agpt-heartbeat", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, phase: str = "done") -> None:
+        self.phase(phase)
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        try:
+            self._write_local()
+            if self.local_rank == 0:
+                self.publish()
+        except OSError:
+            pass
+
+    def _clean_earlier_attempts(self) -> None:
+        """Node-local folders of this job's earlier attempts on this host (a killed attempt leaves its own)."""
+        job = self.attempt.rsplit(".", 1)[0]
+        tag = self.local_dir.name.split(".")[1]
+        for d in self.local_dir.parent.glob(f"agpt-heartbeat.{tag}.{job}.*.{self.host}"):
+            if d != self.local_dir and d.is_dir():
+                shutil.rmtree(d, ignore_errors=True)
+
+    # -- the thread -------------------------------------------------------------------------------------------
+    def record(self) -> dict[str, Any]:
+        now = time.monotonic()
+        recent = list(self._compute)
+        return {
+            "rank": self.rank,
+            "local_rank": self.local_rank,
+            "pid": os.getpid(),
+            "step": self._step,
+            "phase": self._phase,
+            "phase_s": round(now - self._t_phase, 3),
+            "step_s": round(now - self._t_step, 3),
+            "compute_s": round(sum(recent) / len(recent), 4) if recent else None,
+            "tick": self.tick,
+            "mono": now,
+        }
+
+    def _write_local(self) -> None:
+        write_atomic(self.local_dir / f"rank{self.rank}.json", json.dumps(self.record()))
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.tick_s):
+            self.tick += 1
+            try:
+                self._write_local()
+                self._maybe_dump()
+                if self.local_rank == 0 and time.monotonic() - self._last_publish >= self.interval_s:
+                    self.publish()
+            except Exception:
+                pass
+
+    def _maybe_dump(self) -> None:
+        if self.dump_after_s is None or self._dumped_step == self._step:
+            return
+        if time.monotonic() - self._t_step < self.dump_after_s:
+            return
+        self._dumped_step = self._step
+        with open(self.local_dir / f"stacks.rank{self.rank}.txt", "w") as f:
+            f.write(
+                f"# rank {self.rank} pid {os.getpid()} on {self.host}: step {self._step} not advanced for "
+                f"{time.monotonic() - self._t_step:.1f} s, in phase {self._phase}\n"
+            )
+            f.flush()
+            faulthandler.dump_traceback(file=f, all_threads=True)
+
+    def publish(self) -> None:
+        """Local rank 0: gather the node's rank records into one atomic file in the run directory."""
+        now = time.monotonic()
+        self._last_publish = now
+        self.seq += 1
+        ranks: list[dict[str, Any]] = []
+        missing: list[str] = []
+        stacks: list[str] = []
+        for p in sorted(self.local_dir.glob("rank*.json")):
+            try:
+                rec = json.loads(p.read_text())
+                r = int(rec["rank"])
+                written = float(rec["mono"])
+            except (OSError, ValueError, KeyError, TypeError):
+                missing.append(p.name)
+                continue
+            if (
+                written < self._t_start - STALE_LAUNCH_S
+            ):  # left by an earlier launch, not a frozen rank of ours
+                continue
+            tick = int(rec.get("tick", 0))
+            prev = self._seen.get(r)
+            if prev is None or prev[0] != tick:
+                self._seen[r] = (tick, now if prev is not None else float(rec.get("mono", now)))
+            rec["stalled_s"] = round(now - self._seen[r][1], 3)
+            rec["age_s"] = round(now - float(rec.pop("mono", now)), 3)
+            state = _proc_state(int(rec.get("pid", 0)))
+            if state:
+                rec["state"] = state
+            ranks.append(rec)
+        for p in sorted(self.local_dir.glob("stacks.rank*.txt")):
+            try:
+                stacks.append(p.read_text())
+            except OSError:
+                continue
+        node = {
+            "format": FORMAT,
+            "attempt": self.attempt,
+            "host": self.host,
+            "seq": self.seq,
+            "interval_s": self.interval_s,
+            "tick_s": self.tick_s,
+            "up_s": round(now - self._t_start, 3),
+            "time": round(time.time(), 3),
+            "local_size": self.local_size,
+            "ranks": sorted(ranks, key=lambda x: x["rank"]),
+        }
+        if missing:
+            node["unreadable"] = missing
+        write_atomic(
+            self.run_dir / "heartbeat" / f"{self.host}.json", json.dumps(node, separators=(",", ":"))
+        )
+        if stacks:
+            d = self.run_dir / "attempts" / f"{self.attempt}.stacks"
+            d.mkdir(parents=True, exist_ok=True)
+            target = d / f"{self.host}.txt"
+            text = "\n".join(stacks)
+            if not target.is_file() or target.read_text() != text:
+                write_atomic(target, text)
+        if self.on_publish is not None:
+            self.on_publish(self)
+
+
+def _local_base() -> Path:
+    env = os.environ.get("AGPT_HEARTBEAT_LOCAL_DIR")
+    if env:
+        return Path(env)
+    shm = Path("/dev/shm")
+    if shm.is_dir() and os.access(shm, os.W_OK):
+        return shm
+    return Path(tempfile.gettempdir())
+
+
+def enabled(env: Mapping[str, str] | None = None) -> bool:
+    env = os.environ if env is None else env
+    return env.get("AGPT_HEARTBEAT", "1").strip().lower() not in ("0", "off", "false", "no")
+
+
+def start(
+    run_dir: str | Path | None = None,
+    *,
+    interval_s: float | None = None,
+    env: Mapping[str, str] | None = None,
+    on_publish: Callable[[Heartbeat], None] | None = None,
+    tick_s: float = 0.0,
+    dump_s: float = 0.0,
+    host: str = "",
+    local_dir: str = "",
+) -> Heartbeat | None:
+    """A started Heartbeat for this rank, from the environment; None when off or when there is no run dir.
+
+    AGPT_HEARTBEAT=0 turns it off; AGPT_HEARTBEAT_INTERVAL_S overrides `interval_s` (heartbeat.interval_s,
+    default 15); AGPT_HEARTBEAT_DUMP_S is the stuck time before a stack dump (default: half of
+    FAILOVER_IDLE_TIMEOUT when the failover loop exports it, else 600; 0: never).
+    """
+    env = os.environ if env is None else env
+    rd = run_dir or env.get("AGPT_RUN_DIR")
+    if not rd or not enabled(env):
+        return None
+    interval = _env_float(env, "AGPT_HEARTBEAT_INTERVAL_S", interval_s or DEFAULT_INTERVAL_S)
+    idle = _env_float(env, "FAILOVER_IDLE_TIMEOUT", 0.0)
+    dump: float | None = dump_s or _env_float(env, "AGPT_HEARTBEAT_DUMP_S", idle / 2 if idle else 600.0)
+    if env.get("AGPT_HEARTBEAT_DUMP_S", "").strip() == "0":
+        dump = None
+    rank = _env_int(env, _RANK, 0)
+    hb = Heartbeat(
+        rd,
+        attempt=attempt_id(env),
+        rank=rank,
+        host=host or host_name(env),
+        local_rank=_env_int(env, _LOCAL_RANK, 0),
+        local_size=_env_int(env, _LOCAL_SIZE, 1),
+        interval_s=interval,
+        tick_s=tick_s or _env_float(env, "AGPT_HEARTBEAT_TICK_S", 0.0) or None,
+        dump_after_s=dump,
+        local_dir=local_dir or env.get("AGPT_HEARTBEAT_LOCAL_DIR") or None,
+        on_publish=on_publish,
+    )
+    try:
+        return hb.start()
+    except OSError as e:
+        print(f"agpt: heartbeat off: {e}", flush=True)
+        return None
+
+
+def inject_fault(step: int, compute_s: float, env: Mapping[str, str] | None = None) -> None:
+    """Test hook for fault drills, a no-op unless set: AGPT_FAULT_SLEEP_AT=STEP[:HOST] makes the ranks (of HOST)
+    sleep forever, alive, when they reach STEP; AGPT_FAULT_SLOW_HOST=HOST[:FACTOR] stretches HOST's forward passes by
+    FACTOR (default 3).  Call it right after a forward pass with that pass's time."""
+    env = os.environ if env is None else env
+    me = host_name(env)
+    at, _, where = env.get("AGPT_FAULT_SLEEP_AT", "").partition(":")
+    if at.isdigit() and int(at) == step and where in ("", me):
+        print(f"agpt: fault drill: sleeping in the forward pass of step {step} on {me}", flush=True)
+        while True:
+            time.sleep(3600)
+    slow, _, factor = env.get("AGPT_FAULT_SLOW_HOST", "").partition(":")
+    if slow and slow == me:
+        try:
+            time.sleep(max(0.0, (float(factor or 3) - 1) * compute_s))
+        except ValueError:
+            pass
