@@ -90,11 +90,20 @@ class TrainConfig:
     dist_timeout_s: int = 900
     deadline_margin_s: int = 300  # save and stop this long before AGPT_DEADLINE_EPOCH
     compile: bool = False  # torch.compile each block (sites turn it on with AGPT_TRAIN_COMPILE=true)
+    # Health (agpt.train.health, docs/contract-health.md): what a NaN or a loss spike does.
+    on_nonfinite: str = "stop"  # stop (exit 1) | rollback (reload the newest checkpoint, skip, go on)
+    spike: dict[str, Any] = field(default_factory=dict)  # {factor: >1, window: N}; empty: no spike rule
+    skip: Any = field(default_factory=list)  # [[from_batch, to_batch], ...] or a skips.json path
+    rollback_lr_factor: float = 1.0  # learning-rate factor for rollback_lr_steps steps after a skip
+    rollback_lr_steps: int = 0
+    max_rollbacks: int = 3  # more rollbacks than this within rollback_window steps: stop (exit 4)
+    rollback_window: int = 1000
 
     def validate(self) -> None:
         for key in ("steps", "seq_len", "global_batch", "micro_batch", "log_interval", "dist_timeout_s"):
             if getattr(self, key) <= 0:
                 raise ConfigError(f"train.{key}: must be positive (got {getattr(self, key)})")
+        self._validate_health()
         for key in ("param_dtype", "reduce_dtype", "master_dtype"):
             if getattr(self, key) not in DTYPES:
                 raise ConfigError(
@@ -104,6 +113,36 @@ class TrainConfig:
             raise ConfigError(
                 f"train.micro_batch: {self.micro_batch} does not divide train.global_batch {self.global_batch}"
             )
+
+    def _validate_health(self) -> None:
+        if self.on_nonfinite not in ("stop", "rollback"):
+            raise ConfigError(f"train.on_nonfinite: must be stop or rollback (got {self.on_nonfinite!r})")
+        if self.spike:
+            unknown = sorted(set(self.spike) - {"factor", "window"})
+            if unknown:
+                raise ConfigError(f"train.spike.{unknown[0]}: unknown key (keys: factor, window)")
+            factor, window = self.spike.get("factor"), self.spike.get("window", 20)
+            if isinstance(factor, str):
+                try:
+                    factor = float(factor)
+                except ValueError:
+                    pass
+            if not isinstance(factor, int | float) or isinstance(factor, bool) or not factor > 1:
+                raise ConfigError(f"train.spike.factor: must be a number > 1 (got {factor!r})")
+            if not isinstance(window, int) or isinstance(window, bool) or window < 1:
+                raise ConfigError(f"train.spike.window: must be a positive integer (got {window!r})")
+            self.spike = {"factor": float(factor), "window": window}
+        from agpt.train.health import parse_skip  # here: health imports the trainer entry module
+
+        parse_skip(self.skip)
+        if not 0 < self.rollback_lr_factor <= 1:
+            raise ConfigError(f"train.rollback_lr_factor: must be in (0, 1] (got {self.rollback_lr_factor})")
+        for key in ("rollback_lr_steps",):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"train.{key}: must be >= 0 (got {getattr(self, key)})")
+        for key in ("max_rollbacks", "rollback_window"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"train.{key}: must be >= 1 (got {getattr(self, key)})")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -266,6 +305,13 @@ def _coerce(key: str, value: Any, typ: Any) -> Any:
                 return float(value)
             except ValueError:
                 pass
+    elif name.startswith("dict"):
+        if isinstance(value, Mapping):
+            return dict(value)
+        if value is None:
+            return {}
+    elif name == "Any":
+        return value
     elif name == "str":
         if value is None:
             return ""

@@ -3,7 +3,8 @@
 Each choice here answers a failure seen at scale: the optimizer updates fp32 master shards (bf16
 masters froze RMSNorm weights for 17,000 steps); the reported loss is summed over every rank and
 divided by the global token count (a loss averaged over the wrong group read 12× too small); a
-non-finite loss or gradient stops the run with one clear line (exit 1) instead of training on NaNs;
+non-finite loss or gradient stops the run with one clear line (exit 1) instead of training on NaNs,
+or with `train.on_nonfinite: rollback` reloads the newest checkpoint and skips past it (health.py);
 a signal or the job's deadline ends the run with a complete checkpoint.
 """
 
@@ -31,6 +32,7 @@ from agpt.errors import EXIT_RESUBMIT, AgptError, CheckpointError
 from agpt.train import checkpoint as ck
 from agpt.train import data as tdata
 from agpt.train import dist as tdist
+from agpt.train import health as thealth
 from agpt.train import metrics as tmetrics
 from agpt.train import parallel as tpar
 from agpt.train.config import Config
@@ -103,6 +105,7 @@ class Trainer:
                 world=self.world,
                 pin_memory=self.device.type != "cpu",
             )
+        self.health = thealth.Health(cfg, run_dir, self.rank)
         self._signal: int | None = None
         self._pending_stall = 0.0
         self._window = tmetrics.Window()
@@ -178,9 +181,9 @@ class Trainer:
             },
         }
 
-    def resume(self) -> Path | None:
+    def resume(self, *, force: bool = False) -> Path | None:
         """Load the newest complete checkpoint; fall back past corrupt ones with a warning."""
-        if self.ckpt is None or not self.cfg.checkpoint.resume:
+        if self.ckpt is None or not (self.cfg.checkpoint.resume or force):
             return None
         done = ck.complete_steps(self.ckpt.root)
         if not done:
@@ -226,7 +229,8 @@ class Trainer:
         """Forward/backward over the accumulation steps, clip, update; returns the record and stop flags."""
         tc = self.cfg.train
         t0 = time.perf_counter()
-        lr = self.lr_fn(self.step)
+        self.consumed = self.health.skip_to(self.consumed, tc.global_batch)  # past skipped batches
+        lr = self.lr_fn(self.step) * self.health.lr_factor(self.step + 1)
         for group in self.optim.param_groups:
             group["lr"] = lr
         tokens_global = tc.global_batch * tc.seq_len
@@ -266,6 +270,7 @@ class Trainer:
         t_wait = time.perf_counter()
         # The loss is the same on every rank of a tensor-parallel group: count it once, from tp rank 0.
         mine = local_sum if self.layout.tp_rank == 0 else torch.zeros_like(local_sum)
+        mine = self.health.inject(self.step + 1, mine)  # fault-injection hooks of the tests (rank 0)
         totals = torch.stack(
             [
                 mine,
@@ -277,12 +282,11 @@ class Trainer:
         loss = float(totals[0] / tokens_global)
         grad_norm = float(norm)
         wait += time.perf_counter() - t_wait
-        if not (math.isfinite(loss) and math.isfinite(grad_norm)):
-            raise NonFinite(
-                f"non-finite {'loss' if not math.isfinite(loss) else 'gradient'} at step {self.step + 1} "
-                f"(loss={loss} grad_norm={grad_norm}): stopping; "
-                f"lower optim.lr or check the data"
-            )
+        try:
+            self.health.check(self.step + 1, loss, grad_norm)  # NonFinite (stop) or Fault (roll back)
+        except BaseException:
+            self.optim.zero_grad(set_to_none=True)
+            raise
         self.optim.step()
         self.optim.zero_grad(set_to_none=True)
         self.step += 1
@@ -376,7 +380,13 @@ class Trainer:
                     1.0 if self._signal == signal.SIGTERM else 0.0,
                     1.0 if (self._signal == signal.SIGUSR1 or self._deadline_near()) else 0.0,
                 )
-                rec, stops = self.train_step(stop_flags=flags)
+                try:
+                    rec, stops = self.train_step(stop_flags=flags)
+                except thealth.Fault as fault:
+                    self._rollback(fault)
+                    tokens = 0
+                    t_log = time.perf_counter()
+                    continue
                 tokens += rec.tokens
                 self._window.steps += 1
                 self._window.tokens += rec.tokens
@@ -410,7 +420,25 @@ class Trainer:
                     pass
             raise
 
+    def _rollback(self, fault: thealth.Fault) -> None:
+        """Reload the newest complete checkpoint in-process and skip the batches since it (health.py)."""
+        self.health.begin_rollback(fault)  # TooManyRollbacks (exit 4) past train.max_rollbacks
+        batch = self.cfg.train.global_batch
+        fault_batch = self.consumed // batch + 1
+        path = None
+        if self.ckpt is not None:
+            self.ckpt.wait()
+            dist.barrier()  # rank 0 writes a save's `.complete` after the others' writers return
+            path = self.resume(force=True)
+        if path is None:
+            raise NonFinite(f"{fault.detail}: no complete checkpoint to roll back to; stopping")
+        self.health.finish_rollback(
+            fault, ckpt_step=self.step, from_batch=self.consumed // batch + 1, to_batch=fault_batch
+        )
+        self._window.reset()
+
     def _log(self, emit: Callable[[str], None], rec: StepRecord, tokens: int, t_log: float) -> None:
+        self.health.logged(rec.step, rec.loss)
         stall_s = self._pending_stall
         stall_ms = stall_s * 1000
         self._pending_stall = 0.0
