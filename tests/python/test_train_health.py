@@ -157,3 +157,50 @@ def test_skip_position_and_lr_factor_are_functions_of_the_skip_list() -> None:
     assert h.skip_to(11 * g, g) == 13 * g
     # Step 5 reads batch 9, step 8 reads batch 12 -> 14: the two steps after each range are lowered.
     assert [h.lr_factor(s) for s in range(4, 12)] == [1.0, 0.5, 0.5, 1.0, 0.5, 0.5, 1.0, 1.0]
+
+
+@pytest.mark.slow
+def test_frozen_alarm_fires_for_a_group_whose_learning_rate_is_0(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    r = run_train(2, run, "--steps", "6", "--set", "optim.lr_scale={norm: 0}", "--set", "train.frozen_logs=3")
+    assert r.returncode == 0, r.stdout + r.stderr
+    warnings = [ln for ln in r.stdout.splitlines() if ln.startswith("agpt: warning: parameter group")]
+    assert len(warnings) == 1 and warnings[0].startswith("agpt: warning: parameter group norm frozen"), (
+        r.stdout
+    )
+    assert "(step 3)" in warnings[0]
+    recs = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert all(rec["update"]["norm"] == 0.0 for rec in recs)
+    assert all(rec["update"][g] > 1e-4 for rec in recs for g in ("embed", "attn", "mlp", "output"))
+    (ev,) = [json.loads(x) for x in (run / "health.jsonl").read_text().splitlines()]
+    assert (ev["event"], ev["group"], ev["step"]) == ("frozen", "norm", 3)
+    # agpt failover report shows the trainer's health records of a run directory.
+    (run / "events.jsonl").write_text(
+        json.dumps({"event": "stop", "jobid": "1", "attempt": 1, "verdict": "done", "exit": 0, "time": 0})
+        + "\n"
+    )
+    rep = subprocess.run(
+        [str(AGPT), "failover", "report", str(run)],
+        env=train_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert rep.returncode == 0, rep.stderr
+    assert "trainer health:" in rep.stdout and '"group": "norm"' in rep.stdout
+
+
+def test_update_monitor_counts_logs_below_the_threshold_while_lr_is_positive() -> None:
+    m = health.UpdateMonitor([], threshold=1e-7, logs=2)
+    assert m.judge({"norm": 0.0, "attn": 1e-3}, lr=1e-3) == []
+    assert m.judge({"norm": 0.0, "attn": 1e-3}, lr=0.0) == []  # lr 0: nothing is expected to move
+    assert m.judge({"norm": 0.0, "attn": 1e-3}, lr=1e-3) == []
+    assert m.judge({"norm": 0.0, "attn": 1e-3}, lr=1e-3) == ["norm"]
+    assert m.judge({"norm": 0.0, "attn": 1e-3}, lr=1e-3) == []  # once until it moves again
+    assert [
+        health.param_group(n) for n in ("tok_embeddings.weight", "layers.3.ffn_norm.weight", "output.weight")
+    ] == [
+        "embed",
+        "norm",
+        "output",
+    ]

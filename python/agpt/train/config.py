@@ -98,6 +98,8 @@ class TrainConfig:
     rollback_lr_steps: int = 0
     max_rollbacks: int = 3  # more rollbacks than this within rollback_window steps: stop (exit 4)
     rollback_window: int = 1000
+    frozen_threshold: float = 1e-7  # |Δw|/|w| of a group below this for frozen_logs logs: warning; 0: off
+    frozen_logs: int = 50
 
     def validate(self) -> None:
         for key in ("steps", "seq_len", "global_batch", "micro_batch", "log_interval", "dist_timeout_s"):
@@ -140,7 +142,9 @@ class TrainConfig:
         for key in ("rollback_lr_steps",):
             if getattr(self, key) < 0:
                 raise ConfigError(f"train.{key}: must be >= 0 (got {getattr(self, key)})")
-        for key in ("max_rollbacks", "rollback_window"):
+        if self.frozen_threshold < 0:
+            raise ConfigError(f"train.frozen_threshold: must be >= 0 (got {self.frozen_threshold})")
+        for key in ("max_rollbacks", "rollback_window", "frozen_logs"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"train.{key}: must be >= 1 (got {getattr(self, key)})")
 
@@ -158,6 +162,17 @@ class OptimConfig:
     beta2: float = 0.95
     eps: float = 1e-8
     grad_clip: float = 1.0  # 0 disables clipping (the norm is still reported)
+    lr_scale: dict[str, Any] = field(default_factory=dict)  # {group: factor}: embed attn mlp norm output
+
+    def _validate_lr_scale(self) -> None:
+        groups = ("embed", "attn", "mlp", "norm", "output")
+        for key, value in self.lr_scale.items():
+            if key not in groups:
+                raise ConfigError(
+                    f"optim.lr_scale.{key}: unknown parameter group (groups: {', '.join(groups)})"
+                )
+            if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
+                raise ConfigError(f"optim.lr_scale.{key}: must be a number >= 0 (got {value!r})")
 
     def validate(self) -> None:
         if self.lr <= 0:
@@ -172,6 +187,7 @@ class OptimConfig:
                 raise ConfigError(f"optim.{key}: must be in [0, 1) (got {getattr(self, key)})")
         if self.grad_clip < 0:
             raise ConfigError(f"optim.grad_clip: must be >= 0 (got {self.grad_clip})")
+        self._validate_lr_scale()
 
 
 @dataclass(kw_only=True, slots=True)

@@ -58,6 +58,7 @@ class StepRecord:
     peak_mem: int
     compute_s: float = 0.0  # forward, backward, clip, update
     wait_s: float = 0.0  # reading the batch and waiting for every rank at the step's reduction
+    update: dict[str, float] | None = None  # |Δw|/|w| per parameter group (logged steps)
 
 
 def format_line(rec: StepRecord, tps: float, stall_ms: float) -> str:
@@ -93,6 +94,10 @@ class Trainer:
         self.source = tdata.make_source(cfg.data.path, cfg.model.vocab_size, tc.seq_len, cfg.data.seed)
         self.model = self._build_model()
         self.optim = self._build_optim()
+        self.updates: thealth.UpdateMonitor | None = None
+        if tc.frozen_threshold > 0:
+            named = list(self.model.named_parameters())
+            self.updates = thealth.UpdateMonitor(named, tc.frozen_threshold, tc.frozen_logs)
         self.step = 0
         self.consumed = 0
         self.lr_fn: Callable[[int], float] = self.scheduled_lr
@@ -149,10 +154,22 @@ class Trainer:
         oc = self.cfg.optim
         decay = [p for n, p in self.model.named_parameters() if p.ndim >= 2]
         no_decay = [p for n, p in self.model.named_parameters() if p.ndim < 2]
-        groups = [
+        groups: list[dict[str, Any]] = [
             {"params": decay, "weight_decay": oc.weight_decay},
             {"params": no_decay, "weight_decay": 0.0},
         ]
+        if oc.lr_scale:  # one group per (parameter group, decay) so each can have its own rate
+            by: dict[tuple[str, bool], list[torch.nn.Parameter]] = {}
+            for n, p in self.model.named_parameters():
+                by.setdefault((thealth.param_group(n), p.ndim >= 2), []).append(p)
+            groups = [
+                {
+                    "params": ps,
+                    "weight_decay": oc.weight_decay if decay_it else 0.0,
+                    "lr_scale": float(oc.lr_scale.get(g, 1.0)),
+                }
+                for (g, decay_it), ps in by.items()
+            ]
         return torch.optim.AdamW(groups, lr=oc.lr, betas=(oc.beta1, oc.beta2), eps=oc.eps, foreach=True)
 
     # -- schedule -----------------------------------------------------------------------------------
@@ -232,7 +249,7 @@ class Trainer:
         self.consumed = self.health.skip_to(self.consumed, tc.global_batch)  # past skipped batches
         lr = self.lr_fn(self.step) * self.health.lr_factor(self.step + 1)
         for group in self.optim.param_groups:
-            group["lr"] = lr
+            group["lr"] = lr * group.get("lr_scale", 1.0)
         tokens_global = tc.global_batch * tc.seq_len
         scale = self.dp / tokens_global  # FSDP averages gradients over dp ranks; undo it into a global mean
         local_sum = torch.zeros((), dtype=torch.float32, device=self.device)
@@ -287,7 +304,11 @@ class Trainer:
         except BaseException:
             self.optim.zero_grad(set_to_none=True)
             raise
+        logged = (self.step + 1) % tc.log_interval == 0 or self.step + 1 == tc.steps
+        if logged and self.updates is not None:
+            self.updates.before()
         self.optim.step()
+        update = self.updates.after() if logged and self.updates is not None else None
         self.optim.zero_grad(set_to_none=True)
         self.step += 1
         self.consumed += tc.global_batch
@@ -302,6 +323,7 @@ class Trainer:
             peak_mem=self.peak_memory(),
             compute_s=seconds - wait,
             wait_s=wait,
+            update=update,
         )
         return rec, [float(totals[1]), float(totals[2])]
 
@@ -446,6 +468,19 @@ class Trainer:
             elapsed = max(time.perf_counter() - t_log, 1e-9)
             emit(format_line(rec, tokens / elapsed, stall_ms))
             self.write_progress()
+            if self.updates is not None and rec.update:
+                for group in self.updates.judge(rec.update, rec.lr):
+                    self.health.event(
+                        "frozen",
+                        f"warning: parameter group {group} frozen: relative update |dw|/|w| = "
+                        f"{rec.update[group]:.3g} < train.frozen_threshold {self.updates.threshold:g} "
+                        f"for {self.updates.logs} logs in a row (step {rec.step})",
+                        step=rec.step,
+                        group=group,
+                        update=rec.update[group],
+                        threshold=self.updates.threshold,
+                        logs=self.updates.logs,
+                    )
             if self.metrics is not None:
                 self.metrics.write(
                     self.metrics.record(
@@ -458,6 +493,7 @@ class Trainer:
                         window=self._window,
                         stall_s=stall_s,
                     )
+                    | ({"update": rec.update} if rec.update else {})
                 )
         self._window.reset()
 
