@@ -202,6 +202,21 @@ class DataConfig:
 
 
 @dataclass(kw_only=True, slots=True)
+class EvalConfig:
+    """Held-out loss every `interval` steps on the first `samples` samples of the blend at `path`."""
+
+    interval: int = 0  # 0: no evaluation
+    path: str = ""  # a blend made by `agpt blend` (same tokenizer and seq_len); empty: held-out synthetic
+    samples: int = 256
+
+    def validate(self) -> None:
+        if self.interval < 0:
+            raise ConfigError(f"eval.interval: must be >= 0 (got {self.interval})")
+        if self.samples < 1:
+            raise ConfigError(f"eval.samples: must be positive (got {self.samples})")
+
+
+@dataclass(kw_only=True, slots=True)
 class CheckpointConfig:
     """Distributed checkpoints under RUN_DIR/ckpt/step-N."""
 
@@ -246,6 +261,7 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
 
     def validate(self) -> None:
         self.model.validate()
@@ -254,6 +270,7 @@ class Config:
         self.data.validate()
         self.checkpoint.validate()
         self.parallel.validate()
+        self.eval.validate()
         self._validate_tp()
         if self.train.seq_len > self.model.max_seq_len:
             raise ConfigError(
@@ -295,7 +312,7 @@ class Config:
         return dataclasses.asdict(self)
 
 
-SECTIONS = ("model", "train", "optim", "data", "checkpoint", "parallel")
+SECTIONS = ("model", "train", "optim", "data", "checkpoint", "parallel", "eval")
 IGNORED_SECTIONS = ("job",)  # read by jobgen only
 
 

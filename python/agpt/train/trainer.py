@@ -32,6 +32,7 @@ from agpt.errors import EXIT_RESUBMIT, AgptError, CheckpointError
 from agpt.train import checkpoint as ck
 from agpt.train import data as tdata
 from agpt.train import dist as tdist
+from agpt.train import evaluate as tevaluate
 from agpt.train import health as thealth
 from agpt.train import metrics as tmetrics
 from agpt.train import parallel as tpar
@@ -59,6 +60,7 @@ class StepRecord:
     compute_s: float = 0.0  # forward, backward, clip, update
     wait_s: float = 0.0  # reading the batch and waiting for every rank at the step's reduction
     update: dict[str, float] | None = None  # |Δw|/|w| per parameter group (logged steps)
+    eval: dict[str, Any] | None = None  # held-out loss (eval.interval steps)
 
 
 def format_line(rec: StepRecord, tps: float, stall_ms: float) -> str:
@@ -92,6 +94,7 @@ class Trainer:
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, self.info.local_world_size)))
         tdist.init(self.info, backend, self.device_str, tc.dist_timeout_s)
         self.source = tdata.make_source(cfg.data.path, cfg.model.vocab_size, tc.seq_len, cfg.data.seed)
+        self.held = tevaluate.Held(cfg) if cfg.eval.interval else None
         self.model = self._build_model()
         self.optim = self._build_optim()
         self.updates: thealth.UpdateMonitor | None = None
@@ -425,7 +428,15 @@ class Trainer:
                     return 128 + signal.SIGTERM if stops[0] else EXIT_RESUBMIT
                 if interval and self.step % interval == 0:
                     self.save(block=False)
-                if self.step % self.cfg.train.log_interval == 0 or self.step == target:
+                if self.held is not None and self.step % self.cfg.eval.interval == 0:
+                    rec.eval = tevaluate.evaluate(self, self.held)
+                    if self.rank == 0:
+                        per = ", ".join(f"{k} {v:.6g}" for k, v in rec.eval["eval"].items())
+                        print(
+                            f"agpt: eval at step {self.step}: held-out {rec.eval['eval_loss']:.9g} ({per})",
+                            flush=True,
+                        )
+                if self.step % self.cfg.train.log_interval == 0 or self.step == target or rec.eval:
                     self._log(emit, rec, tokens, t_log)
                     tokens = 0
                     t_log = time.perf_counter()
@@ -494,6 +505,7 @@ class Trainer:
                         stall_s=stall_s,
                     )
                     | ({"update": rec.update} if rec.update else {})
+                    | (rec.eval or {})
                 )
         self._window.reset()
 

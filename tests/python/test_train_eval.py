@@ -1,0 +1,90 @@
+"""Held-out loss at intervals, overall and per corpus, in metrics.jsonl and the plot; eval blends that do
+not match the training data are refused naming eval.path."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from data_util import STDLIB, run_agpt, sp_model  # noqa: F401 - sp_model is a fixture
+from train_util import run_train
+
+pytestmark = pytest.mark.slow
+
+CORPORA = {"code": ["json/encoder.py", "textwrap.py"], "prose": ["shlex.py", "string.py"]}
+
+
+def _blend(d: Path, model: Path, out: str, seq_len: int, sources: dict[str, list[str]], skip: int) -> Path:
+    """A blend of the corpora in `sources`, from every other block of their files, from block `skip`."""
+    from agpt.data.blend import BlendSettings, build
+    from agpt.data.tokenize import TokenizeSettings, run
+
+    lines = []
+    for name, files in sources.items():
+        src = d / f"{out}-{name}.txt"
+        blocks = [b for f in files for b in (STDLIB / f).read_text().split("\n\n") if b.strip()]
+        src.write_text("\n\n".join(blocks[skip::2]))
+        tok = d / f"{out}-{name}"
+        run(TokenizeSettings(model=str(model), inputs=[str(src)], output=str(tok), workers=1, quiet=True,
+                             corpus=name))  # fmt: skip
+        for line in (tok / "filelist.txt").read_text().splitlines():
+            w, prefix, corpus = line.split()
+            lines.append(f"{float(w) * 0.5:.10g} {prefix} {corpus}\n")
+    (d / f"{out}.list").write_text("".join(lines))
+    build(BlendSettings(file_list=str(d / f"{out}.list"), seq_len=seq_len, num_samples=64, seed=1,
+                        output=str(d / out)))  # fmt: skip
+    return d / out
+
+
+def test_held_out_loss_per_corpus_in_metrics_and_plot(tmp_path: Path, sp_model: Path) -> None:  # noqa: F811
+    train = _blend(tmp_path, sp_model, "train", 64, CORPORA, 0)
+    held = _blend(tmp_path, sp_model, "held", 64, CORPORA, 1)
+    base = [
+        "--set",
+        f"data.path={train}",
+        "--set",
+        "model.vocab_size=640",
+        "--set",
+        "checkpoint.save_final=false",
+    ]
+    run = tmp_path / "run"
+    r = run_train(2, run, "--steps", "4", *base, "--set", "eval.interval=2", "--set", "eval.samples=12",
+                  "--set", f"eval.path={held}")  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    evals = [ln for ln in r.stdout.splitlines() if ln.startswith("agpt: eval at step")]
+    assert len(evals) == 2 and "code" in evals[0] and "prose" in evals[0], r.stdout
+    recs = {rec["step"]: rec for rec in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())}
+    assert "eval_loss" not in recs[1] and "eval_loss" in recs[2] and "eval_loss" in recs[4]
+    assert set(recs[4]["eval"]) == {"code", "prose"}
+    assert recs[4]["eval_loss"] < recs[2]["eval_loss"]  # the model learns
+    lo, hi = sorted(recs[4]["eval"].values())
+    assert lo <= recs[4]["eval_loss"] <= hi  # the overall figure is the token-weighted mean
+    p = run_agpt("plot", str(run), "-o", str(tmp_path / "plot.png"))
+    assert p.returncode == 0, p.stderr
+    assert (tmp_path / "plot.png").stat().st_size > 10_000
+
+    # An eval blend of another sequence length, or from another tokenizer: exit 2 naming eval.path.
+    short = _blend(tmp_path, sp_model, "short", 32, {"code": CORPORA["code"]}, 1)
+    other_tok = tmp_path / "tok2"
+    other_tok.mkdir()
+    text = other_tok / "t.txt"
+    text.write_text("\n".join((STDLIB / f).read_text() for f in ("bisect.py", "fnmatch.py", "string.py")))
+    t = run_agpt(
+        "tokenizer",
+        "train",
+        "--input",
+        str(text),
+        "--vocab-size",
+        "500",
+        "--output",
+        str(other_tok / "m.model"),
+    )
+    assert t.returncode == 0, t.stderr
+    foreign = _blend(tmp_path, other_tok / "m.model", "foreign", 64, {"code": CORPORA["code"]}, 1)
+    for bad, why in ((short, "train.seq_len"), (foreign, "another tokenizer")):
+        r = run_train(1, tmp_path / "bad", "--steps", "2", *base, "--set", "eval.interval=2",
+                      "--set", f"eval.path={bad}")  # fmt: skip
+        assert r.returncode == 2, r.stdout + r.stderr
+        assert r.stderr.startswith("agpt: error: eval.path:") and why in r.stderr, r.stderr
