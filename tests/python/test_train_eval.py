@@ -88,3 +88,50 @@ def test_held_out_loss_per_corpus_in_metrics_and_plot(tmp_path: Path, sp_model: 
                       "--set", f"eval.path={bad}")  # fmt: skip
         assert r.returncode == 2, r.stdout + r.stderr
         assert r.stderr.startswith("agpt: error: eval.path:") and why in r.stderr, r.stderr
+
+
+def test_data_stages_switch_at_until_tokens_and_resume_exactly_after_kill_9(
+    tmp_path: Path,
+    sp_model: Path,  # noqa: F811
+) -> None:
+    import subprocess
+
+    from train_util import kill_ranks, step_lines, train_cmd, train_env, wait_for
+
+    code = _blend(tmp_path, sp_model, "code", 64, {"code": CORPORA["code"]}, 0)
+    prose = _blend(tmp_path, sp_model, "prose", 64, {"prose": CORPORA["prose"]}, 0)
+    # 8 samples of 64 tokens a step: stage 0 ends at sample 44, in the middle of step 6's batch.
+    stages = f"data.stages=[{{path: {code}, until_tokens: 2816}}, {{path: {prose}}}]"
+    args = ("--steps", "10", "--ckpt-interval", "4", "--set", stages, "--set", "model.vocab_size=640")
+    ref = run_train(2, tmp_path / "ref", *args)
+    assert ref.returncode == 0, ref.stdout + ref.stderr
+    assert "agpt: event: data stage 1 (" in ref.stdout and "from step 6" in ref.stdout, ref.stdout
+    pins = json.loads((tmp_path / "ref" / "stages.json").read_text())["stages"]
+    assert [p["until_tokens"] for p in pins] == [2816, None] and all(len(p["cache_key"]) == 64 for p in pins)
+
+    run = tmp_path / "run"
+    log = tmp_path / "first.log"
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(train_cmd(2, run, *args), env=train_env(), stdout=fh, stderr=fh)
+        try:
+            wait_for(lambda: (run / "ckpt/step-4/.complete").exists(), 120, "step-4 complete", proc)
+            wait_for(lambda: "\nstep=7 " in log.read_text(), 120, "step 7 (past the stage boundary)", proc)
+            assert kill_ranks(proc.pid) == 2
+            proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    r = run_train(2, run, *args)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "step-4 (step 4" in r.stdout
+    got, want = step_lines(r.stdout), step_lines(ref.stdout)
+    assert sorted(got) == list(range(5, 11))
+    assert [got[s] for s in range(5, 11)] == [want[s] for s in range(5, 11)]
+
+    # A stage's blend swapped under the run is refused (pinned), and so are stages out of order.
+    swapped = f"data.stages=[{{path: {code}, until_tokens: 2816}}, {{path: {code}}}]"
+    r = run_train(1, run, "--steps", "12", "--set", swapped, "--set", "model.vocab_size=640")
+    assert r.returncode == 2 and r.stderr.startswith("agpt: error: data.stages[1].path:"), r.stderr
+    backwards = f"data.stages=[{{path: {code}, until_tokens: 2816}}, {{path: {prose}, until_tokens: 1000}}]"
+    r = run_train(1, tmp_path / "x", "--set", backwards, "--set", "model.vocab_size=640")
+    assert r.returncode == 2 and "data.stages[1].until_tokens" in r.stderr and "increasing" in r.stderr

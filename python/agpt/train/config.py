@@ -196,9 +196,15 @@ class DataConfig:
 
     path: str = ""
     seed: int = 0  # synthetic stream only
+    stages: list[Any] = field(default_factory=list)  # [{path, until_tokens}, ...] instead of path
 
     def validate(self) -> None:
-        return None
+        if self.stages:
+            from agpt.train.stages import validate  # here: stages imports the trainer's data module
+
+            validate(self.stages)
+            if self.path:
+                raise ConfigError("data.stages: set either data.path or data.stages, not both")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -343,6 +349,11 @@ def _coerce(key: str, value: Any, typ: Any) -> Any:
             return dict(value)
         if value is None:
             return {}
+    elif name.startswith("list"):
+        if isinstance(value, list):
+            return value
+        if value is None:
+            return []
     elif name == "Any":
         return value
     elif name == "str":

@@ -25,8 +25,8 @@ class Held:
         self.n = tc.seq_len + 1
         self.corpora: list[str]
         if not ec.path:
-            if cfg.data.path:
-                raise ConfigError("eval.path: required when eval.interval > 0 and data.path is set")
+            if cfg.data.path or cfg.data.stages:
+                raise ConfigError("eval.path: required when eval.interval > 0 and training reads a blend")
             # Another seed of the synthetic stream: samples the run never trains on.
             self._syn = tdata.Synthetic(cfg.model.vocab_size, tc.seq_len, cfg.data.seed + 1_000_003)
             self.ds = None
@@ -47,12 +47,13 @@ class Held:
                 f"eval.path: {ec.path} uses a tokenizer of {ds.vocab_size} tokens, "
                 f"model.vocab_size is {cfg.model.vocab_size}"
             )
-        if cfg.data.path:
-            train_tok = data_mod.BlendedDataset(cfg.data.path, verify="sizes").manifest["tokenizer"]
+        train_path = cfg.data.path or (cfg.data.stages[0]["path"] if cfg.data.stages else "")
+        if train_path:
+            train_tok = data_mod.BlendedDataset(train_path, verify="sizes").manifest["tokenizer"]
             tok = ds.manifest["tokenizer"]
             if tok.get("sha256") != train_tok.get("sha256"):
                 raise DataError(
-                    f"eval.path: {ec.path} was tokenized with another tokenizer than data.path "
+                    f"eval.path: {ec.path} was tokenized with another tokenizer than the training data "
                     f"(sha256 {str(tok.get('sha256'))[:12]}... vs {str(train_tok.get('sha256'))[:12]}...)"
                 )
         if len(ds) == 0:

@@ -36,6 +36,7 @@ from agpt.train import evaluate as tevaluate
 from agpt.train import health as thealth
 from agpt.train import metrics as tmetrics
 from agpt.train import parallel as tpar
+from agpt.train import stages as tstages
 from agpt.train.config import Config
 from agpt.train.entry import NonFinite
 from agpt.train.model import Transformer
@@ -93,7 +94,12 @@ class Trainer:
             # Ranks sharing a node's cores: oversubscribed OpenMP threads spin and slow everyone.
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, self.info.local_world_size)))
         tdist.init(self.info, backend, self.device_str, tc.dist_timeout_s)
-        self.source = tdata.make_source(cfg.data.path, cfg.model.vocab_size, tc.seq_len, cfg.data.seed)
+        self.source: tdata.Source
+        if cfg.data.stages:
+            self.source = tstages.Staged(cfg.data.stages, cfg.model.vocab_size, tc.seq_len)
+            self.source.pin(cfg.data.stages, run_dir, self.rank)
+        else:
+            self.source = tdata.make_source(cfg.data.path, cfg.model.vocab_size, tc.seq_len, cfg.data.seed)
         self.held = tevaluate.Held(cfg) if cfg.eval.interval else None
         self.model = self._build_model()
         self.optim = self._build_optim()
@@ -115,6 +121,7 @@ class Trainer:
             )
         self.health = thealth.Health(cfg, run_dir, self.rank)
         self._signal: int | None = None
+        self._stage: int | None = None
         self._pending_stall = 0.0
         self._window = tmetrics.Window()
         self.metrics: tmetrics.MetricsWriter | None = None
@@ -412,6 +419,7 @@ class Trainer:
                     tokens = 0
                     t_log = time.perf_counter()
                     continue
+                self._note_stage()
                 tokens += rec.tokens
                 self._window.steps += 1
                 self._window.tokens += rec.tokens
@@ -452,6 +460,21 @@ class Trainer:
                 except AgptError:
                     pass
             raise
+
+    def _note_stage(self) -> None:
+        """An event when the next step's batch reaches another data stage than the last one."""
+        if not isinstance(self.source, tstages.Staged):
+            return
+        stage = self.source.stage_of(self.consumed + self.cfg.train.global_batch - 1)
+        if self._stage is not None and stage != self._stage:
+            self.health.event(
+                "stage",
+                f"event: data stage {stage} ({self.source.paths[stage]}) from step {self.step + 1}",
+                step=self.step + 1,
+                stage=stage,
+                path=self.source.paths[stage],
+            )
+        self._stage = stage
 
     def _rollback(self, fault: thealth.Fault) -> None:
         """Reload the newest complete checkpoint in-process and skip the batches since it (health.py)."""
