@@ -248,7 +248,8 @@ def decide(
         return _stop("resubmit", "killed at the job's deadline", mark_bad=named)
     if att.rc == 75:
         return _stop("resubmit", "the trainer asked to be resubmitted (rc 75)", mark_bad=named)
-    if att.rc == 4 and cls == "app":  # the trainer's rollback limit (train.max_rollbacks): relaunching repeats it
+    # rc 4 with class app: the trainer's rollback limit (train.max_rollbacks); a relaunch would repeat it.
+    if att.rc == 4 and cls == "app":
         return _stop("repeat", "the trainer gave up after too many rollbacks (rc 4)")
 
     rotation = min(len(active), settings.max_blind) + 1  # attempts a blind rotation needs to try every host
