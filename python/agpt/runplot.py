@@ -117,6 +117,10 @@ def _metric_panels(ax_tok: Any, ax_tps: Any, ax_mfu: Any, records: list[dict[str
     """Loss against tokens consumed, tokens/s per device and MFU against step."""
     xs, ys = _series(records, "tokens", "loss")
     ax_tok.plot(xs, ys, color="#1f77b4", lw=1.4)
+    xs, ys = _series(records, "tokens", "eval_loss")
+    if xs:
+        ax_tok.plot(xs, ys, "o-", color="#9467bd", lw=1.2, ms=3, label="held-out")
+        ax_tok.legend(loc="upper right")
     ax_tok.set_xlabel("tokens consumed")
     ax_tok.set_ylabel("loss")
     ax_tok.set_title("loss against tokens")
@@ -178,6 +182,9 @@ def _loss_panel(ax: Any, curve: RunCurve) -> None:
             color=color,
         )
         n_labels += 1
+    ex, ey = _series(curve.metrics, "step", "eval_loss")  # held-out loss (eval.interval)
+    if ex:
+        ax.plot(ex, ey, "o-", color="#9467bd", lw=1.2, ms=3, label="held-out loss")
     ax.set_xlabel("step")
     ax.set_ylabel("loss")
     ax.grid(alpha=0.3)

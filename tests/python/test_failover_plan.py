@@ -94,6 +94,12 @@ def test_trainer_rc75_resubmits() -> None:
     assert decide(att(1, "crash", rc=75)).exit == 75
 
 
+def test_trainer_rollback_limit_rc4_stops_as_repeat() -> None:
+    p = decide(att(1, "app", rc=4))
+    assert (p.action, p.verdict, p.exit) == ("stop", "repeat", 4)
+    assert decide(att(1, "crash", rc=4)).action == "relaunch"  # not the trainer's own verdict
+
+
 def test_node_swaps_exactly_the_named_hosts() -> None:
     p = decide(att(1, "node", bad=["h3"]))
     assert (p.action, p.swap_out, p.swap_in, p.blind) == ("relaunch", ["h3"], ["h5"], False)

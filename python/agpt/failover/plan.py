@@ -264,6 +264,9 @@ def decide(
     straggler = bool(named) and any(e.startswith("straggler:") for e in att.evidence)
     if att.rc == EXIT_RESUBMIT and not straggler:  # a straggler's stop (heartbeat monitor) is swapped below
         return _stop("resubmit", "the trainer asked to be resubmitted (rc 75)", mark_bad=named)
+    # rc 4 with class app: the trainer's rollback limit (train.max_rollbacks); a relaunch would repeat it.
+    if att.rc == 4 and cls == "app":
+        return _stop("repeat", "the trainer gave up after too many rollbacks (rc 4)")
 
     rotation = min(len(active), settings.max_blind) + 1  # attempts a blind rotation needs to try every host
 

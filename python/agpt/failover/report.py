@@ -416,6 +416,12 @@ def render(rep: Report) -> str:
         for b in rep.bad:
             why = "blind (a suspect, still usable)" if b["blind"] else f"evidence: {b['evidence'] or '?'}"
             lines.append(f"  {b['host']}  {fmt_time(b['time'])}  job {b['jobid'] or '?'}  {why}")
+    health = Path(rep.run_dir) / "health.jsonl"  # the trainer's rollbacks and frozen-group warnings
+    if health.is_file():
+        lines += ["", "trainer health:"]
+        for h in read_jsonl(health, rep.notes):
+            what = {k: v for k, v in h.items() if k not in ("event", "time")}
+            lines.append(f"  {fmt_time(_num(h.get('time')))}  {h.get('event')}  {json.dumps(what)}")
     lines += [
         "",
         f"attempts: {t['attempts']}  ({', '.join(f'{k} {v}' for k, v in t['classes'].items()) or 'none'})",

@@ -91,11 +91,22 @@ class TrainConfig:
     dist_timeout_s: int = 900
     deadline_margin_s: int = 300  # save and stop this long before AGPT_DEADLINE_EPOCH
     compile: bool = False  # torch.compile each block (sites turn it on with AGPT_TRAIN_COMPILE=true)
+    # Health (agpt.train.health, docs/contract-health.md): what a NaN or a loss spike does.
+    on_nonfinite: str = "stop"  # stop (exit 1) | rollback (reload the newest checkpoint, skip, go on)
+    spike: dict[str, Any] = field(default_factory=dict)  # {factor: >1, window: N}; empty: no spike rule
+    skip: Any = field(default_factory=list)  # [[from_batch, to_batch], ...] or a skips.json path
+    rollback_lr_factor: float = 1.0  # learning-rate factor for rollback_lr_steps steps after a skip
+    rollback_lr_steps: int = 0
+    max_rollbacks: int = 3  # more rollbacks than this within rollback_window steps: stop (exit 4)
+    rollback_window: int = 1000
+    frozen_threshold: float = 1e-7  # |Δw|/|w| of a group below this for frozen_logs logs: warning; 0: off
+    frozen_logs: int = 50
 
     def validate(self) -> None:
         for key in ("steps", "seq_len", "global_batch", "micro_batch", "log_interval", "dist_timeout_s"):
             if getattr(self, key) <= 0:
                 raise ConfigError(f"train.{key}: must be positive (got {getattr(self, key)})")
+        self._validate_health()
         for key in ("param_dtype", "reduce_dtype", "master_dtype"):
             if getattr(self, key) not in DTYPES:
                 raise ConfigError(
@@ -105,6 +116,38 @@ class TrainConfig:
             raise ConfigError(
                 f"train.micro_batch: {self.micro_batch} does not divide train.global_batch {self.global_batch}"
             )
+
+    def _validate_health(self) -> None:
+        if self.on_nonfinite not in ("stop", "rollback"):
+            raise ConfigError(f"train.on_nonfinite: must be stop or rollback (got {self.on_nonfinite!r})")
+        if self.spike:
+            unknown = sorted(set(self.spike) - {"factor", "window"})
+            if unknown:
+                raise ConfigError(f"train.spike.{unknown[0]}: unknown key (keys: factor, window)")
+            factor, window = self.spike.get("factor"), self.spike.get("window", 20)
+            if isinstance(factor, str):
+                try:
+                    factor = float(factor)
+                except ValueError:
+                    pass
+            if not isinstance(factor, int | float) or isinstance(factor, bool) or not factor > 1:
+                raise ConfigError(f"train.spike.factor: must be a number > 1 (got {factor!r})")
+            if not isinstance(window, int) or isinstance(window, bool) or window < 1:
+                raise ConfigError(f"train.spike.window: must be a positive integer (got {window!r})")
+            self.spike = {"factor": float(factor), "window": window}
+        from agpt.train.health import parse_skip  # here: health imports the trainer entry module
+
+        parse_skip(self.skip)
+        if not 0 < self.rollback_lr_factor <= 1:
+            raise ConfigError(f"train.rollback_lr_factor: must be in (0, 1] (got {self.rollback_lr_factor})")
+        for key in ("rollback_lr_steps",):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"train.{key}: must be >= 0 (got {getattr(self, key)})")
+        if self.frozen_threshold < 0:
+            raise ConfigError(f"train.frozen_threshold: must be >= 0 (got {self.frozen_threshold})")
+        for key in ("max_rollbacks", "rollback_window", "frozen_logs"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"train.{key}: must be >= 1 (got {getattr(self, key)})")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -120,6 +163,17 @@ class OptimConfig:
     beta2: float = 0.95
     eps: float = 1e-8
     grad_clip: float = 1.0  # 0 disables clipping (the norm is still reported)
+    lr_scale: dict[str, Any] = field(default_factory=dict)  # {group: factor}: embed attn mlp norm output
+
+    def _validate_lr_scale(self) -> None:
+        groups = ("embed", "attn", "mlp", "norm", "output")
+        for key, value in self.lr_scale.items():
+            if key not in groups:
+                raise ConfigError(
+                    f"optim.lr_scale.{key}: unknown parameter group (groups: {', '.join(groups)})"
+                )
+            if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
+                raise ConfigError(f"optim.lr_scale.{key}: must be a number >= 0 (got {value!r})")
 
     def validate(self) -> None:
         if self.lr <= 0:
@@ -141,6 +195,7 @@ class OptimConfig:
         for key in ("lr", "min_lr", "weight_decay", "beta1", "beta2", "eps", "grad_clip"):
             if not math.isfinite(getattr(self, key)):
                 raise ConfigError(f"optim.{key}: must be a finite number (got {getattr(self, key)})")
+        self._validate_lr_scale()
 
 
 @dataclass(kw_only=True, slots=True)
@@ -152,9 +207,30 @@ class DataConfig:
     path: str = ""
     synthetic: bool = False  # with an empty `path`: generated tokens (loudly announced); a `path` wins
     seed: int = 0  # synthetic stream only
+    stages: list[Any] = field(default_factory=list)  # [{path, until_tokens}, ...] instead of path
 
     def validate(self) -> None:
-        return None
+        if self.stages:
+            from agpt.train.stages import validate  # here: stages imports the trainer's data module
+
+            validate(self.stages)
+            if self.path:
+                raise ConfigError("data.stages: set either data.path or data.stages, not both")
+
+
+@dataclass(kw_only=True, slots=True)
+class EvalConfig:
+    """Held-out loss every `interval` steps on the first `samples` samples of the blend at `path`."""
+
+    interval: int = 0  # 0: no evaluation
+    path: str = ""  # a blend made by `agpt blend` (same tokenizer and seq_len); empty: held-out synthetic
+    samples: int = 256
+
+    def validate(self) -> None:
+        if self.interval < 0:
+            raise ConfigError(f"eval.interval: must be >= 0 (got {self.interval})")
+        if self.samples < 1:
+            raise ConfigError(f"eval.samples: must be positive (got {self.samples})")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -224,6 +300,7 @@ class Config:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     heartbeat: HeartbeatConfig = field(default_factory=HeartbeatConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
 
     def validate(self) -> None:
         self.model.validate()
@@ -232,6 +309,7 @@ class Config:
         self.data.validate()
         self.checkpoint.validate()
         self.parallel.validate()
+        self.eval.validate()
         self._validate_tp()
         self.heartbeat.validate()
         if self.train.seq_len > self.model.max_seq_len:
@@ -274,7 +352,7 @@ class Config:
         return dataclasses.asdict(self)
 
 
-SECTIONS = ("model", "train", "optim", "data", "checkpoint", "parallel", "heartbeat")
+SECTIONS = ("model", "train", "optim", "data", "checkpoint", "parallel", "heartbeat", "eval")
 IGNORED_SECTIONS = ("job",)  # read by jobgen only
 
 
@@ -310,6 +388,18 @@ def _coerce(key: str, value: Any, typ: Any) -> Any:
             if not math.isfinite(number):
                 raise ConfigError(f"{key}: must be a finite number (got {value!r})")
             return number
+    elif name.startswith("dict"):
+        if isinstance(value, Mapping):
+            return dict(value)
+        if value is None:
+            return {}
+    elif name.startswith("list"):
+        if isinstance(value, list):
+            return value
+        if value is None:
+            return []
+    elif name == "Any":
+        return value
     elif name == "str":
         if value is None:
             return ""

@@ -3,7 +3,8 @@
 Each choice here answers a failure seen at scale: the optimizer updates fp32 master shards (bf16
 masters froze RMSNorm weights for 17,000 steps); the reported loss is summed over every rank and
 divided by the global token count (a loss averaged over the wrong group read 12× too small); a
-non-finite loss or gradient stops the run with one clear line (exit 1) instead of training on NaNs;
+non-finite loss or gradient stops the run with one clear line (exit 1) instead of training on NaNs,
+or with `train.on_nonfinite: rollback` reloads the newest checkpoint and skips past it (health.py);
 a signal or the job's deadline ends the run with a complete checkpoint.
 """
 
@@ -34,8 +35,11 @@ from agpt.train import checkpoint as ck
 from agpt.train import ckpt_policy, clock
 from agpt.train import data as tdata
 from agpt.train import dist as tdist
+from agpt.train import evaluate as tevaluate
+from agpt.train import health as thealth
 from agpt.train import metrics as tmetrics
 from agpt.train import parallel as tpar
+from agpt.train import stages as tstages
 from agpt.train.config import Config
 from agpt.train.entry import NonFinite
 from agpt.train.model import Transformer
@@ -59,6 +63,8 @@ class StepRecord:
     peak_mem: int
     compute_s: float = 0.0  # forward, backward, clip, update
     wait_s: float = 0.0  # reading the batch and waiting for every rank at the step's reduction
+    update: dict[str, float] | None = None  # |Δw|/|w| per parameter group (logged steps)
+    eval: dict[str, Any] | None = None  # held-out loss (eval.interval steps)
 
 
 def format_line(rec: StepRecord, tps: float, stall_ms: float) -> str:
@@ -91,11 +97,21 @@ class Trainer:
             # Ranks sharing a node's cores: oversubscribed OpenMP threads spin and slow everyone.
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, self.info.local_world_size)))
         tdist.init(self.info, backend, self.device_str, tc.dist_timeout_s)
-        self.source = tdata.make_source(
-            cfg.data.path, cfg.model.vocab_size, tc.seq_len, cfg.data.seed, cfg.data.synthetic
-        )
+        self.source: tdata.Source
+        if cfg.data.stages:
+            self.source = tstages.Staged(cfg.data.stages, cfg.model.vocab_size, tc.seq_len)
+            self.source.pin(cfg.data.stages, run_dir, self.rank)
+        else:
+            self.source = tdata.make_source(
+                cfg.data.path, cfg.model.vocab_size, tc.seq_len, cfg.data.seed, cfg.data.synthetic
+            )
+        self.held = tevaluate.Held(cfg) if cfg.eval.interval else None
         self.model = self._build_model()
         self.optim = self._build_optim()
+        self.updates: thealth.UpdateMonitor | None = None
+        if tc.frozen_threshold > 0:
+            named = list(self.model.named_parameters())
+            self.updates = thealth.UpdateMonitor(named, tc.frozen_threshold, tc.frozen_logs)
         self.step = 0
         self.consumed = 0
         self.lr_fn: Callable[[int], float] = self.scheduled_lr
@@ -108,7 +124,9 @@ class Trainer:
                 world=self.world,
                 pin_memory=self.device.type != "cpu",
             )
+        self.health = thealth.Health(cfg, run_dir, self.rank)
         self._signal: int | None = None
+        self._stage: int | None = None
         self._pending_stall = 0.0
         self._window = tmetrics.Window()
         self.metrics: tmetrics.MetricsWriter | None = None
@@ -153,10 +171,22 @@ class Trainer:
         oc = self.cfg.optim
         decay = [p for n, p in self.model.named_parameters() if p.ndim >= 2]
         no_decay = [p for n, p in self.model.named_parameters() if p.ndim < 2]
-        groups = [
+        groups: list[dict[str, Any]] = [
             {"params": decay, "weight_decay": oc.weight_decay},
             {"params": no_decay, "weight_decay": 0.0},
         ]
+        if oc.lr_scale:  # one group per (parameter group, decay) so each can have its own rate
+            by: dict[tuple[str, bool], list[torch.nn.Parameter]] = {}
+            for n, p in self.model.named_parameters():
+                by.setdefault((thealth.param_group(n), p.ndim >= 2), []).append(p)
+            groups = [
+                {
+                    "params": ps,
+                    "weight_decay": oc.weight_decay if decay_it else 0.0,
+                    "lr_scale": float(oc.lr_scale.get(g, 1.0)),
+                }
+                for (g, decay_it), ps in by.items()
+            ]
         return torch.optim.AdamW(groups, lr=oc.lr, betas=(oc.beta1, oc.beta2), eps=oc.eps, foreach=True)
 
     # -- schedule -----------------------------------------------------------------------------------
@@ -185,9 +215,9 @@ class Trainer:
             },
         }
 
-    def resume(self) -> Path | None:
+    def resume(self, *, force: bool = False) -> Path | None:
         """Load the newest complete checkpoint; fall back past corrupt ones with a warning."""
-        if self.ckpt is None or not self.cfg.checkpoint.resume:
+        if self.ckpt is None or not (self.cfg.checkpoint.resume or force):
             return None
         done = ck.complete_steps(self.ckpt.root)
         if not done:
@@ -236,9 +266,10 @@ class Trainer:
         tc = self.cfg.train
         t0 = time.perf_counter()
         self._phase("data")
-        lr = self.lr_fn(self.step)
+        self.consumed = self.health.skip_to(self.consumed, tc.global_batch)  # past skipped batches
+        lr = self.lr_fn(self.step) * self.health.lr_factor(self.step + 1)
         for group in self.optim.param_groups:
-            group["lr"] = lr
+            group["lr"] = lr * group.get("lr_scale", 1.0)
         tokens_global = tc.global_batch * tc.seq_len
         scale = self.dp / tokens_global  # FSDP averages gradients over dp ranks; undo it into a global mean
         local_sum = torch.zeros((), dtype=torch.float32, device=self.device)
@@ -280,6 +311,7 @@ class Trainer:
         t_wait = time.perf_counter()
         # The loss is the same on every rank of a tensor-parallel group: count it once, from tp rank 0.
         mine = local_sum if self.layout.tp_rank == 0 else torch.zeros_like(local_sum)
+        mine = self.health.inject(self.step + 1, mine)  # fault-injection hooks of the tests (rank 0)
         totals = torch.stack(
             [
                 mine,
@@ -295,14 +327,17 @@ class Trainer:
         loss = float(totals[0] / tokens_global)
         grad_norm = float(norm)
         wait += time.perf_counter() - t_wait
-        if not (math.isfinite(loss) and math.isfinite(grad_norm)):
-            raise NonFinite(
-                f"non-finite {'loss' if not math.isfinite(loss) else 'gradient'} at step {self.step + 1} "
-                f"(loss={loss} grad_norm={grad_norm}): stopping; "
-                f"lower optim.lr or check the data"
-            )
+        try:
+            self.health.check(self.step + 1, loss, grad_norm)  # NonFinite (stop) or Fault (roll back)
+        except BaseException:
+            self.optim.zero_grad(set_to_none=True)
+            raise
         self._phase("optimizer")
+        logged = (self.step + 1) % tc.log_interval == 0 or self.step + 1 == tc.steps
+        if logged and self.updates is not None:
+            self.updates.before()
         self.optim.step()
+        update = self.updates.after() if logged and self.updates is not None else None
         self.optim.zero_grad(set_to_none=True)
         self.step += 1
         if self.hb is not None:
@@ -320,6 +355,7 @@ class Trainer:
             peak_mem=self.peak_memory(),
             compute_s=seconds - wait,
             wait_s=wait,
+            update=update,
         )
         return rec, [float(totals[1]), float(totals[2]), float(totals[3])]
 
@@ -426,7 +462,14 @@ class Trainer:
                     1.0 if (self._signal == signal.SIGUSR1 or self._deadline_near()) else 0.0,
                     1.0 if (by_time and self.rank == 0) else 0.0,
                 )
-                rec, stops = self.train_step(stop_flags=flags)
+                try:
+                    rec, stops = self.train_step(stop_flags=flags)
+                except thealth.Fault as fault:
+                    self._rollback(fault)
+                    tokens = 0
+                    t_log = time.perf_counter()
+                    continue
+                self._note_stage()
                 tokens += rec.tokens
                 self._window.steps += 1
                 self._window.tokens += rec.tokens
@@ -448,7 +491,15 @@ class Trainer:
                 if ckpt_policy.due_by_step(self.step, interval) or stops[2]:
                     self.save(block=False)
                     t_save = time.perf_counter()
-                if self.step % self.cfg.train.log_interval == 0 or self.step == target:
+                if self.held is not None and self.step % self.cfg.eval.interval == 0:
+                    rec.eval = tevaluate.evaluate(self, self.held)
+                    if self.rank == 0:
+                        per = ", ".join(f"{k} {v:.6g}" for k, v in rec.eval["eval"].items())
+                        print(
+                            f"agpt: eval at step {self.step}: held-out {rec.eval['eval_loss']:.9g} ({per})",
+                            flush=True,
+                        )
+                if self.step % self.cfg.train.log_interval == 0 or self.step == target or rec.eval:
                     self._log(emit, rec, tokens, t_log)
                     tokens = 0
                     t_log = time.perf_counter()
@@ -468,7 +519,40 @@ class Trainer:
             if self.hb is not None:
                 self.hb.stop()
 
+    def _note_stage(self) -> None:
+        """An event when the next step's batch reaches another data stage than the last one."""
+        if not isinstance(self.source, tstages.Staged):
+            return
+        stage = self.source.stage_of(self.consumed + self.cfg.train.global_batch - 1)
+        if self._stage is not None and stage != self._stage:
+            self.health.event(
+                "stage",
+                f"event: data stage {stage} ({self.source.paths[stage]}) from step {self.step + 1}",
+                step=self.step + 1,
+                stage=stage,
+                path=self.source.paths[stage],
+            )
+        self._stage = stage
+
+    def _rollback(self, fault: thealth.Fault) -> None:
+        """Reload the newest complete checkpoint in-process and skip the batches since it (health.py)."""
+        self.health.begin_rollback(fault)  # TooManyRollbacks (exit 4) past train.max_rollbacks
+        batch = self.cfg.train.global_batch
+        fault_batch = self.consumed // batch + 1
+        path = None
+        if self.ckpt is not None:
+            self.ckpt.wait()
+            dist.barrier()  # rank 0 writes a save's `.complete` after the others' writers return
+            path = self.resume(force=True)
+        if path is None:
+            raise NonFinite(f"{fault.detail}: no complete checkpoint to roll back to; stopping")
+        self.health.finish_rollback(
+            fault, ckpt_step=self.step, from_batch=self.consumed // batch + 1, to_batch=fault_batch
+        )
+        self._window.reset()
+
     def _log(self, emit: Callable[[str], None], rec: StepRecord, tokens: int, t_log: float) -> None:
+        self.health.logged(rec.step, rec.loss)
         stall_s = self._pending_stall
         stall_ms = stall_s * 1000
         self._pending_stall = 0.0
@@ -476,6 +560,19 @@ class Trainer:
             elapsed = max(time.perf_counter() - t_log, 1e-9)
             emit(format_line(rec, tokens / elapsed, stall_ms))
             self.write_progress()
+            if self.updates is not None and rec.update:
+                for group in self.updates.judge(rec.update, rec.lr):
+                    self.health.event(
+                        "frozen",
+                        f"warning: parameter group {group} frozen: relative update |dw|/|w| = "
+                        f"{rec.update[group]:.3g} < train.frozen_threshold {self.updates.threshold:g} "
+                        f"for {self.updates.logs} logs in a row (step {rec.step})",
+                        step=rec.step,
+                        group=group,
+                        update=rec.update[group],
+                        threshold=self.updates.threshold,
+                        logs=self.updates.logs,
+                    )
             if self.metrics is not None:
                 self.metrics.write(
                     self.metrics.record(
@@ -488,6 +585,8 @@ class Trainer:
                         window=self._window,
                         stall_s=stall_s,
                     )
+                    | ({"update": rec.update} if rec.update else {})
+                    | (rec.eval or {})
                 )
         self._window.reset()
 
