@@ -5,7 +5,7 @@ Reads what every run directory already has (docs/contract.md): the progress line
 per attempt end and per stop).  Each failed attempt becomes a red dashed line at its last step,
 labelled with its class and the hosts swapped; chain hand-overs (walltime, resubmit) are grey.
 When the trainer's metrics.jsonl is there, three more panels show loss against tokens consumed,
-tokens per second per device and MFU (docs/contract-metrics.md).
+tokens per second per device and MFU (docs/contract.md).
 """
 
 from __future__ import annotations

@@ -75,7 +75,7 @@ _STRENGTH = {"node": 6, "system": 5, "crash": 4, "app": 3, "hang-hint": 2, "weak
 
 # Launcher and runtime labels in front of a message, tried repeatedly (`x1000c0s0b0n0: 3: ...`).  Named groups:
 # `r` a global rank, `h` a host; a label with neither is only taken off.  The formats, per launcher option, are
-# listed with their sources in docs/contract-classify.md (the label-format matrix) and tested one by one.
+# listed with their sources in docs/contract.md (the label-format matrix) and tested one by one.
 _H = r"[A-Za-z][\w.-]*"
 _LABELS: list[re.Pattern[str]] = [
     re.compile(r"^\s{0,8}(?P<r>\d{1,7}): "),  # srun --label (padded), PALS mpiexec --label

@@ -91,7 +91,7 @@ class TrainConfig:
     dist_timeout_s: int = 900
     deadline_margin_s: int = 300  # save and stop this long before AGPT_DEADLINE_EPOCH
     compile: bool = False  # torch.compile each block (sites turn it on with AGPT_TRAIN_COMPILE=true)
-    # Health (agpt.train.health, docs/contract-health.md): what a NaN or a loss spike does.
+    # Health (agpt.train.health, docs/contract.md): what a NaN or a loss spike does.
     on_nonfinite: str = "stop"  # stop (exit 1) | rollback (reload the newest checkpoint, skip, go on)
     spike: dict[str, Any] = field(default_factory=dict)  # {factor: >1, window: N}; empty: no spike rule
     skip: Any = field(default_factory=list)  # [[from_batch, to_batch], ...] or a skips.json path

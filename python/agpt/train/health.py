@@ -13,7 +13,7 @@ range before a step reads its batch, and the `rollback_lr_steps` steps after eac
 `rollback_lr_factor` times the scheduled rate: both are pure functions of the skip list, so a fresh
 run given the same list (`train.skip`) reproduces the losses bit for bit.  The list of a run lives in
 RUN_DIR/skips.json and every rollback is a line in RUN_DIR/health.jsonl and on stdout
-(docs/contract-health.md).
+(docs/contract.md).
 """
 
 from __future__ import annotations

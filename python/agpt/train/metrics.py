@@ -3,7 +3,7 @@
 Global tokens per second says little when the node count changes between attempts; tokens per second
 per device and MFU (model FLOPs utilisation) compare across layouts and machines, and the step time
 split into compute, wait and checkpoint stall says where the rest went.  The fields are documented in
-docs/contract-metrics.md.  Each line is written with one write() call and flushed, so a reader sees
+docs/contract.md.  Each line is written with one write() call and flushed, so a reader sees
 whole lines, and at worst a torn last line after a kill.
 """
 
