@@ -68,6 +68,7 @@ SITE_VENV_STAGE=0
 # A job config's `job.spares` wins.
 SITE_SPARES_PERCENT=2
 SITE_SPARES_MIN=0
-# Failure-pattern sets the failover classifier uses here: launchers pals hydra openmpi srun; vendor
-# stacks cuda level_zero rocm gloo; system app cascade.
-SITE_FAILOVER_PATTERNS=(pals cuda system app cascade)
+# Failure-pattern sets the failover classifier uses here (`agpt failover patterns` lists them with their
+# sources): launchers pals hydra openmpi srun; vendor stacks cuda level_zero rocm gloo oneccl; PyTorch's
+# own (torch: c10d, elastic); system app cascade.
+SITE_FAILOVER_PATTERNS=(pals cuda torch system app cascade)

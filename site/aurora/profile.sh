@@ -52,4 +52,4 @@ SITE_VENV_STAGE=1
 
 SITE_SPARES_PERCENT=2
 SITE_SPARES_MIN=4
-SITE_FAILOVER_PATTERNS=(pals level_zero system app cascade)
+SITE_FAILOVER_PATTERNS=(pals level_zero oneccl torch system app cascade)

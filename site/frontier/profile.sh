@@ -44,4 +44,4 @@ SITE_VENV_STAGE=1
 
 SITE_SPARES_PERCENT=2
 SITE_SPARES_MIN=2
-SITE_FAILOVER_PATTERNS=(srun rocm gloo system app cascade)
+SITE_FAILOVER_PATTERNS=(srun rocm gloo torch system app cascade)

@@ -43,4 +43,4 @@ SITE_VENV_STAGE=1
 
 SITE_SPARES_PERCENT=2
 SITE_SPARES_MIN=2
-SITE_FAILOVER_PATTERNS=(srun cuda gloo system app cascade)
+SITE_FAILOVER_PATTERNS=(srun cuda gloo torch system app cascade)

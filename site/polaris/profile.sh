@@ -45,4 +45,4 @@ SITE_VENV_STAGE=1
 
 SITE_SPARES_PERCENT=2
 SITE_SPARES_MIN=2
-SITE_FAILOVER_PATTERNS=(pals cuda system app cascade)
+SITE_FAILOVER_PATTERNS=(pals cuda torch system app cascade)
