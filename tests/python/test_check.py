@@ -144,8 +144,8 @@ def test_the_table_fits_one_screen_and_names_every_figure() -> None:
     assert len(lines) <= 24 and max(map(len, lines)) <= 160
     assert lines[0] == "agpt check jobs/configs/80b.yaml on aurora: 256 nodes x 12 ranks = 3072 ranks"
     text = r.stdout
-    for want in ("3072 ranks = 3072 data x 1 tensor", "79.2 B parameters (meta device)", "of 64 GiB per device",
-                 "GB/s (SITE_FS_BW_GBPS)", "12.6 M per step", "not opened here"):  # fmt: skip
+    for want in ("3072 ranks = 768 data x 4 tensor", "79.2 B parameters (meta device)", "of 64 GiB per device",
+                 "GB/s (SITE_FS_BW_GBPS)", "6.29 M per step", "not opened here"):  # fmt: skip
         assert want in text, want
 
 
@@ -172,25 +172,29 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
     )
 
 
+def _manifest(vocab: int) -> dict[str, object]:
+    """The smallest manifest whose shape `agpt blend` would write (the check reads its tokenizer and shape)."""
+    return {
+        "format": "agpt-blend-1",
+        "tokenizer": {"vocab_size": vocab, "sha256": "0" * 64, "path": "tok.model"},
+        "files": [{"prefix": "shard", "bin_bytes": 0, "idx_sha256": "0" * 64}],
+        "index_files": {},
+        "seq_len": 64,
+        "num_samples": 9,
+    }
+
+
 def test_a_manifest_from_another_tokenizer_is_refused_naming_file_and_field(tmp_path: Path) -> None:
     blend = tmp_path / "blend"
     blend.mkdir()
-    (blend / "manifest.json").write_text(
-        json.dumps(
-            {"format": "agpt-blend-1", "tokenizer": {"vocab_size": 50257}, "seq_len": 64, "num_samples": 9}
-        )
-    )
+    (blend / "manifest.json").write_text(json.dumps(_manifest(50257)))
     cfg = yaml.safe_load((ROOT / "jobs/configs/tiny.yaml").read_text())
     cfg["data"] = {"path": str(blend)}
     path = tmp_path / "t.yaml"
     path.write_text(yaml.safe_dump(cfg))
     line = _one_error(run("check", str(path), "--site", "generic"))
     assert f"{blend}/manifest.json: tokenizer.vocab_size 50257 does not match model.vocab_size 512" in line
-    (blend / "manifest.json").write_text(
-        json.dumps(
-            {"format": "agpt-blend-1", "tokenizer": {"vocab_size": 512}, "seq_len": 64, "num_samples": 9}
-        )
-    )
+    (blend / "manifest.json").write_text(json.dumps(_manifest(512)))
     r = run("check", str(path), "--site", "generic")
     assert r.returncode == 0, r.stderr
     assert "9 samples, vocab 512, seq 64" in r.stdout
@@ -225,7 +229,7 @@ def test_tensor_parallel_layout_is_checked_when_the_config_asks_for_it(tmp_path:
     path.write_text(yaml.safe_dump(cfg))
     r = run("check", str(path), "--site", "aurora", "--no-data")
     assert r.returncode == 2
-    assert "parallel.tp: 5 does not divide model.n_heads 64, model.n_kv_heads 8" in r.stderr
+    assert "parallel.tp: 5 does not divide model.n_heads 64" in r.stderr
 
 
 def test_the_trainer_refuses_an_empty_data_path_unless_synthetic_is_asked_for() -> None:

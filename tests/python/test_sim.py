@@ -243,10 +243,11 @@ def test_every_shipped_model_loads(name: str) -> None:
     assert m.nodes >= 1
 
 
-def test_a_long_site_outage_ends_in_repeat_and_waits_for_a_person() -> None:
-    # Three `system` failures at one step (5 + 10 + 20 s of backoff against an hour's outage) are a `repeat`:
-    # the planner's rule, which the chain does not continue from.
+def test_a_long_site_outage_is_waited_out_without_a_person() -> None:
+    # A site-wide fault at the same step is never a deterministic `repeat`: the loop backs off, hands over to a
+    # later job (75) once its attempts are spent, and training goes on when the outage ends (an hour here).
     m = small(mix={"system": 1.0}, behaviour={"system_outage_s": 3600}, failures={"node_mtbf_h": 200})
     r = engine.simulate(m, seed=1)
-    assert r.person_stops.get("repeat system", 0) >= 1
-    assert r.time["waiting_for_a_person"] > 0
+    assert not any(k.startswith("repeat") for k in r.person_stops), r.person_stops
+    assert r.time["waiting_for_a_person"] == 0
+    assert r.steps > 0

@@ -283,6 +283,8 @@ class Checkpointer:
                 for d in gathered:
                     digests.update(d)
                 digests[".metadata"] = file_sha256(path / ".metadata")
+                if (path / "meta.json").is_file():  # provenance is pinned like the data it describes
+                    digests["meta.json"] = file_sha256(path / "meta.json")
                 _fsync_dir(path)
                 record = {"step": step, "time": int(time.time()), "world_size": self.world, "sha256": digests}
                 _write_atomic(path / COMPLETE, json.dumps(record, sort_keys=True) + "\n")
