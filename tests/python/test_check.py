@@ -69,9 +69,9 @@ def launch_size(script: Path, tmp: Path) -> tuple[int, int, str, str]:
     return ranks, ppn, site, config
 
 
-@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
-def test_every_committed_job_script_can_train_at_its_launch_size(script: Path, tmp_path: Path) -> None:
-    ranks, ppn, site, config = launch_size(script, tmp_path)
+def check_at_launch_size(script: Path, tmp: Path) -> tuple[int, int, subprocess.CompletedProcess[str]]:
+    """`agpt check` of the script's config at the size its own launch line implies: (ranks, ppn, result)."""
+    ranks, ppn, site, config = launch_size(script, tmp)
     r = run(
         "check",
         config,
@@ -83,6 +83,12 @@ def test_every_committed_job_script_can_train_at_its_launch_size(script: Path, t
         str(ppn),
         "--no-data",
     )
+    return ranks, ppn, r
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
+def test_every_committed_job_script_can_train_at_its_launch_size(script: Path, tmp_path: Path) -> None:
+    ranks, _, r = check_at_launch_size(script, tmp_path)
     assert r.returncode == 0, f"{script.name} ({ranks} ranks): {r.stderr}"
     assert f"= {ranks} ranks" in r.stdout
 
@@ -107,19 +113,8 @@ def test_a_script_generated_from_a_broken_config_fails_the_committed_scripts_che
     script = tmp_path / "agpt_20b.pbs"
     r = run("jobgen", "--site", "aurora", "--scheduler", "pbs", "--no-check", "-o", str(script), str(cfg))
     assert r.returncode == 0, r.stderr
-    ranks, ppn, site, config = launch_size(script, tmp_path)
+    ranks, ppn, r = check_at_launch_size(script, tmp_path)
     assert (ranks, ppn) == (384, 12)
-    r = run(
-        "check",
-        config,
-        "--site",
-        site,
-        "--nodes",
-        str(ranks // ppn),
-        "--ranks-per-node",
-        str(ppn),
-        "--no-data",
-    )
     assert r.returncode == 2
     assert f"{cfg}: train.global_batch: 1024 on 384 data-parallel ranks" in r.stderr
     assert "use train.global_batch 768 or 1152" in r.stderr
