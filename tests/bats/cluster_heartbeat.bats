@@ -12,10 +12,7 @@ BATS_TEST_RETRIES=1
 bats_require_minimum_version 1.5.0
 
 setup_file() {
-  export AGPT_CLUSTER_DIR="$BATS_FILE_TMPDIR/cluster"
-  "$AGPT_ROOT/tests/cluster/up" --dir "$AGPT_CLUSTER_DIR" --nodes 9 >"$BATS_FILE_TMPDIR/cluster.env"
-  # shellcheck disable=SC1091
-  source "$BATS_FILE_TMPDIR/cluster.env"
+  cluster_setup_file --nodes 9
 }
 
 teardown_file() {
