@@ -15,6 +15,8 @@ import pytest
 from agpt.errors import BadInput
 from agpt.failover import classify as cl
 from agpt.failover import patterns as pat
+from agpt.failover.decide import EVIDENCE_CHARS, Classification
+from agpt.failover.evidence import Evidence
 from agpt.failover.hostmatch import HostMatcher, expand_hostlist, host_key, parse_hosts
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -223,7 +225,7 @@ def test_names_outside_the_job_are_never_reported(tmp_path: Path, capsys: pytest
 
 
 # --- the rules ----------------------------------------------------------------------------------------------
-def _classify(tmp_path: Path, text: str, rc: int, **kw: object) -> cl.Classification:
+def _classify(tmp_path: Path, text: str, rc: int, **kw: object) -> Classification:
     log = tmp_path / "attempt.log"
     log.write_text(text)
     hosts = kw.pop("hosts", ["n1", "n2", "n3", "n4"])
@@ -274,7 +276,7 @@ def test_scraper_error_degrades_to_no_evidence(tmp_path: Path, monkeypatch: pyte
     def boom(self: object, *args: object) -> None:
         raise RuntimeError("regex engine on fire")
 
-    monkeypatch.setattr(cl._Scanner, "line", boom)
+    monkeypatch.setattr(Evidence, "line", boom)
     r = _classify(tmp_path, "step=7\nsrun: error: Node failure on n2\n", 1)
     assert (r.cls, r.bad_hosts, r.evidence) == ("crash", [], [])
     assert any("scraper error" in n and "regex engine on fire" in n for n in r.notes)
@@ -417,7 +419,7 @@ def test_long_lines_and_bad_bytes(tmp_path: Path) -> None:
     log.write_bytes(b"\xff\xfe step=1\n" + line + b"\x80\x81 srun: error: Node failure on n3\n")
     r = cl.classify(log, 1, ["n1", "n2", "n3"])
     assert r.bad_hosts == ["n3"]  # the 100 kB line is cut to its head: what it hides is not read
-    assert all(len(e) <= cl.EVIDENCE_CHARS for e in r.evidence)
+    assert all(len(e) <= EVIDENCE_CHARS for e in r.evidence)
 
 
 def test_a_log_past_the_limit_is_read_by_its_head_and_tail(tmp_path: Path) -> None:

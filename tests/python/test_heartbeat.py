@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from agpt import heartbeat
-from agpt.failover import classify as cl
 from agpt.failover import heartbeats as hbs
+from agpt.failover.decide import Classification
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE = ROOT / "tests" / "fixtures" / "fake_trainer.py"
@@ -266,10 +266,10 @@ def test_apply_names_the_straggler_of_a_75_stop(tmp_path: Path) -> None:
     (tmp_path / hbs.SWAP_FILE).write_text(
         json.dumps({"attempt": ATT, "host": "n2", "evidence": "straggler: n2 x"})
     )
-    res = cl.Classification(cls="crash", bad_hosts=[], evidence=[], last_step=5)
+    res = Classification(cls="crash", bad_hosts=[], evidence=[], last_step=5)
     hbs.apply(res, tmp_path, HOSTS, ATT, 75)
     assert (res.cls, res.bad_hosts, res.evidence) == ("node", ["n2"], ["straggler: n2 x"])
-    res = cl.Classification(cls="crash", bad_hosts=[], evidence=[], last_step=5)
+    res = Classification(cls="crash", bad_hosts=[], evidence=[], last_step=5)
     hbs.apply(res, tmp_path, HOSTS, "77.2", 75)  # another attempt's request
     assert res.cls == "crash"
 
