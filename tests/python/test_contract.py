@@ -6,9 +6,10 @@ import re
 import subprocess
 from pathlib import Path
 
-from agpt import errors, rundir, watch
+from agpt import errors, rundir
 from agpt.chain import Limits, verdict_of
 from agpt.failover import classify, plan
+from agpt.watch import settings as watch
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = (ROOT / "docs" / "contract.md").read_text()
