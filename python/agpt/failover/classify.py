@@ -30,14 +30,16 @@ import os
 import re
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
 from agpt.errors import BadInput
-from agpt.failover import attribution, evidence, heartbeats, scan
+from agpt.failover import attribution, evidence, scan
 from agpt.failover import patterns as pat
 from agpt.failover.decide import Classification, decide
 from agpt.failover.hostmatch import HostMatcher, read_hostfile, read_ipmap
+from agpt.heartbeat import reader as heartbeats
 from agpt.rundir import CLASSES as CLASSES
 from agpt.rundir import PROGRESS_RE as DEFAULT_PROGRESS_RE
 from agpt.rundir import WALLTIME_MARGIN_S as DEFAULT_MARGIN_S
@@ -116,6 +118,41 @@ def _read(
     return ev
 
 
+def apply_heartbeats(
+    result: Classification, hb_dir: str | Path, hosts: Sequence[str], attempt: str | None, rc: int
+) -> None:
+    """Refine a classification with the heartbeats' evidence (agpt.heartbeat.reader), in place.
+
+    A hang (the watchdog's 124 or a collective timeout) that names no host becomes `node` with the hosts the
+    heartbeats show stopped or behind; an rc-75 stop the straggler monitor asked for becomes `node` naming the
+    straggler.  Anything else is left alone.
+    """
+    if rc == 75:
+        req = heartbeats.read_swap(hb_dir, attempt)
+        if req and str(req["host"]) in hosts:
+            result.cls = "node"
+            result.bad_hosts = [str(req["host"])]
+            result.evidence = [
+                str(req.get("evidence") or f"straggler: {req['host']}"),
+                *list(result.evidence),
+            ]
+            result.notes.append(f"heartbeat: the trainer stopped to swap the straggler {req['host']}")
+        return
+    if result.cls != "hang" or result.bad_hosts:
+        return
+    try:
+        found = heartbeats.attribute(hb_dir, hosts, attempt)
+    except Exception as e:
+        result.notes.append(f"heartbeat: reading failed ({type(e).__name__}: {e}): blind rotation")
+        return
+    result.notes.extend(found.notes)
+    if found.bad_hosts:
+        result.cls = "node"
+        result.bad_hosts = found.bad_hosts
+        result.evidence = found.evidence + list(result.evidence)
+        result.notes.append(f"heartbeat: the hang is attributed to {', '.join(found.bad_hosts)}")
+
+
 # --- command line --------------------------------------------------------------------------------------------
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
@@ -154,7 +191,7 @@ def _parser() -> _Parser:
     )
     p.add_argument(
         "--heartbeat-dir",
-        help="RUN_DIR/heartbeat: a hang that names no host is attributed from the node records (agpt.heartbeat)",
+        help="RUN_DIR/heartbeat: a hang that names no host is attributed from the node records (agpt.heartbeat.reader)",
     )
     p.add_argument(
         "--attempt-id", help="the attempt the heartbeats must come from (default: LOG's name, JOBID.N)"
@@ -228,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
             result.notes.insert(0, ipmap_note)
         if args.heartbeat_dir:
             attempt = args.attempt_id or Path(args.log).name.removesuffix(".log")
-            heartbeats.apply(result, args.heartbeat_dir, hosts, attempt, rc)
+            apply_heartbeats(result, args.heartbeat_dir, hosts, attempt, rc)
     except BadInput as e:
         sys.stderr.write(f"agpt failover classify: error: {e}\n")
         return 2

@@ -21,6 +21,7 @@ from typing import Any, NoReturn
 from agpt import rundir
 from agpt.errors import BadInput
 from agpt.failover import hosts
+from agpt.heartbeat.format import STACKS_SUFFIX
 
 
 @dataclass(kw_only=True, slots=True)
@@ -313,7 +314,7 @@ def build(run_dir: str | Path) -> Report:
         notes=notes,
         goodput=goodput,
         stragglers=stragglers,
-        stacks=[f"{p}/" for p in sorted((d / "attempts").glob("*.stacks")) if p.is_dir()],
+        stacks=[f"{p}/" for p in sorted((d / rundir.ATTEMPTS).glob(f"*{STACKS_SUFFIX}")) if p.is_dir()],
     )
 
 
