@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
+from agpt import goodput as gp
 from agpt import rundir
 from agpt.errors import BadInput
 from agpt.failover import hosts
@@ -92,7 +93,7 @@ class Report:
     bad: list[dict[str, Any]]
     notes: list[str]
     goodput: dict[str, Any] | None = (
-        None  # the run's MTBF, ratio so far, recommended interval (agpt.sim.observed)
+        None  # the run's MTBF, ratio so far, recommended interval (agpt.goodput.figures)
     )
     stragglers: list[dict[str, Any]] = field(default_factory=list)  # heartbeat monitor events
     stacks: list[str] = field(default_factory=list)  # attempts/JOBID.N.stacks/: where each rank was
@@ -300,9 +301,7 @@ def build(run_dir: str | Path) -> Report:
         )
     goodput = None
     try:
-        from agpt.sim import observed
-
-        goodput = observed.figures(d, rows, events, ckpts)
+        goodput = gp.figures(d, rows, events, ckpts)
     except Exception as e:  # a figure we cannot compute must not cost the timeline
         notes.append(f"goodput figures unavailable ({type(e).__name__}: {e})")
     return Report(
@@ -436,9 +435,7 @@ def render(rep: Report) -> str:
         f"verdict: {t['verdict'] or 'none yet'}" + (f" (exit {t['exit']})" if t["exit"] is not None else ""),
     ]
     if rep.goodput is not None:
-        from agpt.sim import observed
-
-        lines += observed.render(rep.goodput)
+        lines += gp.render_figures(rep.goodput)
     for n in rep.notes:
         lines.append(f"note: {n}")
     return "\n".join(lines) + "\n"
