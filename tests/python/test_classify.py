@@ -17,7 +17,8 @@ from agpt.failover import classify as cl
 from agpt.failover import patterns as pat
 from agpt.failover.decide import EVIDENCE_CHARS, Classification
 from agpt.failover.evidence import Evidence
-from agpt.failover.hostmatch import HostMatcher, expand_hostlist, host_key, parse_hosts
+from agpt.failover.hostmatch import HostMatcher, host_key, parse_hosts
+from agpt.hostlist import expand_hostlist
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "tests" / "fixtures" / "logs"
