@@ -52,6 +52,7 @@ from typing import Any
 
 from agpt import rundir
 from agpt.errors import EXIT_RESUBMIT, EXIT_USAGE, BadInput
+from agpt.failover import hosts as hostlib
 from agpt.rundir import BLIND_CLASSES, CLASSES
 
 NO_SUCH_COMMAND = (
@@ -252,11 +253,41 @@ def decide(
     now: float,
     deadline: float | None = None,
 ) -> Plan:
-    """The next step after attempt `att`; `history` holds this job's earlier attempt events, oldest first."""
+    """The next step after attempt `att`; `history` holds this job's earlier attempt events, oldest first.
+
+    The rules of the module's docstring, in its order: the attempt's own end (1), a deterministic failure (2),
+    no progress (3), the attempt limit (4), the swap (5), the backoff and the deadline (6).
+    """
     progressed = att.progress or any(_progress(e) for e in history)
     cls = effective_class(att.cls, att.rc)
     # Only a `node` verdict makes a named host bad; other classes may name hosts only as context.
     named = [h for h in dict.fromkeys(att.bad_hosts) if h in active] if cls == "node" else []
+    rotation = min(len(active), settings.max_blind) + 1  # attempts a blind rotation needs to try every host
+    stop = (
+        _ended(att, cls, named)
+        or _repeated(att, cls, history, settings, rotation)
+        or _stuck(att, cls, history, rotation)
+        or _out_of_attempts(att, cls, settings, progressed, named)
+    )
+    if stop is not None:
+        return stop
+    plan = _swap(att, cls, named, active=active, spare=spare, history=history, progressed=progressed)
+    if plan.action == "stop":
+        return plan
+    plan.backoff_s = _backoff(att, history, settings)
+    left = _time_left(now + plan.backoff_s, deadline)
+    if left is not None and left < settings.min_attempt_s:
+        return _stop(
+            "resubmit",
+            f"{max(left, 0):.0f} s would be left after the backoff < FAILOVER_MIN_ATTEMPT_S="
+            f"{settings.min_attempt_s:g}: not starting a doomed attempt",
+            mark_bad=named,
+        )
+    return plan
+
+
+def _ended(att: Attempt, cls: str, named: list[str]) -> Plan | None:
+    """Rule 1: the attempt's own end decides: done, the deadline, the trainer's own resubmit or rollback limit."""
     if att.rc == 0 or cls == "success":
         return _stop("done", "training finished" if att.rc == 0 else "classified success")
     if cls == "walltime":
@@ -267,10 +298,13 @@ def decide(
     # rc 4 with class app: the trainer's rollback limit (train.max_rollbacks); a relaunch would repeat it.
     if att.rc == 4 and cls == "app":
         return _stop("repeat", "the trainer gave up after too many rollbacks (rc 4)")
+    return None
 
-    rotation = min(len(active), settings.max_blind) + 1  # attempts a blind rotation needs to try every host
 
-    # repeat: the same class at the same step, attempts in a row (this one included)
+def _repeated(
+    att: Attempt, cls: str, history: Sequence[dict[str, Any]], settings: Settings, rotation: int
+) -> Plan | None:
+    """Rule 2: the same class at the same step, attempts in a row (this one included)."""
     where = att.where
     same = 1
     for ev in reversed(history):
@@ -283,28 +317,50 @@ def decide(
             "repeat",
             f"'{cls}' at step {where} {same} times in a row (limit {limit}): a deterministic failure",
         )
+    return None
 
-    # stuck: attempts in a row without a progress line (swaps of proven-bad hosts and site faults break the row)
-    if not att.progress and cls not in ("node", "system"):
-        row = [cls]
-        for ev in reversed(history):
-            if _progress(ev) or ev.get("class") in ("node", "system"):
-                break
-            row.append(str(ev.get("class")))
-        limit = rotation if all(c in BLIND_CLASSES for c in row) else 2
-        if len(row) >= limit:
-            return _stop(
-                "stuck",
-                f"{len(row)} attempts in a row made no progress ({', '.join(reversed(row))})",
-            )
 
-    if att.attempt >= settings.max_attempts:
-        return _stop(
-            "resubmit" if progressed or cls == "system" else "failed",
-            f"{settings.max_attempts} attempts used (FAILOVER_MAX_ATTEMPTS)",
-            mark_bad=named,
-        )
+def _stuck(att: Attempt, cls: str, history: Sequence[dict[str, Any]], rotation: int) -> Plan | None:
+    """Rule 3: attempts in a row without a progress line (swaps of proven-bad hosts and site faults break the
+    row)."""
+    if att.progress or cls in ("node", "system"):
+        return None
+    row = [cls]
+    for ev in reversed(history):
+        if _progress(ev) or ev.get("class") in ("node", "system"):
+            break
+        row.append(str(ev.get("class")))
+    limit = rotation if all(c in BLIND_CLASSES for c in row) else 2
+    if len(row) >= limit:
+        return _stop("stuck", f"{len(row)} attempts in a row made no progress ({', '.join(reversed(row))})")
+    return None
 
+
+def _out_of_attempts(
+    att: Attempt, cls: str, settings: Settings, progressed: bool, named: list[str]
+) -> Plan | None:
+    """Rule 4: FAILOVER_MAX_ATTEMPTS reached."""
+    if att.attempt < settings.max_attempts:
+        return None
+    return _stop(
+        "resubmit" if progressed or cls == "system" else "failed",
+        f"{settings.max_attempts} attempts used (FAILOVER_MAX_ATTEMPTS)",
+        mark_bad=named,
+    )
+
+
+def _swap(
+    att: Attempt,
+    cls: str,
+    named: list[str],
+    *,
+    active: Sequence[str],
+    spare: Sequence[str],
+    history: Sequence[dict[str, Any]],
+    progressed: bool,
+) -> Plan:
+    """Rule 5: the relaunch, with the named hosts swapped, a blind swap, or the same hosts; a stop when the
+    spares run out."""
     plan = Plan(action="relaunch")
     if cls == "node" and named:
         if len(spare) < len(named):
@@ -324,16 +380,6 @@ def decide(
         plan.reason = "'system': a site-wide fault; same hosts after the backoff"
     else:
         plan.reason = "'app': an application error every rank hits; no swap"
-
-    plan.backoff_s = _backoff(att, history, settings)
-    left = _time_left(now + plan.backoff_s, deadline)
-    if left is not None and left < settings.min_attempt_s:
-        return _stop(
-            "resubmit",
-            f"{max(left, 0):.0f} s would be left after the backoff < FAILOVER_MIN_ATTEMPT_S="
-            f"{settings.min_attempt_s:g}: not starting a doomed attempt",
-            mark_bad=named,
-        )
     return plan
 
 
@@ -484,10 +530,8 @@ def classify_attempt(
         sys.stderr.write(f"failover: classifier failed on {log} (rc {code}); deciding from the exit code\n")
         data = fallback_classification(rc, now=now, deadline=deadline, note="classifier gave no answer")
     if out is not None:
-        from agpt.failover.hosts import write_atomic
-
         with contextlib.suppress(OSError):
-            write_atomic(out, json.dumps(data) + "\n")
+            hostlib.write_atomic(out, json.dumps(data) + "\n")
     return dict(data)
 
 
@@ -606,9 +650,8 @@ def _rc(text: str | None) -> int:
 
 
 def run(args: argparse.Namespace, extra: Sequence[str] = ()) -> Plan:
-    # Imported here so `plan` stays importable on its own for the pure function's tests.
-    from agpt.failover import hosts as hostlib
-
+    """`agpt failover plan` on a run directory: --before the first attempt, else after one (classified here
+    unless --classification names the classifier's JSON); with --apply the swaps and events are written."""
     settings = _settings(args)
     run_dir = Path(args.run_dir)
     now = time.time() if args.now is None else rundir.epoch(args.now, "--now")
@@ -629,6 +672,23 @@ def run(args: argparse.Namespace, extra: Sequence[str] = ()) -> Plan:
             append_event(events_path, _stop_event(args.jobid, args.attempt - 1, plan, now))
         return plan
 
+    att, record = _ended_attempt(args, run_dir, now=now, deadline=deadline, extra=extra)
+    plan = decide(
+        att, active=active, spare=spare, history=history, settings=settings, now=now, deadline=deadline
+    )
+    if args.apply:
+        swapped = _act(run_dir, args.jobid, att, plan)
+        append_event(events_path, _attempt_event(args.jobid, att, record, swapped, plan, active))
+        if plan.action == "stop":
+            append_event(events_path, _stop_event(args.jobid, args.attempt, plan, now))
+    return plan
+
+
+def _ended_attempt(
+    args: argparse.Namespace, run_dir: Path, *, now: float, deadline: float | None, extra: Sequence[str]
+) -> tuple[Attempt, dict[str, Any]]:
+    """The attempt that just ended, from its classification and its log; and what its event records beside
+    (started, ended, the log's path in the run directory)."""
     rc = _rc(args.rc)
     started = rundir.epoch(args.started, "--started")
     ended = rundir.epoch(args.ended, "--ended")
@@ -663,13 +723,18 @@ def run(args: argparse.Namespace, extra: Sequence[str] = ()) -> Plan:
         last_step=last,
         ckpt_step=ckpt,
     )
-    plan = decide(
-        att, active=active, spare=spare, history=history, settings=settings, now=now, deadline=deadline
-    )
-    if not args.apply:
-        return plan
-    jobid = args.jobid
+    record = {
+        "started": started,
+        "ended": ended if ended is not None else round(now, 3),
+        "log": str(log.relative_to(run_dir)) if log and _under(log, run_dir) else args.log,
+    }
+    return att, record
+
+
+def _act(run_dir: Path, jobid: str, att: Attempt, plan: Plan) -> dict[str, Any]:
+    """Do what the plan says to the host lists (the swap, the hosts proven bad); what was swapped."""
     swapped: dict[str, Any] = {"out": [], "in": [], "blind": plan.blind, "returned": []}
+    evidence = "; ".join(att.evidence[:2]) or att.cls
     if plan.action == "relaunch" and plan.swap_out:
         r = hostlib.swap(
             run_dir,
@@ -678,35 +743,43 @@ def run(args: argparse.Namespace, extra: Sequence[str] = ()) -> Plan:
             returned=plan.returned,
             blind=plan.blind,
             jobid=jobid,
-            evidence="; ".join(att.evidence[:2]) or att.cls,
+            evidence=evidence,
         )
         swapped.update({"out": r.swap_out, "in": r.swap_in, "returned": r.returned})
     if plan.mark_bad:
-        hostlib.mark_bad(run_dir, plan.mark_bad, jobid=jobid, evidence="; ".join(att.evidence[:2]) or att.cls)
-    ev: dict[str, Any] = {
+        hostlib.mark_bad(run_dir, plan.mark_bad, jobid=jobid, evidence=evidence)
+    return swapped
+
+
+def _attempt_event(
+    jobid: str,
+    att: Attempt,
+    record: dict[str, Any],
+    swapped: dict[str, Any],
+    plan: Plan,
+    active: Sequence[str],
+) -> dict[str, Any]:
+    """The attempt's line in events.jsonl (docs/contract.md)."""
+    return {
         "event": "attempt",
         "jobid": jobid,
-        "attempt": args.attempt,
-        "rc": rc,
+        "attempt": att.attempt,
+        "rc": att.rc,
         "class": att.cls,
         "bad_hosts": att.bad_hosts,
         "evidence": att.evidence,
         "swapped": swapped,
-        "first_step": first,
-        "last_step": last,
-        "ckpt_step": ckpt,
-        "started": started,
-        "ended": ended if ended is not None else round(now, 3),
+        "first_step": att.first_step,
+        "last_step": att.last_step,
+        "ckpt_step": att.ckpt_step,
+        "started": record["started"],
+        "ended": record["ended"],
         "hosts": list(active),
-        "log": str(log.relative_to(run_dir)) if log and _under(log, run_dir) else args.log,
+        "log": record["log"],
         "action": plan.action,
         "backoff_s": plan.backoff_s,
         "reason": plan.reason,
     }
-    append_event(events_path, ev)
-    if plan.action == "stop":
-        append_event(events_path, _stop_event(jobid, args.attempt, plan, now))
-    return plan
 
 
 def _summary(args: argparse.Namespace, plan: Plan) -> str:
