@@ -551,19 +551,21 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--hosts", required=True)
     p.add_argument("--evidence", default="named")
     p.add_argument("--jobid", default="")
-    p = sub.add_parser("preflight", help="run a command per host ({host}); evict the hosts where it fails")
-    p.add_argument("--run-dir", required=True)
-    p.add_argument("--cmd", required=True)
-    p.add_argument("--timeout", type=_seconds("--timeout"), default=120.0)
-    p.add_argument("--workers", type=int, default=32)
+    p = _per_host(sub, "preflight", "run a command per host ({host}); evict the hosts where it fails", 120.0)
     p.add_argument("--jobid", default="")
     p.add_argument("--log", help="write every host's output here, [host]-prefixed")
-    p = sub.add_parser("each", help="run a command per active host ({host}), e.g. a cleanup hook")
+    _per_host(sub, "each", "run a command per active host ({host}), e.g. a cleanup hook", 60.0)
+    return ap
+
+
+def _per_host(sub: Any, name: str, help_text: str, timeout: float) -> _Parser:
+    """A subcommand that runs --cmd on each host (run_each): its common options."""
+    p: _Parser = sub.add_parser(name, help=help_text)
     p.add_argument("--run-dir", required=True)
     p.add_argument("--cmd", required=True)
-    p.add_argument("--timeout", type=_seconds("--timeout"), default=60.0)
+    p.add_argument("--timeout", type=_seconds("--timeout"), default=timeout)
     p.add_argument("--workers", type=int, default=32)
-    return ap
+    return p
 
 
 def _csv(v: str | None) -> list[str]:

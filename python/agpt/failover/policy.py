@@ -38,7 +38,7 @@ The rules, in order (why in brackets):
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from agpt import rundir
@@ -64,12 +64,13 @@ class Settings:
     backoff: tuple[float, ...] = (5.0, 10.0, 20.0, 40.0, 60.0)
 
     def __post_init__(self) -> None:
-        if self.max_attempts < 1:
-            raise BadInput(f"FAILOVER_MAX_ATTEMPTS must be at least 1, got {self.max_attempts}")
-        if self.max_repeat < 2:
-            raise BadInput(f"FAILOVER_MAX_REPEAT must be at least 2, got {self.max_repeat}")
-        if self.max_blind < 1:
-            raise BadInput(f"FAILOVER_MAX_BLIND must be at least 1, got {self.max_blind}")
+        for name, v, least in (
+            ("MAX_ATTEMPTS", self.max_attempts, 1),
+            ("MAX_REPEAT", self.max_repeat, 2),
+            ("MAX_BLIND", self.max_blind, 1),
+        ):
+            if v < least:
+                raise BadInput(f"FAILOVER_{name} must be at least {least}, got {v}")
         for name, v in (("max_attempts", self.max_attempts), ("max_repeat", self.max_repeat)):
             if v > 1_000_000:
                 raise BadInput(f"FAILOVER_{name.upper()} must be at most 1000000, got {v}")
@@ -118,18 +119,8 @@ class Plan:
     reason: str = ""
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "action": self.action,
-            "verdict": self.verdict,
-            "exit": self.exit,
-            "swap_out": self.swap_out,
-            "swap_in": self.swap_in,
-            "returned": self.returned,
-            "blind": self.blind,
-            "mark_bad": self.mark_bad,
-            "backoff_s": self.backoff_s,
-            "reason": self.reason,
-        }
+        """The plan as `agpt failover plan` prints it: every field, by its name."""
+        return asdict(self)
 
 
 def _stop(verdict: str, reason: str, **kw: Any) -> Plan:
