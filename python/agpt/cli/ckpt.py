@@ -6,6 +6,9 @@ import json
 
 import click
 
+from agpt import numeric
+from agpt.cli import params
+
 
 @click.group(name="ckpt")
 def cli() -> None:
@@ -81,7 +84,9 @@ def export_cmd(
 @click.argument("hf_dir")
 @click.option("--config", required=True, help="The new run's config; the folder must match its model.")
 @click.option("--run-dir", required=True, help="The new run's directory (must hold no checkpoint yet).")
-@click.option("--step", type=int, default=0, show_default=True, help="Step the checkpoint starts at.")
+@click.option(
+    "--step", type=params.count(0), default=0, show_default=True, help="Step the checkpoint starts at."
+)
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a dotted config key.")
 def import_cmd(hf_dir: str, config: str, run_dir: str, step: int, sets: tuple[str, ...]) -> None:
     """Write Hugging Face Llama weights HF_DIR as RUN_DIR/ckpt/step-STEP for `agpt train` to continue.
@@ -117,12 +122,28 @@ def info_cmd(path: str, as_json: bool) -> None:
 
 
 @cli.command(name="interval")
-@click.option("--nodes", type=int, required=True, help="nodes in the job (it dies when any one dies)")
-@click.option("--node-mtbf-h", type=float, required=True, help="one node's mean time between failures, hours")
-@click.option("--save-stall-s", type=float, required=True, help="seconds a save stalls training")
-@click.option("--load-s", type=float, default=0.0, show_default=True, help="seconds to load a checkpoint")
 @click.option(
-    "--restart-s", type=float, default=0.0, show_default=True, help="seconds to detect and relaunch"
+    "--nodes",
+    type=params.count(1, numeric.MAX_NODES),
+    required=True,
+    help="nodes in the job (it dies when any one dies)",
+)
+@click.option(
+    "--node-mtbf-h",
+    type=params.Number(lo=1e-3, hi=1e9),
+    required=True,
+    help="one node's mean time between failures, hours",
+)
+@click.option("--save-stall-s", type=params.seconds(), required=True, help="seconds a save stalls training")
+@click.option(
+    "--load-s", type=params.seconds(), default=0.0, show_default=True, help="seconds to load a checkpoint"
+)
+@click.option(
+    "--restart-s",
+    type=params.seconds(),
+    default=0.0,
+    show_default=True,
+    help="seconds to detect and relaunch",
 )
 @click.option("--json", "as_json", is_flag=True, help="print the figures as JSON")
 def interval_cmd(
