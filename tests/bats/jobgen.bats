@@ -85,7 +85,8 @@ conf() {  # conf NAME YAML-BODY: a config file holding only a job: section
   run agpt jobgen --site polaris --scheduler pbs --no-check -o my.pbs tiny.yaml
   assert_success
   run cat my.pbs
-  assert_line "export AGPT_HOME=\"\${AGPT_HOME:-$AGPT_ROOT}\""
+  assert_line "[[ -n \"\${AGPT_HOME:-}\" ]] || AGPT_HOME=$AGPT_ROOT"
+  assert_line "export AGPT_HOME"
   assert_line "export AGPT_CONFIG=$BATS_TEST_TMPDIR/tiny.yaml"
   assert_line "export AGPT_JOB_SCRIPT=$BATS_TEST_TMPDIR/my.pbs"
   assert_line "#PBS -l walltime=00:01:00"
@@ -153,11 +154,11 @@ conf() {  # conf NAME YAML-BODY: a config file holding only a job: section
   c="$(conf b 'job: {nodes: 0}')"
   run agpt jobgen --site aurora "$c"
   assert_failure 2
-  assert_output "agpt jobgen: $c: job.nodes: must be a whole number > 0 (got 0)"
+  assert_output "agpt jobgen: $c: job.nodes: must be a whole number from 1 to 100000, got 0"
   c="$(conf c 'job: {nodes: 2, spares: -1}')"
   run agpt jobgen --site aurora "$c"
   assert_failure 2
-  assert_output "agpt jobgen: $c: job.spares: must be a whole number >= 0 (got -1)"
+  assert_output "agpt jobgen: $c: job.spares: must be a whole number from 0 to 100000, got -1"
   c="$(conf d 'job: {walltime: 6h}')"
   run agpt jobgen --site aurora "$c"
   assert_failure 2
