@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agpt import rundir
 from agpt.errors import BadInput
 
 DAY_S = 86400.0
@@ -136,7 +137,7 @@ def _stall_s(run_dir: Path, logs: list[str]) -> float | None:
     for rel in reversed(logs):
         p = Path(rel) if Path(rel).is_absolute() else run_dir / rel
         try:
-            with p.open("rb") as f:
+            with rundir.open_regular(p) as f:
                 f.seek(0, 2)
                 size = f.tell()
                 f.seek(max(0, size - TAIL_BYTES))

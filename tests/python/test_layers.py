@@ -35,7 +35,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("subsystems", ("agpt.failover", "agpt.watch", "agpt.yeet", "agpt.data")),
     ("heartbeats", ("agpt.heartbeat",)),
     ("run directory and shared formats", ("agpt.rundir", "agpt.goodput", "agpt.hostlist", "agpt.jobconf", "agpt.yamlio")),
-    ("base", ("agpt.errors", "agpt.numeric", "agpt.shellword", "agpt")),
+    ("base", ("agpt.errors", "agpt.numeric", "agpt.shellword", "agpt.proc", "agpt")),
 ]  # fmt: skip
 
 # The recovery path: these, and every module they import (standard library only, docs/contract.md).
