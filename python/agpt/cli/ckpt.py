@@ -134,7 +134,9 @@ def info_cmd(path: str, as_json: bool) -> None:
     required=True,
     help="one node's mean time between failures, hours",
 )
-@click.option("--save-stall-s", type=params.seconds(), required=True, help="seconds a save stalls training")
+@click.option(
+    "--save-stall-s", type=params.seconds(1e-6), required=True, help="seconds a save stalls training"
+)
 @click.option(
     "--load-s", type=params.seconds(), default=0.0, show_default=True, help="seconds to load a checkpoint"
 )
