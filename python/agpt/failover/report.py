@@ -360,6 +360,15 @@ def _swap(a: AttemptRow) -> str:
     return text
 
 
+HEADER = ("JOB", "#", "START (UTC)", "DURATION", "RC", "CLASS", "STEPS", "LOST", "SWAP")
+
+
+def row_cells(a: AttemptRow) -> tuple[str, ...]:
+    """One attempt's cells of the timeline (also the table of `agpt report --html`)."""
+    return (a.jobid, str(a.attempt), fmt_time(a.started), fmt_duration(a.duration_s),
+            "-" if a.rc is None else str(a.rc), a.cls, _steps(a), fmt_duration(a.lost_s), _swap(a))  # fmt: skip
+
+
 def render(rep: Report) -> str:
     t = rep.totals()
     lines = [
@@ -367,22 +376,8 @@ def render(rep: Report) -> str:
         f"{t['jobs']} job(s), {t['attempts']} attempt(s)",
         "",
     ]
-    header = ("JOB", "#", "START (UTC)", "DURATION", "RC", "CLASS", "STEPS", "LOST", "SWAP")
-    table = [header]
-    for a in rep.attempts:
-        table.append(
-            (
-                a.jobid,
-                str(a.attempt),
-                fmt_time(a.started),
-                fmt_duration(a.duration_s),
-                "-" if a.rc is None else str(a.rc),
-                a.cls,
-                _steps(a),
-                fmt_duration(a.lost_s),
-                _swap(a),
-            )
-        )
+    header = HEADER
+    table = [header] + [row_cells(a) for a in rep.attempts]
     widths = [max(len(row[i]) for row in table) for i in range(len(header) - 1)]
     stops = list(rep.stops)
     for i, row in enumerate(table):
@@ -422,8 +417,16 @@ def render(rep: Report) -> str:
         for h in read_jsonl(health, rep.notes):
             what = {k: v for k, v in h.items() if k not in ("event", "time")}
             lines.append(f"  {fmt_time(_num(h.get('time')))}  {h.get('event')}  {json.dumps(what)}")
-    lines += [
-        "",
+    lines += ["", *summary_lines(rep)]
+    for n in rep.notes:
+        lines.append(f"note: {n}")
+    return "\n".join(lines) + "\n"
+
+
+def summary_lines(rep: Report) -> list[str]:
+    """The totals and goodput lines that end the report (`agpt monitor` prints the same lines)."""
+    t = rep.totals()
+    lines = [
         f"attempts: {t['attempts']}  ({', '.join(f'{k} {v}' for k, v in t['classes'].items()) or 'none'})",
         f"swaps: {t['swaps_proven']} proven, {t['swaps_blind']} blind"
         + (f"; {t['preflight_evicted']} host(s) evicted by the preflight" if t["preflight_evicted"] else ""),
@@ -438,9 +441,7 @@ def render(rep: Report) -> str:
         from agpt.sim import observed
 
         lines += observed.render(rep.goodput)
-    for n in rep.notes:
-        lines.append(f"note: {n}")
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def _stop_line(s: dict[str, Any]) -> str:
