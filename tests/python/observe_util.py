@@ -18,22 +18,33 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]  # fmt: skip
 
 
-def loop_run(tmp: Path, *, faults: str = "die@5:h2", steps: int = 12) -> Path:
-    """A run directory written by lib/failover.sh around the fake trainer (tests/fixtures): 6 hosts, 2 spares."""
-    run = tmp / "run"
-    alloc = tmp / "alloc"
-    alloc.write_text("".join(f"h{i}\n" for i in range(1, 7)))
+def loop_job(
+    tmp: Path, run: Path, command: str, *, hosts: int, spares: int, timeouts: str = "15 30 1"
+) -> Path:
+    """A job script: lib/failover.sh's loop, job id j1, over hosts h1..hN (`spares` of them spare) running
+    `command` (failover_run's words); `timeouts`: idle, start-up and grace seconds of the watchdog."""
+    idle, startup, grace = timeouts.split()
+    (tmp / "alloc").write_text("".join(f"h{i}\n" for i in range(1, hosts + 1)))
     job = tmp / "job.sh"
     job.write_text(f"""set -euo pipefail
 source '{ROOT}/lib/failover.sh'
 export AGPT_RUN_DIR='{run}'
-FAILOVER_HOSTS_FROM='{alloc}' FAILOVER_SPARES=2 FAILOVER_BACKOFF=0 FAILOVER_RESOLVE_TIMEOUT=0
-FAILOVER_IDLE_TIMEOUT=15 FAILOVER_STARTUP_TIMEOUT=30 FAILOVER_GRACE=1 FAILOVER_JOBID=j1
-export FAKE_TRAINER_FAULTS='{faults}'
-failover_run '{ROOT}/tests/fixtures/fake_launch.sh' python3 '{ROOT}/tests/fixtures/fake_trainer.py' \\
-  --steps {steps} --step-time 0.05 --ckpt-interval 2
+FAILOVER_HOSTS_FROM='{tmp / "alloc"}' FAILOVER_SPARES={spares} FAILOVER_BACKOFF=0 FAILOVER_RESOLVE_TIMEOUT=0
+FAILOVER_IDLE_TIMEOUT={idle} FAILOVER_STARTUP_TIMEOUT={startup} FAILOVER_GRACE={grace} FAILOVER_JOBID=j1
+failover_run '{ROOT}/tests/fixtures/fake_launch.sh' {command}
 """)
-    r = subprocess.run(["bash", str(job)], env=agpt_env(), capture_output=True, text=True, timeout=300)
+    return job
+
+
+def loop_run(tmp: Path, *, faults: str = "die@5:h2", steps: int = 12) -> Path:
+    """A run directory written by lib/failover.sh around the fake trainer (tests/fixtures): 6 hosts, 2 spares."""
+    run = tmp / "run"
+    trainer = (
+        f"python3 '{ROOT}/tests/fixtures/fake_trainer.py' --steps {steps} --step-time 0.05 --ckpt-interval 2"
+    )
+    job = loop_job(tmp, run, trainer, hosts=6, spares=2)
+    r = subprocess.run(["bash", str(job)], env=agpt_env({"FAKE_TRAINER_FAULTS": faults}), capture_output=True,
+                       text=True, timeout=300)  # fmt: skip
     assert r.returncode == 0, r.stdout + r.stderr
     return run
 
