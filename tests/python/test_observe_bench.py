@@ -21,4 +21,4 @@ def test_bench_observe_runs_and_prints_ratios() -> None:
         timeout=600,
     )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert r.stdout.count("ratio with/without") == 2 and "per log: tensorboard" in r.stdout
+    assert r.stdout.count("ratio with/without") == 2 and "in the training thread: tensorboard" in r.stdout

@@ -191,7 +191,7 @@ def test_report_html_of_the_run_renders_in_headless_chromium(killed: dict[str, A
     dom, shot = browse(page, tmp_path)
     n_img = page.read_text().count("<img ")
     assert n_img == 3 and f'data-plots-loaded="{n_img}"' in dom
-    assert "j1.1" in dom and "Goodput" in dom and "training kept" in dom
+    assert "j1.1" in dom and "Goodput" in dom and "where the time went" in dom
     assert ink(shot) > 0.03
 
 

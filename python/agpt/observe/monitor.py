@@ -18,6 +18,7 @@ from agpt.failover.report import fmt_duration, fmt_time, summary_lines
 from agpt.observe import status as ostatus
 
 HEARTBEATS_SHOWN = 5
+HEARTBEATS_EVERY_S = 15.0  # the live view rereads heartbeat/ (a file per node) at most this often
 
 
 def _n(v: float | None, fmt: str = ",.0f") -> str:
@@ -86,7 +87,7 @@ def host_rows(st: ostatus.Status) -> list[tuple[str, str]]:
     current = f"{st.current['jobid']}.{st.current['attempt']}" if st.current else None
     beats = [b for b in st.beats if current is None or b.attempt == current] or st.beats
     if beats:
-        shown = ", ".join(f"{b.host} {fmt_duration(b.age_s)} (step {_n(b.step)} {b.phase})"
+        shown = ", ".join(f"{b.host} {fmt_duration(max(0.0, st.now - b.mtime))} (step {_n(b.step)} {b.phase})"
                           for b in beats[:HEARTBEATS_SHOWN])  # fmt: skip
         rows.append(("heartbeats", f"oldest first: {shown}" + (f" (+{len(beats) - HEARTBEATS_SHOWN} more)"
                                                                  if len(beats) > HEARTBEATS_SHOWN else "")))  # fmt: skip
@@ -134,10 +135,21 @@ def run(run_dir: Path, *, once: bool, interval: float, console: Any = None) -> i
             console.print(frame(ostatus.snapshot(run_dir), boxes=False))
         sys.stdout.write("".join(line.rstrip() + "\n" for line in cap.get().splitlines()))
         return 0
+    st = ostatus.snapshot(run_dir)
+    beats_at = time.monotonic()
     try:
-        with Live(frame(ostatus.snapshot(run_dir)), console=console, auto_refresh=False) as live:
+        with Live(frame(st), console=console, auto_refresh=False) as live:
             while True:
                 time.sleep(interval)
-                live.update(frame(ostatus.snapshot(run_dir)), refresh=True)
+                fresh = (
+                    time.monotonic() - beats_at >= HEARTBEATS_EVERY_S
+                )  # one file per node: not every frame
+                beats = st.beats
+                st = ostatus.snapshot(run_dir, beats=fresh)
+                if fresh:
+                    beats_at = time.monotonic()
+                else:
+                    st.beats = beats
+                live.update(frame(st), refresh=True)
     except KeyboardInterrupt:
         return 0

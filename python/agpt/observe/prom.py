@@ -44,7 +44,6 @@ METRICS: dict[str, tuple[str, str]] = {
     "agpt_eta_seconds": ("gauge", "Steps left times the recent step time (failures not counted)."),
     "agpt_effective_ratio": ("gauge", "Productive step time over the attempts' wall time so far (agpt failover report)."),
     "agpt_hosts": ("gauge", "Hosts per state: active, spare, bad (proven), blind (evicted blind, still usable)."),
-    "agpt_heartbeat_max_age_seconds": ("gauge", "Age of the oldest node heartbeat record when this file was written."),
     "agpt_attempt_running": ("gauge", "1 while the newest attempt has not been classified yet."),
     "agpt_time_lost_seconds": ("gauge", "Training time lost after the last checkpoints, as agpt failover report counts it."),
     "agpt_attempts_total": ("counter", "Attempts ended, by failure class (success and walltime included)."),
@@ -108,8 +107,6 @@ def families(st: ostatus.Status) -> dict[str, list[Sample]]:
     _put(fam, "agpt_effective_ratio", st.goodput.get("effective_ratio"))
     for state in ("active", "spare", "bad", "blind"):
         _put(fam, "agpt_hosts", st.hosts[state], state=state)
-    if st.beats:
-        _put(fam, "agpt_heartbeat_max_age_seconds", max(b.age_s for b in st.beats))
     if st.current is not None:
         _put(fam, "agpt_attempt_running", 1 if st.current["running"] else 0)
     _put(fam, "agpt_time_lost_seconds", st.totals.get("lost_s"))
@@ -141,7 +138,7 @@ def write_atomic(path: Path, body: str) -> None:
 def update(run_dir: str | Path, *, recent: Iterable[dict[str, Any]] | None = None) -> Path:
     """Rewrite RUN_DIR/metrics.prom from the run directory; `recent` (the trainer's newest records) saves a
     read of metrics.jsonl."""
-    st = ostatus.snapshot(run_dir, tail_bytes=0 if recent is not None else ostatus.TAIL_BYTES)
+    st = ostatus.snapshot(run_dir, tail_bytes=0 if recent is not None else ostatus.TAIL_BYTES, beats=False)
     if recent is not None:
         st.recent = list(recent)
     path = st.run_dir / rundir.PROM

@@ -75,7 +75,7 @@ class Beat:
 
     host: str
     attempt: str
-    age_s: float  # since the file was last replaced (this machine's clock against the file's mtime)
+    mtime: float  # when the file was last replaced (its age: this machine's clock against it)
     step: int | None  # its slowest rank's step
     phase: str
 
@@ -196,9 +196,9 @@ def _beats(d: Path, now: float, notes: list[str]) -> list[Beat]:
             mtime = rundir.num(rec.get("time")) or now
         ranks = [r for r in rec.get("ranks", []) if isinstance(r, dict)]
         slow = min(ranks, key=lambda r: rundir.integer(r.get("step")) or 0) if ranks else {}
-        out.append(Beat(host=host, attempt=str(rec.get("attempt", "?")), age_s=max(0.0, now - mtime),
+        out.append(Beat(host=host, attempt=str(rec.get("attempt", "?")), mtime=mtime,
                         step=rundir.integer(slow.get("step")), phase=str(slow.get("phase", "?"))))  # fmt: skip
-    return sorted(out, key=lambda b: -b.age_s)
+    return sorted(out, key=lambda b: b.mtime)
 
 
 def _current(d: Path, now: float) -> dict[str, Any] | None:
@@ -229,8 +229,11 @@ def _rollbacks(d: Path, notes: list[str]) -> int:
     return sum(1 for r in rundir.read_jsonl(d / rundir.HEALTH, notes=notes) if r.get("event") == "rollback")
 
 
-def snapshot(run_dir: str | Path, *, now: float | None = None, tail_bytes: int = TAIL_BYTES) -> Status:
-    """Read a run directory once.  BadInput only when it is not a run directory."""
+def snapshot(
+    run_dir: str | Path, *, now: float | None = None, tail_bytes: int = TAIL_BYTES, beats: bool = True
+) -> Status:
+    """Read a run directory once.  BadInput only when it is not a run directory.  Without `beats` the node
+    heartbeat records are not read (one file per node: thousands on a large run)."""
     d = check_run_dir(Path(run_dir))
     now = time.time() if now is None else now
     notes: list[str] = []
@@ -248,7 +251,7 @@ def snapshot(run_dir: str | Path, *, now: float | None = None, tail_bytes: int =
         recent=tail_records(d / rundir.METRICS, tail_bytes, notes),
         report=rep,
         hosts=_hosts(d, notes),
-        beats=_beats(d, now, notes),
+        beats=_beats(d, now, notes) if beats else [],
         current=_current(d, now),
         rollbacks=_rollbacks(d, notes),
         notes=notes,

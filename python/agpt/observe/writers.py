@@ -9,6 +9,7 @@ fed, so every figure has one definition (agpt.train.metrics).
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -84,6 +85,7 @@ class Writers:
         self.sinks: list[Sink] = []
         self.prom_every: float | None = float(oc.prometheus_interval_s) if oc.prometheus else None
         self._prom_at = 0.0  # monotonic time of the last metrics.prom write
+        self._prom_thread: threading.Thread | None = None
         self.recent: deque[dict[str, Any]] = deque(maxlen=20)
         self.attempt = heartbeat.attempt_id()
         if oc.tensorboard:
@@ -106,7 +108,7 @@ class Writers:
         self._each("flush")
         self.recent.append(dict(rec))
         if self.prom_every is not None and time.monotonic() - self._prom_at >= self.prom_every:
-            self.write_prom()
+            self._prom_in_background()
 
     def rollback(self, step: int) -> None:
         """The run went back to `step`: what follows replaces what the sinks hold after it."""
@@ -114,16 +116,28 @@ class Writers:
         self.sync_markers()
 
     def close(self) -> None:
+        if self._prom_thread is not None:
+            self._prom_thread.join()
         if self.prom_every is not None:
-            self.write_prom()
+            self.write_prom(list(self.recent))
         self._each("close")
         self.sinks = []
 
     # -- parts -----------------------------------------------------------------------------------------
-    def write_prom(self) -> None:
+    def _prom_in_background(self) -> None:
+        """metrics.prom reads the run directory (events, hosts, checkpoints): off the training thread, one at
+        a time (a rewrite still running when the next is due is skipped)."""
+        if self._prom_thread is not None and self._prom_thread.is_alive():
+            return
+        self._prom_at = time.monotonic()
+        self._prom_thread = threading.Thread(target=self.write_prom, args=(list(self.recent),), daemon=True,
+                                             name="agpt-metrics-prom")  # fmt: skip
+        self._prom_thread.start()
+
+    def write_prom(self, recent: list[dict[str, Any]]) -> None:
         self._prom_at = time.monotonic()
         try:
-            prom.update(self.run_dir, recent=self.recent)
+            prom.update(self.run_dir, recent=recent)
         except Exception as e:  # a full disk, a torn file: the run goes on
             self.warn(f"agpt: warning: observe.prometheus: {self.run_dir / rundir.PROM} not written "
                       f"({type(e).__name__}: {e}); training goes on without it")  # fmt: skip
