@@ -95,3 +95,11 @@ def test_report_html_renders_in_headless_chromium(run: Path, tmp_path: Path) -> 
 def test_report_html_on_something_else_exits_2(tmp_path: Path) -> None:
     r = agpt("report", str(tmp_path / "nope"), "--html", str(tmp_path / "x.html"))
     assert r.returncode == 2 and "not a run directory" in r.stderr and not (tmp_path / "x.html").exists()
+
+
+def test_report_html_that_cannot_be_written_exits_2_naming_it(run: Path, tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    out = tmp_path / "file" / "r.html"  # under a file: no folder can be made there
+    r = agpt("report", str(run), "--html", str(out))
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith(f"agpt: error: --html {out}: cannot write") and "Traceback" not in r.stderr

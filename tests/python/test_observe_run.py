@@ -243,3 +243,20 @@ def test_a_missing_tensorboardx_costs_one_warning(tmp_path: Path) -> None:
     assert warnings == ["agpt: warning: observe.tensorboard: tensorboardX is not installed "
                         "(pip install 'agpt[tensorboard]'); training goes on without it"]  # fmt: skip
     assert (tmp_path / "run" / rundir.PROM).is_file()
+
+
+def test_a_rollback_is_a_marker_and_its_replayed_steps_show_once(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    r = run_train(1, run, "--steps", "12", "--ckpt-interval", "4", "--set", "train.on_nonfinite=rollback",
+                  env={"AGPT_FAULT_NAN_AT": "7"})  # fmt: skip
+    assert r.returncode == 0 and "event: rollback" in r.stdout, r.stdout + r.stderr
+    acc = tb_events(run / rundir.TB)
+    assert [e.step for e in acc.Scalars("train/loss")] == list(range(1, 13))
+    logged = {}
+    for line in (run / rundir.METRICS).read_text().splitlines():
+        rec = json.loads(line)
+        logged[rec["step"]] = rec["loss"]  # steps 5 and 6 were logged twice: before and after the rollback
+    assert {e.step: e.value for e in acc.Scalars("train/loss")} == pytest.approx(logged, rel=1e-6)
+    assert [(s, t) for s, t in tb_texts(acc) if t.startswith("rollback")] == [
+        (7, "rollback: nonfinite_loss at step 7; reloaded step 4, skipping batches [5, 7]")
+    ]

@@ -92,6 +92,23 @@ def test_rollback_in_health_jsonl_becomes_a_marker(tmp_path: Path) -> None:
     assert texts == [(7, "rollback: spike at step 7; reloaded step 4, skipping batches [5, 7]")]
 
 
+def test_torn_records_are_noted_once_and_the_rest_still_marked(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    _attempt_event(run, 1, 9)
+    with open(run / rundir.EVENTS, "a") as f:
+        f.write('{"event": "attempt", "jobid": "j1", "attempt": 2, "rc"')  # a writer killed mid-line
+    (run / rundir.HEALTH).write_text('{"event": "rollb')
+    warnings: list[str] = []
+    w = _writers(run, 5, warnings)
+    w.rollback(5)  # markers are read again: no second note
+    w.close()
+    assert len(warnings) == 2 and all(n.startswith("agpt: note: ") for n in warnings), warnings
+    assert f"{rundir.EVENTS}: 1 unreadable line(s) skipped" in warnings[0]
+    assert f"{rundir.HEALTH}: 1 unreadable line(s) skipped" in warnings[1]
+    assert [s for s, t in tb_texts(tb_events(run / rundir.TB)) if t.startswith("failure")] == [9]
+
+
 def test_a_folder_that_cannot_be_written_costs_one_warning(tmp_path: Path) -> None:
     run = tmp_path / "run"
     run.mkdir()

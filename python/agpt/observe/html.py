@@ -9,12 +9,14 @@ trainer's metrics.jsonl; the curves reuse `agpt plot`'s loss panel, failures mar
 from __future__ import annotations
 
 import base64
+import contextlib
 import html
 import io
 from pathlib import Path
 from typing import Any
 
 from agpt import rundir, runplot
+from agpt.errors import BadInput
 from agpt.failover import report as freport
 from agpt.observe import status as ostatus
 
@@ -228,8 +230,13 @@ def page(run_dir: Path) -> str:
 def write(run_dir: Path, out: Path) -> Path:
     """Write the page (via a temporary name); BadInput when RUN_DIR is not a run directory."""
     text = page(Path(run_dir))
-    out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(out)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(out)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise BadInput(f"--html {out}: cannot write ({e.strerror or e})") from None
     return out

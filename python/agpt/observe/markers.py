@@ -58,10 +58,10 @@ def _attempt(ev: dict[str, Any]) -> Marker | None:
     return Marker(key, step, "failure", text)
 
 
-def from_run_dir(run_dir: Path) -> list[Marker]:
-    """Every marker the run directory's records give, by step."""
+def from_run_dir(run_dir: Path, notes: list[str] | None = None) -> list[Marker]:
+    """Every marker the run directory's records give, by step; a torn line is skipped with a note in `notes`."""
     out: list[Marker] = []
-    notes: list[str] = []
+    notes = [] if notes is None else notes
     for ev in rundir.read_jsonl(run_dir / rundir.EVENTS, notes=notes):
         if ev.get("event", "attempt") == "attempt" and ("class" in ev or "rc" in ev):
             m = _attempt(ev)

@@ -86,6 +86,7 @@ class Writers:
         self.prom_every: float | None = float(oc.prometheus_interval_s) if oc.prometheus else None
         self._prom_at = 0.0  # monotonic time of the last metrics.prom write
         self._prom_thread: threading.Thread | None = None
+        self._noted = False  # the run directory's torn lines were reported
         self.recent: deque[dict[str, Any]] = deque(maxlen=20)
         self.attempt = heartbeat.attempt_id()
         if oc.tensorboard:
@@ -149,7 +150,11 @@ class Writers:
             return
         tb_dir = self.run_dir / rundir.TB
         written = markers.read_state(tb_dir)
-        new = [m for m in markers.from_run_dir(self.run_dir) if m.key not in written]
+        notes: list[str] = []
+        new = [m for m in markers.from_run_dir(self.run_dir, notes) if m.key not in written]
+        for n in notes if not self._noted else []:  # a torn line: said once, at the start
+            self.warn(f"agpt: note: {n}")
+        self._noted = True
         for m in new:
             self._each("text", m.step, "events", m.text)
             written[m.key] = m.step
