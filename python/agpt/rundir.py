@@ -60,7 +60,6 @@ RUN_FILES = (HOSTS_ALL, HOSTS_ACTIVE, HOSTS_SPARE, HOSTS_IP, HOSTS_BAD, EVENTS, 
 METRICS = "metrics.jsonl"  # one JSON object per logged step
 PROGRESS = "progress"  # `step=N time=EPOCH`, rewritten at each logged step
 HEALTH = "health.jsonl"  # rollbacks, frozen groups, data stages
-HEARTBEAT = "heartbeat"  # heartbeat/<host>.json
 PROM = "metrics.prom"  # Prometheus text format, rewritten atomically (agpt.observe.prom)
 TB = "tb"  # TensorBoard event files (agpt.observe.tb)
 

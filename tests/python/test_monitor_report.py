@@ -67,7 +67,7 @@ def test_monitor_and_prom_read_through_torn_files(run: Path, tmp_path: Path) -> 
     for name in (rundir.EVENTS, rundir.METRICS, rundir.HEALTH, rundir.HOSTS_BAD):
         with open(torn / name, "a") as f:
             f.write('{"event": "attempt", "jobid": "j1", "rc": 1')  # a writer killed mid-line
-    for hb in (torn / rundir.HEARTBEAT).glob("*.json"):
+    for hb in (torn / "heartbeat").glob("*.json"):
         hb.write_text(hb.read_text()[:20])
     r = agpt("monitor", str(torn), "--once")
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr

@@ -14,8 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agpt import rundir
-from agpt.observe.status import NOT_FAILURES
+from agpt import goodput, rundir
 
 STATE = "markers.json"  # under RUN_DIR/tb/: {"written": {key: step}}
 
@@ -45,7 +44,7 @@ def _attempt(ev: dict[str, Any]) -> Marker | None:
     where = f"attempt {ev.get('jobid')}.{ev.get('attempt')} (rc {rc if rc is not None else '?'})"
     if cls == "success":
         return None
-    if cls in NOT_FAILURES or rc in (0, 75):
+    if not goodput.is_failure(cls, rc):
         return Marker(
             key, step, "hand-over", f"hand-over: {cls} at step {step}, {where}: {ev.get('reason') or ''}"
         )

@@ -17,16 +17,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agpt import rundir
+from agpt import goodput, rundir
 from agpt.errors import BadInput
-from agpt.failover import heartbeats, hosts
+from agpt.failover import hosts
 from agpt.failover import report as freport
+from agpt.heartbeat import format as hbformat
+from agpt.heartbeat import reader as hbreader
 
 TAIL_BYTES = 256 * 1024  # the newest records of metrics.jsonl: a few hundred logged steps
 # A run directory has at least one of these (a fresh `agpt train --run-dir` makes ckpt/ at once).
 MARKS = (rundir.METRICS, rundir.EVENTS, rundir.CHAIN, rundir.PROGRESS, rundir.CKPT, "hosts", rundir.ATTEMPTS,
-         rundir.HEARTBEAT)  # fmt: skip
-NOT_FAILURES = ("success", "walltime")  # the report's rule (agpt.sim.observed): these cost no recovery
+         hbformat.DIR)  # fmt: skip
 
 
 def check_run_dir(path: Path) -> Path:
@@ -149,7 +150,7 @@ class Status:
     def failures(self) -> list[freport.AttemptRow]:
         if self.report is None:
             return []
-        return [a for a in self.report.attempts if a.cls not in NOT_FAILURES and a.rc not in (0, 75)]
+        return [a for a in self.report.attempts if goodput.is_failure(a.cls, a.rc)]
 
     @property
     def last_failure(self) -> freport.AttemptRow | None:
@@ -187,11 +188,11 @@ def _hosts(d: Path, notes: list[str]) -> dict[str, int]:
 
 
 def _beats(d: Path, now: float, notes: list[str]) -> list[Beat]:
-    recs, _skipped = heartbeats.read_records(d / rundir.HEARTBEAT, None, None)
+    recs, _skipped = hbreader.read_records(d / hbformat.DIR, None, None)
     out = []
     for host, rec in recs.items():
         try:
-            mtime = (d / rundir.HEARTBEAT / f"{host}.json").stat().st_mtime
+            mtime = (d / hbformat.DIR / hbformat.node_file(host)).stat().st_mtime
         except OSError:
             mtime = rundir.num(rec.get("time")) or now
         ranks = [r for r in rec.get("ranks", []) if isinstance(r, dict)]

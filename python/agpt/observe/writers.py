@@ -16,7 +16,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from agpt import heartbeat, rundir
+from agpt import rundir
+from agpt.heartbeat import writer as heartbeat
 from agpt.observe import markers, prom
 
 # metrics.jsonl field -> TensorBoard/W&B tag.  Groups: train/ (what it learns), perf/ (how fast), time/ (where a
