@@ -4,10 +4,15 @@ W&B's record log)."""
 
 from __future__ import annotations
 
+import fcntl
 import os
+import pty
 import shutil
+import signal
 import struct
 import subprocess
+import termios
+import time
 from pathlib import Path
 from typing import Any
 
@@ -142,3 +147,27 @@ def wandb_records(path: Path) -> list[Any]:
             rec.ParseFromString(parts)
             out.append(rec)
     return out
+
+
+def on_a_terminal(argv: list[str], env: dict[str, str], *, interrupt_after: float | None = None) -> str:
+    """Run argv with stdout and stderr on a pseudo-terminal of 120 columns (Ctrl-C after `interrupt_after`
+    seconds); everything it drew.  It must exit 0."""
+    main, child = pty.openpty()
+    fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 120, 0, 0))
+    p = subprocess.Popen(argv, stdin=child, stdout=child, stderr=child, env=env, close_fds=True)
+    os.close(child)
+    if interrupt_after is not None:
+        time.sleep(interrupt_after)
+        p.send_signal(signal.SIGINT)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(main, 65536)
+        except OSError:  # the child closed its end
+            break
+        if not chunk:
+            break
+        out += chunk
+    assert p.wait(timeout=120) == 0, out.decode(errors="replace")
+    os.close(main)
+    return out.decode(errors="replace")

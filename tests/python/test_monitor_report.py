@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from agpt import rundir
-from observe_util import agpt, browse, ink, loop_run, prom_families, prom_values
+from conftest import BIN, agpt_env
+from observe_util import agpt, browse, ink, loop_run, on_a_terminal, prom_families, prom_values
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +50,14 @@ def test_monitor_once_prints_what_the_report_says(run: Path) -> None:
     assert "j1.1 node at step" in text and "h2 -> h5 [evidence]" in text
     assert "active 4, spare 1, bad 1 (proven), blind 0" in text
     assert re.search(r"job j1, attempt 2 ended", text)
+
+
+def test_monitor_on_a_terminal_redraws_until_ctrl_c(run: Path) -> None:
+    out = on_a_terminal(
+        [str(BIN / "agpt"), "monitor", str(run), "--interval", "0.5"], agpt_env(), interrupt_after=6
+    )
+    assert out.count("agpt monitor ") >= 2, out  # more than one frame drawn
+    assert "╭─ attempts" in out and "verdict: done (exit 0)" in out and "Traceback" not in out
 
 
 def test_monitor_on_something_else_exits_2_naming_it(tmp_path: Path) -> None:

@@ -3,17 +3,14 @@ the same figures every AGPT_PROGRESS_SECONDS in a job's log."""
 
 from __future__ import annotations
 
-import fcntl
 import io
 import os
-import pty
-import struct
 import subprocess
-import termios
 from pathlib import Path
 
 from agpt.progress import Progress
 from conftest import BIN, agpt_env
+from observe_util import on_a_terminal
 
 
 def _tree(tmp: Path) -> Path:
@@ -25,29 +22,9 @@ def _tree(tmp: Path) -> Path:
     return src
 
 
-def _on_a_terminal(argv: list[str], env: dict[str, str]) -> str:
-    """Run argv with stdout and stderr on a pseudo-terminal of 120 columns; everything it drew."""
-    main, child = pty.openpty()
-    fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 120, 0, 0))
-    p = subprocess.Popen(argv, stdin=child, stdout=child, stderr=child, env=env, close_fds=True)
-    os.close(child)
-    out = b""
-    while True:
-        try:
-            chunk = os.read(main, 65536)
-        except OSError:  # the child closed its end
-            break
-        if not chunk:
-            break
-        out += chunk
-    assert p.wait(timeout=120) == 0, out.decode(errors="replace")
-    os.close(main)
-    return out.decode(errors="replace")
-
-
-def test_yeet_draws_bars_with_rate_and_eta_on_a_terminal(tmp_path: Path) -> None:
+def test_yeet_draws_bars_with_rate_and_etaon_a_terminal(tmp_path: Path) -> None:
     src = _tree(tmp_path)
-    out = _on_a_terminal([str(BIN / "agpt"), "yeet", str(src), "--transport", "local", "--dest",
+    out = on_a_terminal([str(BIN / "agpt"), "yeet", str(src), "--transport", "local", "--dest",
                           str(tmp_path / "dest")], agpt_env())  # fmt: skip
     for bar in ("yeet: pack:", "yeet: extract:"):
         frames = [f for f in out.split("\r") if f.startswith(bar)]
