@@ -93,7 +93,7 @@ def plot_run(run_dir: Path, out: Path, *, title: str | None = None) -> Path:
         _metric_panels(axes[0][1], axes[1][0], axes[1][1], curve.metrics)
     else:
         fig, ax = plt.subplots(figsize=(10, 5), dpi=110)
-    _loss_panel(ax, curve)
+    loss_panel(ax, curve)
     ax.set_title(title or f"{run_dir.name}: loss, failures and recoveries")
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -104,7 +104,7 @@ def plot_run(run_dir: Path, out: Path, *, title: str | None = None) -> Path:
     return out
 
 
-def _series(records: list[dict[str, Any]], x: str, y: str) -> tuple[list[float], list[float]]:
+def series(records: list[dict[str, Any]], x: str, y: str) -> tuple[list[float], list[float]]:
     pairs = [
         (float(r[x]), float(r[y]))
         for r in records
@@ -115,21 +115,21 @@ def _series(records: list[dict[str, Any]], x: str, y: str) -> tuple[list[float],
 
 def _metric_panels(ax_tok: Any, ax_tps: Any, ax_mfu: Any, records: list[dict[str, Any]]) -> None:
     """Loss against tokens consumed, tokens/s per device and MFU against step."""
-    xs, ys = _series(records, "tokens", "loss")
+    xs, ys = series(records, "tokens", "loss")
     ax_tok.plot(xs, ys, color="#1f77b4", lw=1.4)
-    xs, ys = _series(records, "tokens", "eval_loss")
+    xs, ys = series(records, "tokens", "eval_loss")
     if xs:
         ax_tok.plot(xs, ys, "o-", color="#9467bd", lw=1.2, ms=3, label="held-out")
         ax_tok.legend(loc="upper right")
     ax_tok.set_xlabel("tokens consumed")
     ax_tok.set_ylabel("loss")
     ax_tok.set_title("loss against tokens")
-    xs, ys = _series(records, "step", "tokens_per_s_per_device")
+    xs, ys = series(records, "step", "tokens_per_s_per_device")
     ax_tps.plot(xs, ys, color="#ff7f0e", lw=1.4)
     ax_tps.set_xlabel("step")
     ax_tps.set_ylabel("tokens/s per device")
     ax_tps.set_title("throughput per device")
-    xs, ys = _series(records, "step", "mfu")
+    xs, ys = series(records, "step", "mfu")
     if xs:
         ax_mfu.plot(xs, [100 * y for y in ys], color="#2ca02c", lw=1.4)
     else:
@@ -142,7 +142,7 @@ def _metric_panels(ax_tok: Any, ax_tps: Any, ax_mfu: Any, records: list[dict[str
         a.grid(alpha=0.3)
 
 
-def _loss_panel(ax: Any, curve: RunCurve) -> None:
+def loss_panel(ax: Any, curve: RunCurve) -> None:
     """Loss against step with failures (red), hand-overs (grey) and resumes (green) marked."""
     steps = sorted(curve.loss)
     ax.plot(steps, [curve.loss[s] for s in steps], color="#1f77b4", lw=1.6, label="loss")
@@ -182,7 +182,7 @@ def _loss_panel(ax: Any, curve: RunCurve) -> None:
             color=color,
         )
         n_labels += 1
-    ex, ey = _series(curve.metrics, "step", "eval_loss")  # held-out loss (eval.interval)
+    ex, ey = series(curve.metrics, "step", "eval_loss")  # held-out loss (eval.interval)
     if ex:
         ax.plot(ex, ey, "o-", color="#9467bd", lw=1.2, ms=3, label="held-out loss")
     ax.set_xlabel("step")

@@ -4,6 +4,7 @@ the README links every page, and CI runs the README's quick start (`make demo`, 
 
 from __future__ import annotations
 
+import functools
 import re
 import shlex
 import subprocess
@@ -63,6 +64,7 @@ HOMES = {
     "chain": "README.md",
     "failover": "README.md",
     "site": "README.md",
+    "monitor": "README.md",
     "watch": "docs/recovery.md",
     "sim": "docs/goodput.md",
     "tokenizer": "docs/data.md",
@@ -84,14 +86,20 @@ def test_each_main_command_is_shown_on_its_page() -> None:
         assert (page, name) in shown, f"{page} shows no `agpt {name}` command"
 
 
+@functools.cache
+def _help(sub: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
+    """`agpt SUB --help`, once per subcommand however many pages show it."""
+    return subprocess.run(
+        [str(BIN / "agpt"), *sub, "--help"], env=agpt_env(), capture_output=True, text=True, timeout=60
+    )
+
+
 @pytest.mark.parametrize("page,words", AGPT, ids=[f"{p}: {' '.join(c[:3])}" for p, c in AGPT])
 def test_every_agpt_command_shown_answers_help(page: str, words: list[str]) -> None:
     sub = [w for w in words[1:3] if not w.startswith("-") and "/" not in w and "." not in w]
     if len(sub) == 2 and sub[0] not in ("failover", "chain", "site", "data", "tokenizer", "sim", "ckpt"):
         sub = sub[:1]
-    r = subprocess.run(
-        [str(BIN / "agpt"), *sub, "--help"], env=agpt_env(), capture_output=True, text=True, timeout=60
-    )
+    r = _help(tuple(sub))
     assert r.returncode == 0, f"{page}: agpt {' '.join(sub)} --help: {r.stderr}"
     # Every long flag the page shows is one the command knows.
     for flag in (w.split("=")[0] for w in words if w.startswith("--")):

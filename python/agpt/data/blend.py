@@ -45,6 +45,7 @@ from agpt.data.greedy import deficit_with_occurrence
 from agpt.data.tokenizer import load as load_tokenizer
 from agpt.data.tokenizer import sha256_file
 from agpt.errors import AgptError, BadInput, DataError
+from agpt.progress import Progress
 
 WORK = ".work"
 
@@ -371,14 +372,15 @@ def build(s: BlendSettings, comm: Comm | None = None) -> dict[str, Any]:
 
     owner = _assign([int(f["docs"]) * max(1, c) for f, c in zip(files, counts, strict=True)], comm.size)
     epochs_mine: dict[int, int] = {}
-    for f, finfo in enumerate(files):
-        if owner[f] != comm.rank:
-            continue
-        sizes = np.asarray(mmidx.Index(finfo["prefix"]).sizes, dtype=np.int64)
-        res = _file_index(s.seed, f, sizes, counts[f], s.seq_len)
-        for what in ("doc_order", "sample_idx", "shuffle"):
-            _save(_work(out, f, what), res[what])
-        epochs_mine[f] = res["epochs"]
+    mine = [f for f in range(len(files)) if owner[f] == comm.rank]
+    with Progress(len(mine), "blend: per-file indices", unit="files", quiet=s.quiet or comm.rank != 0) as bar:
+        for f in mine:
+            sizes = np.asarray(mmidx.Index(files[f]["prefix"]).sizes, dtype=np.int64)
+            res = _file_index(s.seed, f, sizes, counts[f], s.seq_len)
+            for what in ("doc_order", "sample_idx", "shuffle"):
+                _save(_work(out, f, what), res[what])
+            epochs_mine[f] = res["epochs"]
+            bar.update()
     epochs: dict[int, int] = {}
     for part in comm.allgather(epochs_mine):
         epochs.update(part)

@@ -290,6 +290,23 @@ class HeartbeatConfig:
 
 
 @dataclass(kw_only=True, slots=True)
+class ObserveConfig:
+    """What rank 0 writes for operators (agpt.observe, docs/observability.md); a writer that cannot work warns once."""
+
+    tensorboard: bool = True  # RUN_DIR/tb/ event files, when tensorboardX is installed (agpt[tensorboard])
+    wandb: bool = False  # RUN_DIR/wandb/ offline runs (agpt[wandb]); upload later with `wandb sync`
+    wandb_project: str = "agpt"
+    prometheus: bool = True  # RUN_DIR/metrics.prom (Prometheus text format)
+    prometheus_interval_s: float = 15.0  # rewrite metrics.prom at most this often (and at the end)
+
+    def validate(self) -> None:
+        if not (math.isfinite(self.prometheus_interval_s) and self.prometheus_interval_s >= 0):
+            raise ConfigError(
+                f"observe.prometheus_interval_s: must be >= 0 seconds (got {self.prometheus_interval_s})"
+            )
+
+
+@dataclass(kw_only=True, slots=True)
 class Config:
     """The whole trainer configuration (the trainer's sections of a jobs/configs/NAME.yaml)."""
 
@@ -301,6 +318,7 @@ class Config:
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     heartbeat: HeartbeatConfig = field(default_factory=HeartbeatConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    observe: ObserveConfig = field(default_factory=ObserveConfig)
 
     def validate(self) -> None:
         self.model.validate()
@@ -312,6 +330,7 @@ class Config:
         self.eval.validate()
         self._validate_tp()
         self.heartbeat.validate()
+        self.observe.validate()
         if self.train.seq_len > self.model.max_seq_len:
             raise ConfigError(
                 f"train.seq_len: {self.train.seq_len} exceeds model.max_seq_len {self.model.max_seq_len}"
@@ -352,7 +371,7 @@ class Config:
         return dataclasses.asdict(self)
 
 
-SECTIONS = ("model", "train", "optim", "data", "checkpoint", "parallel", "heartbeat", "eval")
+SECTIONS = ("model", "train", "optim", "data", "checkpoint", "parallel", "heartbeat", "eval", "observe")
 IGNORED_SECTIONS = ("job",)  # read by jobgen only
 
 

@@ -27,11 +27,12 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+from agpt import rundir
 from agpt.errors import EXIT_REPEAT, ConfigError
 from agpt.train.entry import NonFinite
 
 SKIPS = "skips.json"
-EVENTS = "health.jsonl"
+EVENTS = rundir.HEALTH
 FAULT_NAN_ENV = "AGPT_FAULT_NAN_AT"
 FAULT_SPIKE_ENV = "AGPT_FAULT_SPIKE_AT"
 SPIKE_FAULT_SCALE = 1000.0  # an injected spike multiplies the step's loss by this

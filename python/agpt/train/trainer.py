@@ -31,6 +31,7 @@ from torch.distributed.tensor import DTensor
 from agpt.errors import EXIT_RESUBMIT, AgptError, CheckpointError
 from agpt.heartbeat import writer as heartbeat
 from agpt.heartbeat.straggler import StragglerMonitor
+from agpt.observe import writers as owriters
 from agpt.train import checkpoint as ck
 from agpt.train import ckpt_policy, clock
 from agpt.train import data as tdata
@@ -134,6 +135,7 @@ class Trainer:
             self.metrics = tmetrics.MetricsWriter(run_dir / tmetrics.FILE, cfg, self.world)
         self.clock_marks: dict[str, float] | None = None  # start-up times; the first step writes the clock
         self.hb: heartbeat.Heartbeat | None = None
+        self.observe: owriters.Writers | None = None  # TensorBoard, W&B, metrics.prom (rank 0, from run())
 
     # -- construction -------------------------------------------------------------------------------
     def _build_model(self) -> torch.nn.Module:
@@ -445,6 +447,8 @@ class Trainer:
         target = self.cfg.train.steps
         interval = self.cfg.checkpoint.interval
         self._start_heartbeat()
+        if self.run_dir is not None and self.rank == 0:  # after the resume: replayed steps replace old ones
+            self.observe = owriters.Writers(self.run_dir, self.cfg.observe, self.cfg.to_dict(), self.step)
         if self.rank == 0:
             print(self.describe(), flush=True)
             if self.step >= target:
@@ -518,6 +522,8 @@ class Trainer:
         finally:
             if self.hb is not None:
                 self.hb.stop()
+            if self.observe is not None:
+                self.observe.close()
 
     def _note_stage(self) -> None:
         """An event when the next step's batch reaches another data stage than the last one."""
@@ -549,6 +555,8 @@ class Trainer:
         self.health.finish_rollback(
             fault, ckpt_step=self.step, from_batch=self.consumed // batch + 1, to_batch=fault_batch
         )
+        if self.observe is not None:
+            self.observe.rollback(self.step)
         self._window.reset()
 
     def _log(self, emit: Callable[[str], None], rec: StepRecord, tokens: int, t_log: float) -> None:
@@ -574,7 +582,7 @@ class Trainer:
                         logs=self.updates.logs,
                     )
             if self.metrics is not None:
-                self.metrics.write(
+                record = (
                     self.metrics.record(
                         step=rec.step,
                         tokens_consumed=self.consumed * self.cfg.train.seq_len,
@@ -588,6 +596,9 @@ class Trainer:
                     | ({"update": rec.update} if rec.update else {})
                     | (rec.eval or {})
                 )
+                self.metrics.write(record)
+                if self.observe is not None:
+                    self.observe.log(record)
         self._window.reset()
 
 
