@@ -53,7 +53,12 @@ def _table(rec: dict[str, Any]) -> str:
 @click.option("--dtype", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True,
               help="The dtype the weights are scored in.")  # fmt: skip
 @click.option("--batch-size", type=int, default=8, show_default=True, help="Sequences per forward.")
-@click.option("--device", default="cpu", show_default=True, help="lm-eval's device (cpu, cuda, cuda:0, ...).")
+@click.option(
+    "--device",
+    default="auto",
+    show_default=True,
+    help="lm-eval's device: auto (cuda, else xpu, else cpu), cpu, cuda, ...",
+)
 @click.option("--max-length", type=int, default=0,
               help="Tokens a row may hold (default: train.seq_len with --config, else the export's).")  # fmt: skip
 @click.option("--tasks-dir", type=click.Path(file_okay=False, path_type=Path), default=None,

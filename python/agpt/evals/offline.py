@@ -31,7 +31,7 @@ class Options:
     scorer: str = "lm-eval"
     dtype: str = "fp32"  # the weights as scored (the export's own dtype is kept on disk)
     batch_size: int = 8
-    device: str = "cpu"
+    device: str = "auto"  # auto: cuda, else xpu, else cpu (what torch finds on the eval job's node)
     max_length: int = 0  # 0: the export's max_position_embeddings
     tasks_dir: Path | None = None  # keep lm-eval's task YAMLs here (default: a temporary folder)
 
@@ -42,6 +42,17 @@ class Options:
             raise BadInput(f"--scorer {self.scorer}: use one of {', '.join(SCORERS)}")
         if self.batch_size < 1 or self.limit < 0 or self.max_length < 0:
             raise BadInput("--batch-size must be >= 1; --limit and --max-length >= 0")
+
+
+def pick_device(name: str) -> str:
+    if name != "auto":
+        return name
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda"
+    xpu = getattr(torch, "xpu", None)
+    return "xpu" if xpu is not None and xpu.is_available() else "cpu"
 
 
 def evaluate_export(path: str | Path, opts: Options) -> dict[str, Any]:
@@ -72,7 +83,7 @@ def evaluate_export(path: str | Path, opts: Options) -> dict[str, Any]:
         with tempfile.TemporaryDirectory(prefix="agpt-eval-") as tmp:
             where = opts.tasks_dir or Path(tmp)
             res, per = harness.run(ex.path, prep, where, max_length=max_length, batch_size=opts.batch_size,
-                                   device=opts.device, dtype={"fp32": "float32", "bf16": "bfloat16"}[opts.dtype])  # fmt: skip
+                                   device=pick_device(opts.device), dtype={"fp32": "float32", "bf16": "bfloat16"}[opts.dtype])  # fmt: skip
         for t, spec in enumerate(prep.specs):
             res[spec.name]["chance"] = round(tasks.chance(prep.items[t]), 6)
     return {

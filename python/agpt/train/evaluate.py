@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import importlib
 import math
+import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from agpt.data import bytecount
-from agpt.errors import ConfigError, DataError
-from agpt.evals import records, score, tasks
+from agpt.errors import BadInput, ConfigError, DataError
+from agpt.evals import alarm, records, score, tasks
 from agpt.train import data as tdata
 
 
@@ -160,7 +162,10 @@ class Tasks:
                 f"eval.tokenizer: {sp.GetPieceSize()} pieces, more than model.vocab_size {cfg.model.vocab_size}"
             )
         specs = tasks.parse_specs(cfg.eval.tasks)
-        self.prep = tasks.prepare(specs, sp.encode, cfg.train.seq_len, cfg.eval.task_items)
+        try:
+            self.prep = tasks.prepare(specs, sp.encode, cfg.train.seq_len, cfg.eval.task_items)
+        except BadInput as exc:  # every rank reads the same file: reported once, by rank 0 (entry.py)
+            raise ConfigError(str(exc)) from None
         tp, sp_on = cfg.parallel.tp, cfg.parallel.sequence_parallel
         self.pad_to = 64 * tp // math.gcd(64, tp) if sp_on else 64  # sequence parallelism splits T over tp
 
@@ -171,3 +176,56 @@ class Tasks:
             seq_len=tc.seq_len, dp=lay.dp, dp_rank=lay.dp_rank, tp_rank=lay.tp_rank, pad_to=self.pad_to,
         )  # fmt: skip
         return score.results(self.prep, lls)
+
+
+class InLoop:
+    """Everything the loop evaluates every eval.interval steps, its record in eval.jsonl and the alarm.
+
+    Rank 0 writes the records and judges them (every rank computes the same figures: the sums are
+    all-reduced); the trainer shares its verdict with the other ranks before rolling back."""
+
+    def __init__(self, cfg: Any, run_dir: Path | None, rank: int) -> None:
+        self.cfg = cfg
+        self.held = Held(cfg)
+        self.tasks = Tasks(cfg) if cfg.eval.tasks else None
+        self.run_dir = run_dir if rank == 0 else None  # only rank 0 reads and writes eval.jsonl
+        self.rollback = cfg.eval.on_regression == "rollback"
+        self.alarm = alarm.Alarm(acc_margin=cfg.eval.regression_acc, bpb_margin=cfg.eval.regression_bpb)
+
+    def restart(self, step: int) -> None:
+        """Before training from `step` (a start, a resume, a rollback): the records of later steps go, as
+        those steps are about to be trained and evaluated again; the bests are those of what is left."""
+        history: list[dict[str, Any]] = []
+        if self.run_dir is not None:
+            records.drop_after(self.run_dir, step)
+            history = records.read(self.run_dir)
+        self.alarm = alarm.Alarm(acc_margin=self.cfg.eval.regression_acc, bpb_margin=self.cfg.eval.regression_bpb,
+                                 history=history)  # fmt: skip
+
+    def run(self, trainer: Any) -> tuple[dict[str, Any], list[alarm.Regression]]:
+        """The figures for metrics.jsonl, and (rank 0) the regressions against the bests so far."""
+        t0 = time.perf_counter()
+        out = evaluate(trainer, self.held)
+        if self.tasks is not None:
+            out["tasks"] = self.tasks.run(trainer)
+        out["eval_s"] = round(time.perf_counter() - t0, 3)
+        out = trainer.health.inject_eval(trainer.step, out)  # the tests' fault hook (rank 0)
+        if self.run_dir is None:
+            return out, []
+        rec = {"step": trainer.step, "source": "loop", "tokens": trainer.consumed * trainer.cfg.train.seq_len}
+        rec |= {k: out[k] for k in ("eval_loss", "eval", "bpb", "eval_bpb", "tasks", "eval_s") if k in out}
+        regs = self.alarm.observe(rec)
+        records.append(self.run_dir, rec)
+        return out, regs
+
+
+def line(step: int, out: dict[str, Any]) -> str:
+    """`agpt: eval at step N: held-out X (CORPUS Y, ...)[, bpb B (...)][; TASK acc A acc_norm N ...] (S s)`."""
+    per = ", ".join(f"{k} {v:.6g}" for k, v in out["eval"].items())
+    text = f"agpt: eval at step {step}: held-out {out['eval_loss']:.9g} ({per})"
+    if out.get("bpb"):
+        overall = f" {out['eval_bpb']:.6g}" if "eval_bpb" in out else ""
+        text += f", bits per byte{overall} (" + ", ".join(f"{k} {v:.6g}" for k, v in out["bpb"].items()) + ")"
+    for name, r in (out.get("tasks") or {}).items():
+        text += f"; {name} acc {r['acc']:.4f} acc_norm {r['acc_norm']:.4f} (chance {r['chance']:.4f}, {r['n']} items)"
+    return text + f" ({out['eval_s']:.2f} s)"
