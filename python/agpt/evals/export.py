@@ -7,7 +7,6 @@ LlamaForCausalLM) and with the in-loop scorer on agpt's own Transformer holding 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,15 +31,9 @@ def open_export(path: str | Path) -> Export:
     d = Path(path)
     if not d.is_dir():
         raise BadInput(f"{d}: no such export folder (make one with `agpt ckpt export STEP_DIR OUT`)")
-    cfg_path = d / "config.json"
-    try:
-        config = json.loads(cfg_path.read_text())
-    except FileNotFoundError:
-        raise BadInput(f"{cfg_path}: missing (not a Hugging Face export)") from None
-    except (OSError, ValueError) as exc:
-        raise BadInput(f"{cfg_path}: unreadable ({exc})") from None
-    if not isinstance(config, dict):
-        raise BadInput(f"{cfg_path}: expected a JSON object")
+    from agpt.ckpt.hfimport import _read_json  # the one reader of an HF folder's JSON files
+
+    config = _read_json(d / "config.json")
     tok = d / TOKENIZER
     if not tok.is_file():
         raise BadInput(

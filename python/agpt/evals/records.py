@@ -125,3 +125,45 @@ def scores(rec: dict[str, Any]) -> dict[str, tuple[float, bool]]:
 
 def _finite(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def summary(run_dir: Path, *, notes: list[str] | None = None) -> dict[str, Any] | None:
+    """The newest record of each source and the best of every figure (None without eval.jsonl)."""
+    if not path(run_dir).exists():
+        return None
+    recs = read(run_dir, notes=notes)
+    newest: dict[str, dict[str, Any]] = {}
+    best: dict[str, list[Any]] = {}
+    for rec in sorted(recs, key=lambda r: r["step"]):
+        newest[str(rec.get("source", "loop"))] = rec
+        for name, (value, higher) in scores(rec).items():
+            old = best.get(name)
+            if old is None or (value > old[0] if higher else value < old[0]):
+                best[name] = [value, rec["step"]]
+    return {"records": len(recs), "newest": newest, "best": best}
+
+
+def describe(rec: dict[str, Any]) -> str:
+    """`bits per byte B (CORPUS X, ...); TASK acc A acc_norm N; ...` of one record."""
+    parts = []
+    bpb = rec.get("bpb")
+    if isinstance(bpb, dict) and bpb:
+        overall = rec.get("eval_bpb")
+        head = f"bits per byte {overall:.4g} " if _finite(overall) else "bits per byte "
+        parts.append(head + "(" + ", ".join(f"{k} {v:.4g}" for k, v in bpb.items() if _finite(v)) + ")")
+    tasks = rec.get("tasks")
+    for name, r in (tasks or {}).items() if isinstance(tasks, dict) else ():
+        if isinstance(r, dict) and _finite(r.get("acc")) and _finite(r.get("acc_norm")):
+            parts.append(f"{name} acc {r['acc']:.4f} acc_norm {r['acc_norm']:.4f}")
+    return "; ".join(parts) or "no figures"
+
+
+def render(summ: dict[str, Any]) -> list[str]:
+    lines = [f"evaluation ({FILE}, {summ['records']} records):"]
+    for source, rec in summ["newest"].items():
+        lines.append(f"  step {rec['step']} ({source}): {describe(rec)}")
+    if summ["best"]:
+        lines.append(
+            "  best: " + ", ".join(f"{k} {v:.4g} at step {s}" for k, (v, s) in sorted(summ["best"].items()))
+        )
+    return lines
