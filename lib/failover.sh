@@ -34,7 +34,7 @@
 #   FAILOVER_MAX_BLIND        blind swaps a hang/crash rotation may try before it can be a repeat (default 8)
 #   FAILOVER_MIN_ATTEMPT_S    never start an attempt with less time left than this (default 600)
 #   FAILOVER_BACKOFF          seconds before relaunch 1, 2, ... the last repeated (default "5 10 20 40 60")
-#                             (these five defaults are agpt.failover.plan.Settings'; a test keeps them equal)
+#                             (these five defaults are agpt.failover.policy.Settings'; a test keeps them equal)
 #   FAILOVER_IDLE_TIMEOUT     `agpt watch --timeout`: seconds of silence that mean a hang (default 900)
 #   FAILOVER_STARTUP_TIMEOUT  silence allowed before the first progress line (default 1800)
 #   FAILOVER_GRACE            SIGTERM to SIGKILL when the watchdog fires (default 30)

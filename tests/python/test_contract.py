@@ -6,9 +6,10 @@ import re
 import subprocess
 from pathlib import Path
 
-from agpt import errors, rundir, watch
+from agpt import errors, rundir
 from agpt.chain import Limits, verdict_of
-from agpt.failover import classify, plan
+from agpt.failover import classify, plan, policy
+from agpt.watch import settings as watch
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = (ROOT / "docs" / "contract.md").read_text()
@@ -41,7 +42,7 @@ def test_verdict_table_matches_the_code() -> None:
         assert verdict_of(code)[0] == verdict
         assert verdict_of(code)[1] == (verdict in ("failed", "resubmit", "idle"))
     assert verdict_of(143) == ("signal15", True)
-    assert {v: rows[v] for v in ("done", "failed", "stuck", "repeat", "resubmit")} == plan.EXIT_CODES
+    assert {v: rows[v] for v in ("done", "failed", "stuck", "repeat", "resubmit")} == policy.EXIT_CODES
 
 
 def test_run_directory_files_are_the_code_names() -> None:
@@ -68,7 +69,7 @@ def _bash_defaults(lib: str, names: list[str]) -> dict[str, str]:
 
 
 def test_settings_defaults_are_one_fact_in_bash_python_and_the_contract() -> None:
-    s = plan.Settings()
+    s = policy.Settings()
     limits = Limits()
     want = {
         "FAILOVER_MAX_ATTEMPTS": str(s.max_attempts),

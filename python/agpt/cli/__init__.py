@@ -74,7 +74,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tokenizer": ("agpt.cli.tokenizer", "Train a SentencePiece tokenizer from local text."),
     "train": ("agpt.cli.train", "Train a Llama-style model with FSDP2, async checkpoints and exact resume."),
     "watch": (
-        "stdlib:agpt.watch",
+        "stdlib:agpt.watch.cli",
         "Run a command, kill it when its output goes idle, retry (PROCESS layer).",
     ),
     "yeet": ("agpt.cli.yeet", "Broadcast a venv, checkpoint or dataset to every node's local storage."),

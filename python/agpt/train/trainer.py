@@ -28,9 +28,9 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
-from agpt import heartbeat
 from agpt.errors import EXIT_RESUBMIT, AgptError, CheckpointError
-from agpt.failover.heartbeats import StragglerMonitor
+from agpt.heartbeat import writer as heartbeat
+from agpt.heartbeat.straggler import StragglerMonitor
 from agpt.train import checkpoint as ck
 from agpt.train import ckpt_policy, clock
 from agpt.train import data as tdata
