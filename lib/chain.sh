@@ -250,13 +250,16 @@ _chain_eval_poll() {
 chain_eval_watch() {
   [[ -n "$CHAIN_EVAL_SCRIPT" && -z "$CHAIN_EVAL_PID" ]] || return 0
   (
-    trap 'kill "$nap" 2>/dev/null; exit 0' TERM  # in this background subshell only
-    nap=""
-    while :; do
+    nap="" stop=0
+    # In this background subshell only: a look under way finishes (what it held is submitted), then it ends.
+    trap 'stop=1; [[ -z "$nap" ]] || kill "$nap" 2>/dev/null' TERM
+    while ((stop == 0)); do
       _chain_eval_poll
+      ((stop == 0)) || break
       sleep "$CHAIN_EVAL_POLL_S" &
       nap=$!
       wait "$nap" || true
+      nap=""
     done
   ) &
   CHAIN_EVAL_PID=$!

@@ -29,12 +29,14 @@ PKG = ROOT / "python" / "agpt"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("entry points", ("agpt.__main__", "agpt.failover.__main__", "agpt.watch.__main__")),
     ("commands", ("agpt.cli", "agpt.watch.cli")),
-    ("tools over the trainer", ("agpt.sim", "agpt.check", "agpt.preflight", "agpt.runplot", "agpt.ckpt")),
+    ("tools over the trainer", ("agpt.sim", "agpt.check", "agpt.preflight", "agpt.runplot", "agpt.ckpt",
+                                "agpt.evals.cost", "agpt.evals.export", "agpt.evals.offline")),
     ("trainer", ("agpt.train",)),
     ("job chain and sites", ("agpt.chain", "agpt.site")),
-    ("subsystems", ("agpt.failover", "agpt.watch", "agpt.yeet", "agpt.data")),
+    ("subsystems", ("agpt.failover", "agpt.watch", "agpt.yeet", "agpt.data", "agpt.evals")),
     ("heartbeats", ("agpt.heartbeat",)),
-    ("run directory and shared formats", ("agpt.rundir", "agpt.goodput", "agpt.hostlist", "agpt.jobconf", "agpt.yamlio")),
+    ("run directory and shared formats", ("agpt.rundir", "agpt.goodput", "agpt.hostlist", "agpt.jobconf", "agpt.yamlio",
+                                          "agpt.evals.records", "agpt.evals.alarm", "agpt.evals.due")),
     ("base", ("agpt.errors", "agpt")),
 ]  # fmt: skip
 
