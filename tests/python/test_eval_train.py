@@ -133,13 +133,25 @@ def test_tiny_model_learns_bpb_falls_task_rises_and_lm_eval_agrees(demo: Path, t
         r for r in map(json.loads, (run / "eval.jsonl").read_text().splitlines()) if r["source"] == "agpt"
     ]
     assert [r["step"] for r in agpt_rec] == [300] and agpt_rec[0]["tasks"]["word_order"]["acc"] == a["acc"]
+    # The chain's evaluation job: every 2nd checkpoint held (300 of the kept 200 and 300), exported, scored, released.
+    m = run_agpt("chain", "eval-mark", str(run), "--every", "2")
+    assert (m.returncode, m.stdout) == (0, "300\n"), m.stderr
+    h = run_agpt("eval", "--held", "--run-dir", str(run), "--config", str(cfg), "--set",
+                 f"eval.tasks=[{demo / 'word_order.jsonl'}]", "--scorer", "agpt", "--json")  # fmt: skip
+    assert h.returncode == 0, h.stderr
+    held = [
+        r for r in map(json.loads, (run / "eval.jsonl").read_text().splitlines()) if r["source"] == "agpt"
+    ]
+    assert [r["step"] for r in held] == [300, 300] and held[1]["export"] == str(run / "exports" / "step-300")
+    assert abs(held[1]["tasks"]["word_order"]["acc"] - a["acc"]) <= 0.02  # a bf16 export, scored in fp32
+    assert not (run / "exports" / "step-300").exists() and not (run / "ckpt/step-300/.eval-hold").exists()
     p = run_agpt("plot", str(run), "-o", str(tmp_path / "plot.png"))
     assert p.returncode == 0, p.stderr
     (run / "events.jsonl").write_text(json.dumps({"event": "stop", "jobid": "1", "attempt": 1, "verdict": "done",
                                                   "exit": 0, "time": 0}) + "\n")  # fmt: skip
     rep = run_agpt("failover", "report", str(run))
     assert rep.returncode == 0, rep.stderr
-    assert "evaluation (eval.jsonl, 4 records):" in rep.stdout
+    assert "evaluation (eval.jsonl, 5 records):" in rep.stdout
     assert "  step 300 (loop): bits per byte" in rep.stdout and "word_order acc" in rep.stdout
 
 
