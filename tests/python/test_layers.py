@@ -30,13 +30,14 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("entry points", ("agpt.__main__", "agpt.failover.__main__", "agpt.watch.__main__")),
     ("commands", ("agpt.cli", "agpt.watch.cli")),
     ("tools over the trainer", ("agpt.sim", "agpt.check", "agpt.preflight", "agpt.runplot", "agpt.ckpt",
-                                "agpt.observe.html", "agpt.observe.monitor")),
+                                "agpt.observe.html", "agpt.observe.monitor",
+                                "agpt.evals.cost", "agpt.evals.export", "agpt.evals.offline")),
     ("trainer", ("agpt.train",)),
     ("job chain and sites", ("agpt.chain", "agpt.site")),
-    ("subsystems", ("agpt.failover", "agpt.watch", "agpt.yeet", "agpt.data", "agpt.observe")),
+    ("subsystems", ("agpt.failover", "agpt.watch", "agpt.yeet", "agpt.data", "agpt.observe", "agpt.evals")),
     ("heartbeats", ("agpt.heartbeat",)),
     ("run directory and shared formats", ("agpt.rundir", "agpt.goodput", "agpt.hostlist", "agpt.jobconf", "agpt.yamlio",
-                                          "agpt.progress")),
+                                          "agpt.progress", "agpt.evals.records", "agpt.evals.alarm", "agpt.evals.due")),
     ("base", ("agpt.errors", "agpt")),
 ]  # fmt: skip
 

@@ -37,6 +37,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "chain": ("stdlib:agpt.chain", "Show a run's chain of jobs (JOB layer): start, end, steps, verdict."),
     "data": ("agpt.cli.data", "Verify a blended data set against its manifest, or inspect its mixture."),
+    "eval": (
+        "agpt.cli.eval",
+        "Score multiple-choice tasks on an export with lm-eval (offline), or a run's held checkpoints.",
+    ),
     "failover": (
         "stdlib:agpt.failover",
         "Classify a failed attempt, or report a run's recovery timeline (NODE layer).",

@@ -38,8 +38,8 @@ from typing import Any
 
 import numpy as np
 
+from agpt.data import bytecount, mmidx, rng, workdir
 from agpt.data import manifest as mf
-from agpt.data import mmidx, rng, workdir
 from agpt.data.dist import Comm, world
 from agpt.data.greedy import deficit_with_occurrence
 from agpt.data.tokenizer import load as load_tokenizer
@@ -402,8 +402,10 @@ def _prepare(out: Path, key: str, overwrite: bool) -> str:
         except DataError:
             old = {}
         if old.get("cache_key") == key and mf.first_mismatch(out, old, "idx") is None:
-            return "done"
-        if not overwrite:
+            if all("bytes_per_token" in c for c in old.get("corpora") or [{}]):
+                return "done"
+            # else made before bytes per token were pinned: the same blend is made again, with them
+        elif not overwrite:
             raise BadInput(
                 f"--output {out}: holds another blend (cache key {str(old.get('cache_key'))[:12]}...); "
                 "pass --overwrite or use a new dir"
@@ -466,6 +468,7 @@ def _write(
     for name in index:
         index[name]["sha256"] = sha256_file(out / name)
     sp = load_tokenizer(tok[0])
+    per_byte = bytecount.count(files, corpora, sp)  # pinned here: bits per byte of the held-out loss
     corpus_rows = []
     for k, c in enumerate(corpora):
         members = [f for f in range(nf) if files[f]["corpus"] == c]
@@ -480,6 +483,7 @@ def _write(
                 "tokens": tokens,
                 "epochs": n_c * s.seq_len / max(tokens, 1),
                 "max_file_epochs": max((epochs[f] for f in members), default=0),
+                "bytes_per_token": per_byte[c],
             }
         )
     manifest = {

@@ -21,6 +21,7 @@ from typing import Any, NoReturn
 from agpt import goodput as gp
 from agpt import rundir
 from agpt.errors import BadInput
+from agpt.evals import records
 from agpt.failover import hosts
 from agpt.heartbeat.format import STACKS_SUFFIX
 
@@ -97,6 +98,9 @@ class Report:
     )
     stragglers: list[dict[str, Any]] = field(default_factory=list)  # heartbeat monitor events
     stacks: list[str] = field(default_factory=list)  # attempts/JOBID.N.stacks/: where each rank was
+    evaluation: dict[str, Any] | None = (
+        None  # eval.jsonl: newest record per scorer, bests (agpt.evals.records)
+    )
 
     def totals(self) -> dict[str, Any]:
         proven = sum(len(a.swapped_out) for a in self.attempts if a.swapped_out and not a.blind)
@@ -139,6 +143,7 @@ class Report:
             "notes": self.notes,
             "stragglers": self.stragglers,
             "stacks": self.stacks,
+            "evaluation": self.evaluation,
         }
 
 
@@ -314,6 +319,7 @@ def build(run_dir: str | Path) -> Report:
         goodput=goodput,
         stragglers=stragglers,
         stacks=[f"{p}/" for p in sorted((d / rundir.ATTEMPTS).glob(f"*{STACKS_SUFFIX}")) if p.is_dir()],
+        evaluation=records.summary(d, notes=notes),
     )
 
 
@@ -430,6 +436,8 @@ def _records(rep: Report) -> list[str]:
         for h in read_jsonl(health, rep.notes):
             what = {k: v for k, v in h.items() if k not in ("event", "time")}
             lines.append(f"  {fmt_time(_num(h.get('time')))}  {h.get('event')}  {json.dumps(what)}")
+    if rep.evaluation is not None:
+        lines += ["", *records.render(rep.evaluation)]
     return lines
 
 

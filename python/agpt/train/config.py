@@ -220,17 +220,35 @@ class DataConfig:
 
 @dataclass(kw_only=True, slots=True)
 class EvalConfig:
-    """Held-out loss every `interval` steps on the first `samples` samples of the blend at `path`."""
+    """Every `interval` steps: the held-out loss (and bits per byte) on the first `samples` samples of the
+    blend at `path`, and the multiple-choice `tasks` on their first `task_items` items (docs/eval.md)."""
 
     interval: int = 0  # 0: no evaluation
     path: str = ""  # a blend made by `agpt blend` (same tokenizer and seq_len); empty: held-out synthetic
     samples: int = 256
+    tasks: list[Any] = field(default_factory=list)  # [PATH | {path, name, format}, ...] (agpt.evals.tasks)
+    task_items: int = 500  # the fixed subset: the first N items of every task
+    tokenizer: str = ""  # SentencePiece model for the tasks; "": the one the blend's manifest pins
+    regression_acc: float = 0.0  # alarm: an accuracy this far (0..1) below its best; 0: off
+    regression_bpb: float = 0.0  # alarm: bits per byte this fraction above its best; 0: off
+    on_regression: str = "warn"  # warn: a health event; rollback: also roll back as for a loss spike
 
     def validate(self) -> None:
         if self.interval < 0:
             raise ConfigError(f"eval.interval: must be >= 0 (got {self.interval})")
         if self.samples < 1:
             raise ConfigError(f"eval.samples: must be positive (got {self.samples})")
+        if self.task_items < 1:
+            raise ConfigError(f"eval.task_items: must be positive (got {self.task_items})")
+        if not 0 <= self.regression_acc <= 1:
+            raise ConfigError(f"eval.regression_acc: must be in 0..1 (got {self.regression_acc})")
+        if self.regression_bpb < 0:
+            raise ConfigError(f"eval.regression_bpb: must be >= 0 (got {self.regression_bpb})")
+        if self.on_regression not in ("warn", "rollback"):
+            raise ConfigError(f"eval.on_regression: must be warn or rollback (got {self.on_regression!r})")
+        from agpt.evals.tasks import parse_specs  # here: the trainer's config reads no task code at import
+
+        parse_specs(self.tasks)
 
 
 @dataclass(kw_only=True, slots=True)
