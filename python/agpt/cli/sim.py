@@ -125,7 +125,7 @@ def run_cmd(
     help="folder for goodput.md and goodput.png",
 )
 def table_cmd(spec: str, nodes: str, days: float | None, seeds: str, out: Path) -> None:
-    """The README's table and figure: every node count with and without spares, heartbeats, async saves."""
+    """The goodput table and figure (docs/sim/): every node count with and without spares, heartbeats, async saves."""
     m = _load(spec, None, None, days)
     try:
         ns = [int(x) for x in nodes.split(",") if x.strip()]
