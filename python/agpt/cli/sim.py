@@ -137,7 +137,7 @@ def run_cmd(
     help="folder for goodput.md and goodput.png",
 )
 def table_cmd(spec: str, nodes: str, days: float | None, seeds: str, out: Path) -> None:
-    """The README's table and figure: every node count with and without spares, heartbeats, async saves."""
+    """The goodput table and figure (docs/sim/): every node count with and without spares, heartbeats, async saves."""
     m = _load(spec, None, None, days)
     ns = _counts(nodes, "--nodes", 1, numeric.MAX_NODES)
     ss = _counts(seeds, "--seeds", 0, 2**63 - 1)
@@ -145,7 +145,15 @@ def table_cmd(spec: str, nodes: str, days: float | None, seeds: str, out: Path) 
         raise ConfigError(
             f"--out: {out} exists and is not a folder (goodput.md and goodput.png go in a folder)"
         )
-    rows = sweep.sweep(m, nodes=ns, seeds=ss, progress=lambda s: click.echo(s, err=True))
+    from agpt.progress import Progress
+
+    with Progress(len(ns) * len(sweep.VARIANTS) * len(ss), "sim table", unit="runs") as bar:
+
+        def done(line: str) -> None:  # each simulation's result line, above the bar
+            bar.write(line)
+            bar.update()
+
+        rows = sweep.sweep(m, nodes=ns, seeds=ss, progress=done)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
