@@ -238,7 +238,9 @@ _jobgen_exports() {
   echo "export AGPT_SITE=$site"
   echo "export AGPT_CONFIG=${q[cfg_path]}"
   echo "# job.run_dir: survives the chain (checkpoints, hosts/, attempts/, chain.jsonl)"
-  if [[ "$JOB_RUN_DIR" != /* ]]; then
+  if [[ "$JOB_RUN_DIR" != /* && "${q[run_dir]}" == "$JOB_RUN_DIR" ]]; then
+    echo "export AGPT_RUN_DIR=\"\$PWD/${q[run_dir]}\"" # a plain word: as it reads inside the quotes
+  elif [[ "$JOB_RUN_DIR" != /* ]]; then
     echo "export AGPT_RUN_DIR=\"\$PWD\"/${q[run_dir]}"
   else
     echo "export AGPT_RUN_DIR=${q[run_dir]}"
