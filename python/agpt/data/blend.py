@@ -32,6 +32,7 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -134,6 +135,8 @@ def _find_tokenizer(entries: list[Entry], explicit: str | None) -> tuple[str, st
     found: dict[str, str] = {}
     recorded: dict[Path, dict[str, str] | None] = {}
     for e in entries:
+        if not Path(mmidx.idx_path(e.prefix)).is_file():  # before its folder's tokenize.json is looked for
+            raise DataError(f"{mmidx.idx_path(e.prefix)}: missing (the shard on file list line {e.line})")
         meta = Path(e.prefix).parent / "tokenize.json"
         if meta not in recorded:
             try:
@@ -301,6 +304,12 @@ def plan(entries: list[Entry], num_samples: int) -> tuple[list[str], np.ndarray,
 
 
 def build(s: BlendSettings, comm: Comm | None = None) -> dict[str, Any]:
+    """Build the blend, rank 0 holding --output's lock (agpt.data.workdir.lock): two runs on one
+    --output are refused, not raced."""
+    return workdir.locked_run(Path(s.output).resolve(), "agpt blend", lambda take: _build(s, comm, take))
+
+
+def _build(s: BlendSettings, comm: Comm | None, take_lock: Callable[[], None]) -> dict[str, Any]:
     """Build the blend into `s.output`; every rank calls this; rank 0 returns the report."""
     comm = comm or world()
     t0 = time.monotonic()
@@ -339,6 +348,7 @@ def build(s: BlendSettings, comm: Comm | None = None) -> dict[str, Any]:
     status = "run"
     if comm.rank == 0:
         try:
+            take_lock()  # --output is this run's from here (agpt.data.workdir.lock)
             status = _prepare(out, key, s.overwrite)
         except AgptError as exc:
             err = exc
