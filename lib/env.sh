@@ -158,7 +158,7 @@ env_site_load() {
     "$d/$name/profile.sh" 2>&1 >/dev/null)" || rc=$?
   [[ -z "$err" ]] || _env_say "$err"
   if ((rc == 2)); then
-    _env_say "refusing to source $d/$name/profile.sh: it does not pass agpt site check $d/$name/profile.sh"
+    _env_say "refusing to source $d/$name/profile.sh: not data only, or a key missing or ill-typed (agpt site check $d/$name/profile.sh)"
     return 2
   elif ((rc != 0)); then
     _env_say "cannot check $d/$name/profile.sh: ${AGPT_PYTHON:-python3} -m agpt.site exited $rc (set AGPT_PYTHON to a Python >= 3.10)"

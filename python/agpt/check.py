@@ -30,8 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from agpt import yamlio
 from agpt.errors import BadInput, ConfigError
 from agpt.train import config as tconfig
 
@@ -112,14 +111,7 @@ def site_facts(name: str) -> SiteFacts:
 
 
 def load_yaml(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
-    try:
-        data = yaml.safe_load(text) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    data = yamlio.read_file(path) or {}  # the reader train and jobgen use: not UTF-8, too deep: one line
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: top level must be a mapping of sections")
     return data

@@ -75,6 +75,11 @@ def number(
         v = None
     elif isinstance(value, int):
         v = value
+        if not integer:
+            try:
+                v = float(value)
+            except OverflowError:  # 10**400: beyond a float, so beyond any range we state
+                v = math.inf if value > 0 else -math.inf
     elif isinstance(value, float):
         v = value
         if integer and math.isfinite(value) and value.is_integer():
@@ -84,7 +89,8 @@ def number(
     if v is None:
         raise BadInput(f"{where}: not {kind}: {_short(value)}")
     if isinstance(v, float) and not math.isfinite(v):
-        raise BadInput(f"{where}: must be {kind}{_range(lo, hi) or ' (finite)'}, got {_short(value)}")
+        finite = kind if _range(lo, hi) else "a finite " + kind.removeprefix("a ")
+        raise BadInput(f"{where}: must be {finite}{_range(lo, hi)}, got {_short(value)}")
     if (lo is not None and v < lo) or (hi is not None and v > hi):
         raise BadInput(f"{where}: must be {kind}{_range(lo, hi)}, got {_short(value)}")
     return v

@@ -6,10 +6,13 @@ silently winning); PyYAML keeps the last one without a word, so this loader stop
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import yaml
 from yaml.constructor import ConstructorError
+
+from agpt.errors import ConfigError
 
 MERGE_TAG = "tag:yaml.org,2002:merge"
 
@@ -51,3 +54,20 @@ def first_line(exc: yaml.YAMLError) -> str:
         return f"{problem}{where}"
     lines = str(exc).strip().splitlines()
     return lines[0] if lines else type(exc).__name__
+
+
+def read_file(path: Path, loader: type[yaml.SafeLoader] = StrictLoader) -> Any:
+    """A YAML config file, the one way every tool reads one (train, check, jobgen): unreadable, not UTF-8, not
+    YAML, or nested too deeply for the parser is a ConfigError naming PATH, never a traceback."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    try:
+        return load(text, loader)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({first_line(exc)})") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: not valid YAML (nested too deeply)") from None

@@ -8,6 +8,7 @@ import click
 
 from agpt import numeric
 from agpt.cli import params
+from agpt.errors import BadInput
 
 
 @click.group(name="ckpt")
@@ -16,18 +17,14 @@ def cli() -> None:
 
 
 def _size(text: str) -> int:
+    """--max-shard-size: a size such as 5GB, 500MB or 2GiB, from a KB to a PiB (agpt.numeric)."""
     units = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
     t = text.strip().upper()
     num = t.rstrip("KMGIB")
     unit = t[len(num) :]
-    try:
-        value = float(num)
-    except ValueError:
-        value = -1.0
-    if unit not in units or value <= 0:
-        from agpt.errors import BadInput
-
+    if unit not in units:
         raise BadInput(f"--max-shard-size {text}: expected a size such as 5GB, 500MB or 2GiB")
+    value = numeric.number(num, "--max-shard-size", lo=1e3 / units[unit], hi=2**50 / units[unit])
     return int(value * units[unit])
 
 

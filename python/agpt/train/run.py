@@ -36,6 +36,7 @@ def train(
     from agpt.train import clock
     from agpt.train.trainer import Trainer
 
+    clock.attempt()  # FAILOVER_ATTEMPT: refused here, not after the first step
     marks = {"started": clock.process_start(), "configured": time.time()}
     trainer = Trainer(cfg, rd)
     marks["built"] = time.time()
