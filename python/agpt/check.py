@@ -20,7 +20,6 @@ to name the knob that makes it run.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import shlex
@@ -32,6 +31,7 @@ from typing import Any
 
 import yaml
 
+from agpt import ckptdir, rundir
 from agpt.errors import BadInput, ConfigError
 from agpt.train import config as tconfig
 
@@ -297,33 +297,24 @@ def _run_dir_checks(rep: Report, run_dir: Path) -> None:
             "run dir", str(run_dir), f"{run_dir}: not writable ({exc.strerror}); job.run_dir or AGPT_RUN_DIR"
         )
         return
-    ck = run_dir / "ckpt"
-    newest: tuple[int, dict[str, Any]] | None = None
-    bad = []
-    if ck.is_dir():
-        for d in sorted(ck.iterdir()):
-            if not d.name.startswith("step-") or not (d / ".complete").exists():
-                continue
-            try:
-                meta = json.loads((d / ".complete").read_text())
-                step = int(meta["step"])
-            except (OSError, ValueError, KeyError, TypeError) as exc:
-                bad.append(f"{d / '.complete'}: unreadable ({exc}); move that directory aside")
-                continue
-            if d.name != f"step-{step}":
-                bad.append(f"{d / '.complete'}: step {step} in a directory named {d.name}; move it aside")
-                continue
-            if newest is None or step > newest[0]:
-                newest = (step, meta)
+    dirs = ckptdir.step_dirs(run_dir / rundir.CKPT)
+    done = [d for d in dirs if d.complete]
     value = f"{run_dir}: writable"
-    if newest is not None:
-        value += f"; resumes from step {newest[0]} (saved on {newest[1].get('world_size', '?')} ranks)"
+    if done:
+        value += f"; resumes from step {done[-1].step} (saved on {done[-1].world_size or '?'} ranks)"
     else:
         value += "; no checkpoint yet (starts at step 0)"
+    # Not resumed, and overwritten when the run reaches that step: a person should look (the rule: ckptdir).
+    bad = [f"{d.marker}: step {d.names_another_step} in a directory named {d.path.name}; move it aside"
+           for d in dirs if d.names_another_step is not None]  # fmt: skip
     if not bad:
         rep.add("run dir", value)
     for b in bad:
         rep.add("run dir", value, b)
+    for d in dirs:
+        if d.unreadable:
+            rep.info("run dir", f"{d.marker}: unreadable; the trainer tries step {d.step} with its data checked "
+                     "by size only (never pruned)")  # fmt: skip
 
 
 def check(

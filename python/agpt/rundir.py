@@ -7,7 +7,8 @@ What lives here (docs/contract.md describes the same, for users):
 - JSON lines: one reader and one appender with the torn-line policy: a writer killed mid-line leaves a last line
   without its newline; the next append starts on a fresh line (so it is never glued onto the torn one), and every
   reader skips a line it cannot parse with a note on standard error;
-- the newest complete checkpoint (`ckpt/step-N/.complete`);
+- the checkpoint directory's names (`ckpt/step-N/.complete`; the rule that makes one complete is
+  `agpt.ckptdir`'s);
 - the hostfile parser and the host-name rule: names enter only as `[A-Za-z0-9._-]` (or an IP address), so a host
   name is never shell text;
 - the progress regex, the failure classes, the verdicts and their exit codes, the walltime margin, the spare-host
@@ -302,23 +303,6 @@ def locked(path: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
-
-
-# ----------------------------------------------------------------------------------------------- checkpoints
-def complete_steps(run_dir: Path) -> dict[int, Path]:
-    """step -> marker of every `ckpt/step-N/.complete`: the only checkpoints resume trusts."""
-    out: dict[int, Path] = {}
-    with contextlib.suppress(OSError):
-        for marker in (run_dir / CKPT).glob(f"step-*/{COMPLETE}"):
-            digits = marker.parent.name.removeprefix("step-")
-            if digits.isascii() and digits.isdigit() and len(digits) < 19 and marker.is_file():
-                out[int(digits)] = marker
-    return out
-
-
-def latest_checkpoint(run_dir: Path) -> int | None:
-    """The highest step with a `.complete` marker, None when there is none."""
-    return max(complete_steps(run_dir), default=None)
 
 
 # ----------------------------------------------------------------------------------------------- hosts

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import errno
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 
+from agpt.digest import file_sha256
 from agpt.train import checkpoint as ck
 from train_util import copy_ckpt, run_train, step_lines
 
@@ -35,7 +37,7 @@ def test_complete_pins_a_digest_of_every_file_and_keeps_its_contract_fields(
     assert rec["step"] == 20 and rec["world_size"] == 2 and isinstance(rec["time"], int)
     files = sorted(p.name for p in d.iterdir() if p.name != ".complete")
     assert sorted(rec["sha256"]) == files
-    assert all(rec["sha256"][f] == ck.file_sha256(d / f) for f in files)
+    assert all(rec["sha256"][f] == file_sha256(d / f) for f in files)
 
 
 def test_a_same_size_change_falls_back_with_a_warning_naming_the_file(
@@ -72,6 +74,24 @@ def test_a_garbage_marker_resumes_from_its_step_and_is_never_pruned(
     assert f"{marker}: unreadable marker" in r.stderr
     assert (run / "ckpt/step-20/__0_0.distcp").exists() and marker.read_bytes() == b"\x00garbage{"
     assert (run / "ckpt/step-30/.complete").exists()
+
+
+def test_a_newest_marker_naming_another_step_is_skipped_by_the_trainer_as_by_every_tool(
+    straight: tuple[Path, str], tmp_path: Path
+) -> None:
+    """The trainer resumes from the step `agpt check`, `agpt failover report` and the chain name
+    (test_ckpt_rule.py): not from step-30, a copy of step-20 whose marker says so."""
+    from test_ckpt_rule import resume_steps, with_an_attempt
+
+    src, _ = straight
+    run = tmp_path / "run"
+    copy_ckpt(src, run, 10, 20)
+    shutil.copytree(run / "ckpt/step-20", run / "ckpt/step-30")
+    assert set(resume_steps(with_an_attempt(run)).values()) == {20}
+    r = run_train(1, run, "--steps", "21", "--ckpt-interval", "100")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"resumed from {run / 'ckpt/step-20'} (step 20" in r.stdout
+    assert sorted(step_lines(r.stdout)) == [21]
 
 
 def test_prune_keeps_what_it_could_not_read(tmp_path: Path) -> None:

@@ -9,42 +9,39 @@ its newest complete checkpoint (or its newest one when none is complete).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import warnings
 from pathlib import Path
 from typing import Any
 
+from agpt import ckptdir
 from agpt.ckpt import provenance
+from agpt.digest import file_sha256
 from agpt.errors import BadInput
+from agpt.rundir import CKPT, COMPLETE
 
 
 def _pick(path: Path) -> Path:
     """A step directory given itself, a run directory or its ckpt/ folder."""
-    from agpt.train import checkpoint as ck
-
-    if (path / ".metadata").exists() or (path / ck.COMPLETE).exists() or path.name.startswith("step-"):
+    if (path / ".metadata").exists() or (path / COMPLETE).exists() or path.name.startswith("step-"):
         return path
-    root = path / "ckpt" if (path / "ckpt").is_dir() else path
-    done = ck.complete_steps(root)
-    if done:
-        return done[-1][1]
-    steps = (
-        sorted((int(p.name[5:]), p) for p in root.glob("step-*") if p.is_dir() and p.name[5:].isdigit())
-        if root.is_dir()
-        else []
-    )
-    if steps:
-        return steps[-1][1]
+    root = path / CKPT if (path / CKPT).is_dir() else path
+    steps = ckptdir.step_dirs(root)
+    done = [d for d in steps if d.complete]
+    if done or steps:
+        return (done or steps)[-1].path
     raise BadInput(f"{path}: no checkpoint here (expected a step-N directory or a run directory)")
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 22):
-            h.update(chunk)
-    return h.hexdigest()
+def marker_problems(d: ckptdir.StepDir) -> list[str]:
+    """What keeps D's marker from proving a complete, intact checkpoint (agpt.ckptdir's rule)."""
+    if not d.marked:
+        return [f"{d.marker}: missing"]
+    if d.unreadable:
+        return [f"{d.marker}: unreadable"]
+    if d.names_another_step is not None:
+        return [f"{d.marker}: says step {d.names_another_step}, the directory is {d.path.name}"]
+    return []
 
 
 def inspect(path: str | Path) -> dict[str, Any]:
@@ -56,10 +53,8 @@ def inspect(path: str | Path) -> dict[str, Any]:
     p = _pick(Path(path))
     if not p.is_dir():
         raise BadInput(f"{p}: not a checkpoint directory")
-    problems: list[str] = []
-    rec = ck.read_complete(p)
-    if rec is None:
-        problems.append(f"{p / ck.COMPLETE}: {'unreadable' if (p / ck.COMPLETE).exists() else 'missing'}")
+    problems = marker_problems(ckptdir.read_step_dir(p))
+    rec = ckptdir.read_marker(p)
     meta = provenance.read(p)
     files: list[dict[str, Any]] = []
     need: dict[str, int] = {}
@@ -120,7 +115,7 @@ def inspect(path: str | Path) -> dict[str, Any]:
     data = (meta or {}).get("data")
     if isinstance(data, dict) and data.get("path") and data.get("manifest_sha256"):
         mpath = Path(data["path"]) / "manifest.json"
-        data = {**data, "manifest_matches": mpath.is_file() and _sha256(mpath) == data["manifest_sha256"]}
+        data = {**data, "manifest_matches": mpath.is_file() and file_sha256(mpath) == data["manifest_sha256"]}
     return {
         "path": str(p),
         "step": step if step is not None else (rec or {}).get("step"),

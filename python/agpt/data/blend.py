@@ -43,7 +43,7 @@ from agpt.data import mmidx, rng, workdir
 from agpt.data.dist import Comm, world
 from agpt.data.greedy import deficit_with_occurrence
 from agpt.data.tokenizer import load as load_tokenizer
-from agpt.data.tokenizer import sha256_file
+from agpt.digest import file_sha256
 from agpt.errors import AgptError, BadInput, DataError
 
 WORK = ".work"
@@ -148,7 +148,7 @@ def _find_tokenizer(entries: list[Entry], explicit: str | None) -> tuple[str, st
     if explicit:
         if not Path(explicit).is_file():
             raise BadInput(f"--tokenizer {explicit}: no such file")
-        sha = sha256_file(explicit)
+        sha = file_sha256(explicit)
         for other, path in found.items():
             if other != sha:
                 raise DataError(
@@ -160,7 +160,7 @@ def _find_tokenizer(entries: list[Entry], explicit: str | None) -> tuple[str, st
     sha, path = next(iter(found.items()))
     if not Path(path).is_file():
         raise BadInput(f"tokenizer {path} (recorded by tokenize) is missing: pass --tokenizer")
-    if sha256_file(path) != sha:
+    if file_sha256(path) != sha:
         raise DataError(f"tokenizer {path}: sha256 differs from the one the shards were made with")
     return path, sha
 
@@ -236,7 +236,7 @@ def _bin_sha256(prefix: str, idx_sha: str, bin_bytes: int) -> str:
                 return str(rec["bin_sha256"])
     except (OSError, ValueError, AttributeError, RecursionError):
         pass
-    return sha256_file(mmidx.bin_path(prefix))
+    return file_sha256(mmidx.bin_path(prefix))
 
 
 def _inspect_files(entries: list[Entry], comm: Comm) -> list[dict[str, Any]]:
@@ -250,7 +250,7 @@ def _inspect_files(entries: list[Entry], comm: Comm) -> list[dict[str, Any]]:
             shard = mmidx.Shard(e.prefix)
             if len(shard) == 0:
                 raise DataError(f"{mmidx.idx_path(e.prefix)}: shard has no documents")
-            idx_sha = sha256_file(mmidx.idx_path(e.prefix))
+            idx_sha = file_sha256(mmidx.idx_path(e.prefix))
             bin_bytes = mmidx.bin_path(e.prefix).stat().st_size
             mine[i] = {
                 "idx_sha256": idx_sha,
@@ -462,7 +462,7 @@ def _write(
         out / "sample_idx.npy", [_work(out, f, "sample_idx") for f in range(nf)], np.dtype(np.int64), 2
     )
     for name in index:
-        index[name]["sha256"] = sha256_file(out / name)
+        index[name]["sha256"] = file_sha256(out / name)
     sp = load_tokenizer(tok[0])
     corpus_rows = []
     for k, c in enumerate(corpora):
@@ -495,7 +495,7 @@ def _write(
         "num_samples": s.num_samples,
         "seed": s.seed,
         "shuffle": "splitmix64 counter keys, stable argsort (agpt.data.rng)",
-        "file_list": {"path": str(Path(s.file_list).resolve()), "sha256": sha256_file(s.file_list)},
+        "file_list": {"path": str(Path(s.file_list).resolve()), "sha256": file_sha256(s.file_list)},
         "corpora": corpus_rows,
         "files": [{k: v for k, v in f.items() if k != "dtype"} for f in files],
         "index_files": index,

@@ -32,7 +32,8 @@ import numpy as np
 from agpt.data import mmidx, workdir
 from agpt.data.dist import Comm, local_ranks, world
 from agpt.data.readers import Chunk, expand_inputs, iter_documents, plan_chunks
-from agpt.data.tokenizer import load, sha256_file
+from agpt.data.tokenizer import load
+from agpt.digest import file_sha256
 from agpt.errors import AgptError, BadInput, DataError
 
 WORK = ".work"
@@ -252,7 +253,7 @@ def write_shard(args: tuple[_ShardPlan, str, str]) -> int:
         writer.abort()
         raise
     # The .bin's digest, read back right after it was written (page cache): the blend manifest pins it.
-    _marker(work, plan).write_text(sha256_file(mmidx.bin_path(plan.prefix)) + "\n")
+    _marker(work, plan).write_text(file_sha256(mmidx.bin_path(plan.prefix)) + "\n")
     return plan.index
 
 
@@ -264,7 +265,7 @@ def _bin_sha256(work: str, plan: _ShardPlan) -> str:
         text = ""
     if len(text) == 64 and all(c in "0123456789abcdef" for c in text):
         return text
-    return sha256_file(mmidx.bin_path(plan.prefix))
+    return file_sha256(mmidx.bin_path(plan.prefix))
 
 
 class _Progress:
@@ -404,7 +405,7 @@ def run(s: TokenizeSettings, comm: Comm | None = None) -> dict[str, Any]:
                 raise DataError(f"{s.model}: the model has no eos id, so no EOD can be appended")
             if s.bos and sp.bos_id() < 0:
                 raise DataError(f"{s.model}: the model has no bos id (--bos)")
-            model_sha = sha256_file(s.model)
+            model_sha = file_sha256(s.model)
             files = expand_inputs(s.inputs)
             ident = _identity(s, files, model_sha)
             status = _prepare(s, out, ident)
@@ -526,7 +527,7 @@ def _finish(
             "prefix": p.prefix,
             "docs": p.docs,
             "tokens": p.tokens,
-            "idx_sha256": sha256_file(mmidx.idx_path(p.prefix)),
+            "idx_sha256": file_sha256(mmidx.idx_path(p.prefix)),
             "bin_bytes": mmidx.bin_path(p.prefix).stat().st_size,
             "bin_sha256": _bin_sha256(str(out / WORK), p),
         }

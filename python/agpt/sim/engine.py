@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from agpt import chain as chainlib
+from agpt import ckptdir, rundir
 from agpt.failover import classify as classifylib
 from agpt.failover import hosts as hostlib
 from agpt.failover import patterns as patlib
@@ -294,12 +295,13 @@ class Sim:
         return buf.getvalue().strip()
 
     def _mark_complete(self, step: int, when: float) -> None:
-        d = self.run_dir / "ckpt" / f"step-{step}"
+        """The marker the trainer writes last (agpt.ckptdir), then the trainer's pruning to `checkpoint_keep`."""
+        root = self.run_dir / rundir.CKPT
+        d = ckptdir.step_dir(root, step)
         d.mkdir(parents=True, exist_ok=True)
-        (d / ".complete").write_text(json.dumps({"step": step, "time": EPOCH + when}))
-        done = sorted(int(p.name.split("-")[1]) for p in (self.run_dir / "ckpt").glob("step-*"))
-        for old in done[: -self.m.train.checkpoint_keep]:
-            shutil.rmtree(self.run_dir / "ckpt" / f"step-{old}", ignore_errors=True)
+        (d / rundir.COMPLETE).write_text(ckptdir.marker_record(step, when=EPOCH + when))
+        for old in ckptdir.complete(root)[: -self.m.train.checkpoint_keep]:
+            shutil.rmtree(old.path, ignore_errors=True)
 
     def _settle(self, now: float) -> None:
         """Saves whose write finished by `now` become complete (their marker is written)."""

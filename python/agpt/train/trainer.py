@@ -28,7 +28,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
-from agpt import heartbeat
+from agpt import ckptdir, heartbeat
 from agpt.errors import EXIT_RESUBMIT, AgptError, CheckpointError
 from agpt.failover.heartbeats import StragglerMonitor
 from agpt.train import checkpoint as ck
@@ -247,7 +247,7 @@ class Trainer:
             if self.step != step:
                 raise CheckpointError(f"{path}: holds step {self.step}, not {step}")
             if self.rank == 0:
-                rec = ck.read_complete(path) or {}
+                rec = ckptdir.read_marker(path) or {}
                 print(
                     f"agpt: resumed from {path} (step {step}, saved by {rec.get('world_size', '?')} ranks, "
                     f"now {self.world})",

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, BinaryIO
 
+from agpt.digest import file_sha256
 from agpt.errors import AgptError, BadInput
 
 MAGIC_ZSTD = b"\x28\xb5\x2f\xfd"
@@ -87,16 +88,6 @@ def fingerprint(root: Path, *, times: bool = True) -> str:
         size = st.st_size if stat.S_ISREG(st.st_mode) else 0
         mtime = st.st_mtime_ns if times and not stat.S_ISDIR(st.st_mode) else 0
         h.update(f"{rel}\0{st.st_mode:o}\0{size}\0{mtime}\0{link}\n".encode(errors="surrogateescape"))
-    return h.hexdigest()
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb", buffering=0) as f:
-        buf = bytearray(READ_CHUNK * 4)
-        view = memoryview(buf)
-        while n := f.readinto(buf):
-            h.update(view[:n])
     return h.hexdigest()
 
 
