@@ -38,6 +38,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from agpt.rundir import LOCAL_RANK_VARS, LOCAL_SIZE_VARS, RANK_VARS, SLURM_TASKS_PER_NODE
+
 FORMAT = "agpt-heartbeat/1"
 PHASES = ("start", "data", "forward", "backward", "optimizer", "collective", "checkpoint", "done")
 DEFAULT_INTERVAL_S = 15.0
@@ -46,11 +48,7 @@ RECENT_STEPS = 8
 # ranks of one launch start within seconds of each other).
 STALE_LAUNCH_S = 60.0
 
-_RANK = ("RANK", "PMI_RANK", "PALS_RANKID", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
-_LOCAL_RANK = ("LOCAL_RANK", "PALS_LOCAL_RANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
-               "PMI_LOCAL_RANK", "SLURM_LOCALID")  # fmt: skip
-_LOCAL_SIZE = ("LOCAL_WORLD_SIZE", "PALS_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
-               "PMI_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE")  # fmt: skip
+_LOCAL_SIZE = (*LOCAL_SIZE_VARS, SLURM_TASKS_PER_NODE)  # the launchers' table: agpt.rundir.LAUNCHERS
 
 
 def _env_int(env: Mapping[str, str], names: tuple[str, ...], default: int) -> int:
@@ -341,13 +339,13 @@ def start(
     dump: float | None = dump_s or _env_float(env, "AGPT_HEARTBEAT_DUMP_S", idle / 2 if idle else 600.0)
     if env.get("AGPT_HEARTBEAT_DUMP_S", "").strip() == "0":
         dump = None
-    rank = _env_int(env, _RANK, 0)
+    rank = _env_int(env, RANK_VARS, 0)
     hb = Heartbeat(
         rd,
         attempt=attempt_id(env),
         rank=rank,
         host=host or host_name(env),
-        local_rank=_env_int(env, _LOCAL_RANK, 0),
+        local_rank=_env_int(env, LOCAL_RANK_VARS, 0),
         local_size=_env_int(env, _LOCAL_SIZE, 1),
         interval_s=interval,
         tick_s=tick_s or _env_float(env, "AGPT_HEARTBEAT_TICK_S", 0.0) or None,

@@ -12,7 +12,7 @@ What lives here (docs/contract.md describes the same, for users):
 - the hostfile parser and the host-name rule: names enter only as `[A-Za-z0-9._-]` (or an IP address), so a host
   name is never shell text;
 - the progress regex, the failure classes, the verdicts and their exit codes, the walltime margin, the spare-host
-  formula, the launchers' rank variables;
+  formula and its fallback, the launchers' rank variables (one table);
 - the bounds on durations read from flags, settings or records.
 """
 
@@ -108,17 +108,50 @@ VERDICT_EXIT: dict[str, int] = {
 }
 FAILOVER_VERDICTS = ("done", "failed", "stuck", "repeat", "resubmit")
 
-# (rank, world size) variables per launcher, in order of preference (torchrun first: it may run inside srun).
-# The trainer (train/dist.py) reads rank and size from the first row present; `agpt yeet` (yeet/mpi.py) takes any
+
+class Launcher:
+    """The variables one launcher exports for this process: rank, world size, rank on the node, ranks on it."""
+
+    __slots__ = ("local_rank", "local_size", "name", "rank", "size")
+
+    def __init__(self, name: str, rank: str, size: str, local_rank: str, local_size: str = "") -> None:
+        self.name, self.rank, self.size = name, rank, size
+        self.local_rank, self.local_size = local_rank, local_size  # local_size "": the launcher exports none
+
+
+# The launchers, in order of preference (torchrun first: it may run inside srun).  The one table: the trainer
+# (train/dist.py) reads rank and size from the first row present and the local variables in this order; the
+# heartbeats (heartbeat.py) and the data tools (data/dist.py) read the same; `agpt yeet` (yeet/mpi.py) takes any
 # row but torchrun's as "an MPI launcher or srun started this process".
-LAUNCHERS: tuple[tuple[str, str], ...] = (
-    ("RANK", "WORLD_SIZE"),  # torchrun
-    ("PALS_RANKID", "PALS_SIZE"),  # HPE PALS (PBS mpiexec) ...
-    ("PALS_RANKID", "PMI_SIZE"),  # ... which leaves the size to Cray PMI
-    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),  # Open MPI
-    ("PMI_RANK", "PMI_SIZE"),  # MPICH hydra, Cray PMI
-    ("SLURM_PROCID", "SLURM_NTASKS"),  # srun
+# fmt: off
+LAUNCHERS: tuple[Launcher, ...] = (
+    Launcher("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"),
+    Launcher("pals", "PALS_RANKID", "PALS_SIZE", "PALS_LOCAL_RANKID", "PALS_LOCAL_SIZE"),  # HPE PALS (PBS) ...
+    Launcher("pals", "PALS_RANKID", "PMI_SIZE", "PALS_LOCAL_RANKID", "PALS_LOCAL_SIZE"),  # ... size by Cray PMI
+    Launcher("openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+             "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"),
+    Launcher("hydra", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"),  # MPICH's hydra
+    Launcher("cray-pmi", "PMI_RANK", "PMI_SIZE", "PMI_LOCAL_RANK", "PMI_LOCAL_SIZE"),
+    Launcher("srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),  # srun: no local size of its own
 )
+# fmt: on
+RANK_SIZE_VARS: tuple[tuple[str, str], ...] = tuple(dict.fromkeys((x.rank, x.size) for x in LAUNCHERS))
+RANK_VARS: tuple[str, ...] = tuple(dict.fromkeys(x.rank for x in LAUNCHERS))
+LOCAL_RANK_VARS: tuple[str, ...] = tuple(dict.fromkeys(x.local_rank for x in LAUNCHERS))
+LOCAL_SIZE_VARS: tuple[str, ...] = tuple(dict.fromkeys(x.local_size for x in LAUNCHERS if x.local_size))
+# PMIx (Open MPI 5, `srun --mpi=pmix`) exports a rank and no size: MPI code asks MPI for the size.
+PMIX_RANK = "PMIX_RANK"
+_MPI = tuple(
+    x for x in LAUNCHERS if x.name not in ("torchrun", "srun")
+)  # MPI launchers: not torchrun, not srun
+MPI_RANK_VARS: tuple[str, ...] = (*dict.fromkeys(x.rank for x in _MPI), PMIX_RANK)
+# Any of these says an MPI launcher started this process (so MPI may be initialised).
+MPI_VARS: tuple[str, ...] = (
+    *dict.fromkeys(v for x in _MPI for v in (x.rank, x.size, x.local_rank)),
+    PMIX_RANK,
+)
+# The tasks per node a Slurm job asked for: an estimate of the ranks on this node where nothing better is set.
+SLURM_TASKS_PER_NODE = "SLURM_NTASKS_PER_NODE"
 
 # The longest duration any flag, setting or record may hold: a year.  Larger values (1e400 is inf) would overflow
 # the clocks and sleeps they feed.

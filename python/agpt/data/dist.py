@@ -12,9 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-T = TypeVar("T")
+from agpt.rundir import LOCAL_SIZE_VARS, MPI_RANK_VARS, MPI_VARS, SLURM_TASKS_PER_NODE
 
-_LAUNCH_VARS = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PALS_RANKID", "MPI_LOCALRANKID")
+T = TypeVar("T")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -58,18 +58,14 @@ class Comm:
         return None
 
 
-_RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PALS_RANKID")
-_LOCAL_SIZE_VARS = (
-    "MPI_LOCALNRANKS",
-    "OMPI_COMM_WORLD_LOCAL_SIZE",
-    "PALS_LOCAL_SIZE",
-    "SLURM_NTASKS_PER_NODE",
-)
+# The launchers' variables: one table (agpt.rundir.LAUNCHERS).  A Slurm job's tasks per node count when nothing
+# else says how many ranks share this node.
+_LOCAL_SIZE_VARS = (*LOCAL_SIZE_VARS, SLURM_TASKS_PER_NODE)
 
 
 def launcher_rank() -> int:
     """This process' rank as the launcher told it (0 when not under MPI), without initializing MPI."""
-    for v in _RANK_VARS:
+    for v in MPI_RANK_VARS:
         value = os.environ.get(v, "")
         if value.isdigit():
             return int(value)
@@ -86,7 +82,7 @@ def local_ranks() -> int:
 
 
 def under_mpi() -> bool:
-    return any(v in os.environ for v in _LAUNCH_VARS)
+    return any(v in os.environ for v in MPI_VARS)
 
 
 def world() -> Comm:

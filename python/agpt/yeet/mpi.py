@@ -28,14 +28,14 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from agpt.errors import AgptError, BadInput
-from agpt.rundir import LAUNCHERS
+from agpt.rundir import LAUNCHERS, MPI_RANK_VARS
 from agpt.yeet.extract import check_dest
 from agpt.yeet.node import NodeResult, Receiver, TreeCopier
 from agpt.yeet.pack import resolve_source
 from agpt.yeet.report import failed_hosts, needed, node_name, render_dest, report_lines, spell
 
-# The launchers' rank variables (agpt.rundir.LAUNCHERS, torchrun's left out: it is no MPI launcher), and PMIx's.
-MPI_RANK_VARS = (*dict.fromkeys(r for r, _ in LAUNCHERS if r != "RANK"), "PMIX_RANK")
+# The launchers' rank variables but torchrun's (it is no MPI launcher): the MPI launchers' and srun's.
+LAUNCHER_RANK_VARS = (*MPI_RANK_VARS, *(x.rank for x in LAUNCHERS if x.name == "srun"))
 PROGRESS_EVERY_S = 5.0
 POLL_S = 0.0005
 
@@ -56,7 +56,7 @@ def under_launcher(env: dict[str, str] | None = None) -> bool:
     if e.get("SLURM_STEP_ID") == "batch":  # a batch script itself, not a job step
         return False
     # SLURM_PROCID without a step id: a batch script itself, not a job step.
-    return any(v in e and (v != "SLURM_PROCID" or "SLURM_STEP_ID" in e) for v in MPI_RANK_VARS)
+    return any(v in e and (v != "SLURM_PROCID" or "SLURM_STEP_ID" in e) for v in LAUNCHER_RANK_VARS)
 
 
 def _faults(rank: int) -> dict[int, str]:
