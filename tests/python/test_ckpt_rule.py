@@ -130,3 +130,18 @@ def test_the_simulator_writes_markers_the_rule_reads(tmp_path: Path) -> None:
     done = ckptdir.complete(tmp_path / "run" / "ckpt")
     assert done and done[-1].step == res.steps and len(done) <= m.train.checkpoint_keep
     assert all(not d.unreadable and d.time is not None for d in done)
+
+
+def test_ckpt_info_names_a_marker_that_says_another_step(tmp_path: Path) -> None:
+    """`agpt ckpt info` used to call a copy complete; its marker is a problem now, as it is to resume."""
+    from agpt.ckpt.info import marker_problems
+
+    run = tmp_path / "run"
+    copy = saved(run, 30, names=20)
+    assert marker_problems(ckptdir.read_step_dir(copy)) == [
+        f"{copy}/.complete: says step 20, the directory is step-30"
+    ]
+    assert marker_problems(ckptdir.read_step_dir(saved(run, 20))) == []
+    assert marker_problems(ckptdir.read_step_dir(marker(run, 40, "{"))) == [
+        f"{run}/ckpt/step-40/.complete: unreadable"
+    ]
