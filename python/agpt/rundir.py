@@ -408,6 +408,12 @@ def read_hostfile(path: Path, *, missing_ok: bool = False) -> list[str]:
 
 
 # ----------------------------------------------------------------------------------------------- spares
+# The spare formula's inputs when SITE_SPARES_PERCENT / SITE_SPARES_MIN are unset or empty (every checked site
+# profile sets both): lib/jobgen.sh and lib/failover.sh pass them as given and Python falls back to these.
+SPARES_PERCENT = 2.0
+SPARES_MIN = 4
+
+
 def spares_for(active: int, *, percent: float, minimum: int) -> int:
     """Spare hosts for `active` training hosts: ceil(active * percent / 100), raised to `minimum` when the spares
     then take at most a quarter of the allocation (3 * minimum <= active).  Job generation asks for active + this;
@@ -439,14 +445,30 @@ def split_counts(usable: int, *, percent: float, minimum: int) -> tuple[int, int
     return usable - spares, spares
 
 
+def spares_percent(text: str) -> float:
+    """SITE_SPARES_PERCENT as a flag or setting gives it: 0 to 100; '' is SPARES_PERCENT."""
+    if not text.strip():
+        return SPARES_PERCENT
+    try:
+        v = float(text)
+    except ValueError:
+        v = math.nan
+    if not 0 <= v <= 100:  # NaN fails too
+        raise BadInput(f"SITE_SPARES_PERCENT: must be 0 to 100, got {text!r}")
+    return v
+
+
+def spares_min(text: str) -> int:
+    """SITE_SPARES_MIN as a flag or setting gives it: a whole number; '' is SPARES_MIN."""
+    return whole(text, "SITE_SPARES_MIN", maximum=10**7) if text.strip() else SPARES_MIN
+
+
 def _spares_main(argv: list[str]) -> int:
     """`python -m agpt.rundir spares ACTIVE PERCENT MINIMUM`: spares_for, for lib/jobgen.sh."""
     try:
         active = whole(argv[0], "nodes", maximum=10**7)
-        percent = float(argv[1] or 0)
-        minimum = whole(argv[2] or 0, "SITE_SPARES_MIN", maximum=10**7)
-        if not math.isfinite(percent) or not 0 <= percent <= 100:
-            raise BadInput(f"SITE_SPARES_PERCENT: must be 0 to 100, got {argv[1]!r}")
+        percent = spares_percent(argv[1])
+        minimum = spares_min(argv[2])
     except (IndexError, ValueError) as e:
         sys.stderr.write(f"usage: python -m agpt.rundir spares ACTIVE PERCENT MINIMUM ({e})\n")
         return EXIT_USAGE

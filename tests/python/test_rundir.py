@@ -114,15 +114,34 @@ def test_hosts_init_refuses_a_hostile_allocation_with_exit_2(tmp_path: Path) -> 
     assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "pwned").exists()
 
 
-def _jobgen_spares(active: int, percent: int, minimum: int) -> int:
+def _jobgen_spares(active: int, percent: int | None, minimum: int | None) -> int:
+    env = agpt_env({"SITE_SPARES_PERCENT": str(percent), "SITE_SPARES_MIN": str(minimum)})
+    for key, v in (("SITE_SPARES_PERCENT", percent), ("SITE_SPARES_MIN", minimum)):
+        if v is None:
+            del env[key]
     out = subprocess.run(
         ["bash", "-c", f'source "{ROOT}/lib/jobgen.sh"; jobgen_spares {active}'],
         capture_output=True,
         text=True,
         check=True,
-        env=agpt_env({"SITE_SPARES_PERCENT": str(percent), "SITE_SPARES_MIN": str(minimum)}),
+        env=env,
     )
     return int(out.stdout)
+
+
+def test_unset_site_spares_fall_back_to_one_python_default_in_the_job_and_the_loop(tmp_path: Path) -> None:
+    """lib/jobgen.sh fell back to 0% and 0 spares, lib/failover.sh to 2% and 4: both ask agpt.rundir now."""
+    want = rundir.spares_for(256, percent=rundir.SPARES_PERCENT, minimum=rundir.SPARES_MIN)
+    assert want == 6 and _jobgen_spares(256, None, None) == want
+    alloc = tmp_path / "alloc"
+    alloc.write_text("".join(f"n{i}\n" for i in range(256 + want)))
+    script = f'source "{ROOT}/lib/failover.sh"; failover_init'
+    env = agpt_env({"AGPT_RUN_DIR": str(tmp_path / "run"), "FAILOVER_HOSTS_FROM": str(alloc)})
+    for key in ("SITE_SPARES_PERCENT", "SITE_SPARES_MIN", "FAILOVER_SPARES", "FAILOVER_ACTIVE"):
+        env.pop(key, None)
+    r = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert len(hosts.read_hosts(tmp_path / "run/hosts/spare")) == want
 
 
 @pytest.mark.parametrize(

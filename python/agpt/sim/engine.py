@@ -200,12 +200,9 @@ class Sim:
         self.run_dir = workdir / "run"
         self.run_dir.mkdir(parents=True)
         self.pool = logs.host_names(m.machine_nodes, m.launcher)
-        self.spares = (
-            m.spares
-            if m.spares is not None
-            else hostlib.default_spares(m.nodes, percent=2.0, minimum=4)
-            + 0  # FAILOVER_SPARES default: ~2% of the active hosts, at least 4 (lib/failover.sh)
-        )
+        # FAILOVER_SPARES unset: the failover loop's split, with the fallback SITE_SPARES_* of agpt.rundir.
+        fallback = hostlib.default_spares(m.nodes, percent=rundir.SPARES_PERCENT, minimum=rundir.SPARES_MIN)
+        self.spares: int = fallback if m.spares is None else m.spares
         self.t = 0.0
         self.horizon = m.horizon_days * 86400.0
         self.next_fail: dict[str, float] = {}
