@@ -92,6 +92,10 @@ class RunDir:
 # ----------------------------------------------------------------------------------------------- facts
 PROGRESS_RE = r"\bstep[=:] ?[0-9]+"  # FAILOVER_PROGRESS_RE's default: any trainer printing step=N or step: N
 WALLTIME_MARGIN_S = 120.0  # FAILOVER_WALLTIME_MARGIN: a kill this close to the deadline is `walltime`
+# The watchdog settings lib/failover.sh hands `agpt watch` (it states them too; test_contract holds them equal).
+IDLE_TIMEOUT_S = 900.0  # FAILOVER_IDLE_TIMEOUT: this long without a progress line is a hang
+STARTUP_TIMEOUT_S = 1800.0  # FAILOVER_STARTUP_TIMEOUT: ... before the first progress line
+GRACE_S = 30.0  # FAILOVER_GRACE: SIGTERM, then this long, then SIGKILL
 
 CLASSES = ("success", "walltime", "node", "hang", "crash", "system", "app")
 BLIND_CLASSES = ("hang", "crash")  # no host named: a rotating blind swap
