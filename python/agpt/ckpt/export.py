@@ -17,9 +17,10 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from agpt.ckpt import layout, provenance, stfile
+from agpt.ckpt import layout, stfile
 from agpt.digest import file_sha256
 from agpt.errors import BadInput, CheckpointError, DataError
+from agpt.train import provenance
 from agpt.train.config import Config
 
 DTYPES = {"bf16": ("BF16", 2), "fp32": ("F32", 4)}

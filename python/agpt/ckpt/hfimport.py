@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from agpt import ckptdir
-from agpt.ckpt import layout, provenance, stfile
+from agpt.ckpt import layout, stfile
 from agpt.errors import BadInput, CheckpointError, ConfigError
 from agpt.rundir import CKPT
+from agpt.train import provenance
 from agpt.train.config import Config, load_config
 
 ARCH = "LlamaForCausalLM"

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from agpt import ckptdir
-from agpt.ckpt import provenance
 from agpt.digest import file_sha256
 from agpt.errors import BadInput
 from agpt.rundir import CKPT, COMPLETE
+from agpt.train import provenance
 
 
 def _pick(path: Path) -> Path:

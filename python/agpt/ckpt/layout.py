@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from agpt import ckptdir
-from agpt.ckpt import provenance
 from agpt.errors import CheckpointError, ConfigError
+from agpt.train import provenance
 from agpt.train.config import Config, ModelConfig, load_config
 
 _LAYER = {

@@ -40,6 +40,7 @@ from agpt import ckptdir
 from agpt.digest import file_sha256
 from agpt.errors import AgptError, CheckpointError
 from agpt.rundir import COMPLETE
+from agpt.train import provenance
 from agpt.train.config import CheckpointConfig
 
 # Step directories that failed verification in this process: never pruned, never counted as kept.
@@ -178,7 +179,7 @@ class Checkpointer:
         self._staged: dict[str, Any] | None = None
         self.in_flight_step: int | None = None
         self.last_saved_step: int | None = None
-        # What produced the checkpoints (agpt.ckpt.provenance.build); written as meta.json before `.complete`.
+        # What produced the checkpoints (provenance.build); written as meta.json before `.complete`.
         self.meta: dict[str, Any] | None = None
 
     # -- saving ---------------------------------------------------------------------------------
@@ -243,15 +244,13 @@ class Checkpointer:
             dist.all_gather_object(gathered, writer.digests, group=self.group)
             if self.rank == 0:
                 if self.meta is not None:
-                    from agpt.ckpt import provenance
-
                     provenance.write(path, self.meta, step=step, world_size=self.world)
                 digests: dict[str, str] = {}
                 for d in gathered:
                     digests.update(d)
                 digests[".metadata"] = file_sha256(path / ".metadata")
-                if (path / "meta.json").is_file():  # provenance is pinned like the data it describes
-                    digests["meta.json"] = file_sha256(path / "meta.json")
+                if (path / provenance.META).is_file():  # provenance is pinned like the data it describes
+                    digests[provenance.META] = file_sha256(path / provenance.META)
                 _fsync_dir(path)
                 _write_atomic(
                     path / COMPLETE, ckptdir.marker_record(step, world_size=self.world, sha256=digests)
