@@ -358,22 +358,3 @@ def start(
     except OSError as e:
         print(f"agpt: heartbeat off: {e}", flush=True)
         return None
-
-
-def inject_fault(step: int, compute_s: float, env: Mapping[str, str] | None = None) -> None:
-    """Test hook for fault drills, a no-op unless set: AGPT_FAULT_SLEEP_AT=STEP[:HOST] makes the ranks (of HOST)
-    sleep forever, alive, when they reach STEP; AGPT_FAULT_SLOW_HOST=HOST[:FACTOR] stretches HOST's forward passes by
-    FACTOR (default 3).  Call it right after a forward pass with that pass's time."""
-    env = os.environ if env is None else env
-    me = host_name(env)
-    at, _, where = env.get("AGPT_FAULT_SLEEP_AT", "").partition(":")
-    if at.isdigit() and int(at) == step and where in ("", me):
-        print(f"agpt: fault drill: sleeping in the forward pass of step {step} on {me}", flush=True)
-        while True:
-            time.sleep(3600)
-    slow, _, factor = env.get("AGPT_FAULT_SLOW_HOST", "").partition(":")
-    if slow and slow == me:
-        try:
-            time.sleep(max(0.0, (float(factor or 3) - 1) * compute_s))
-        except ValueError:
-            pass

@@ -40,7 +40,7 @@ from agpt import ckptdir
 from agpt.digest import file_sha256
 from agpt.errors import AgptError, CheckpointError
 from agpt.rundir import COMPLETE
-from agpt.train import provenance
+from agpt.train import faults, provenance
 from agpt.train.config import CheckpointConfig
 
 # Step directories that failed verification in this process: never pruned, never counted as kept.
@@ -114,18 +114,6 @@ def _write_atomic(path: Path, text: str) -> None:
     _fsync_dir(path.parent)
 
 
-def _test_delay(step: int) -> float:
-    """AGPT_TEST_CKPT_WRITE_DELAY=SECONDS or STEP:SECONDS[,...]: sleep before writing (tests kill mid-save)."""
-    raw = os.environ.get("AGPT_TEST_CKPT_WRITE_DELAY", "")
-    for item in filter(None, raw.split(",")):
-        key, sep, val = item.partition(":")
-        if not sep:
-            return float(key)
-        if int(key) == step:
-            return float(val)
-    return 0.0
-
-
 class ThrottledWriter(FileSystemWriter):
     """A FileSystemWriter whose ranks write in waves of `max_writers`, a barrier between waves."""
 
@@ -145,7 +133,7 @@ class ThrottledWriter(FileSystemWriter):
         fut: Future[Any] | None = None
         for wave in range(waves):
             if wave == mine:
-                delay = _test_delay(self._step)
+                delay = faults.ckpt_write_delay(self._step)
                 if delay:
                     time.sleep(delay)
                 fut = super().write_data(plan, planner)

@@ -32,9 +32,6 @@ from agpt.train.entry import NonFinite
 
 SKIPS = "skips.json"
 EVENTS = "health.jsonl"
-FAULT_NAN_ENV = "AGPT_FAULT_NAN_AT"
-FAULT_SPIKE_ENV = "AGPT_FAULT_SPIKE_AT"
-SPIKE_FAULT_SCALE = 1000.0  # an injected spike multiplies the step's loss by this
 
 
 class Fault(Exception):
@@ -97,13 +94,8 @@ def merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
-def _env_step(name: str) -> int | None:
-    raw = os.environ.get(name, "").strip()
-    return int(raw) if raw.isdigit() else None
-
-
 class Health:
-    """The skip list, the spike rule, the rollback budget and the fault hooks of one rank."""
+    """The skip list, the spike rule and the rollback budget of one rank."""
 
     def __init__(self, cfg: Any, run_dir: Path | None, rank: int) -> None:
         tc = cfg.train
@@ -122,7 +114,6 @@ class Health:
             rb = saved.get("rollbacks")
             self.rollbacks = [r for r in rb if isinstance(r, dict)] if isinstance(rb, list) else []
         self.skips = merge(skips)
-        self._fired: set[str] = set()
 
     # -- files ----------------------------------------------------------------------------------
     def _skips_path(self) -> Path | None:
@@ -183,22 +174,6 @@ class Health:
         return 1.0
 
     # -- detection --------------------------------------------------------------------------------
-    def inject(self, step: int, value: Any) -> Any:
-        """The fault-injection hooks (tests): NaN or a spike in rank 0's loss at a step, once per run dir."""
-        if self.rank != 0:
-            return value
-        for env, kind in ((FAULT_NAN_ENV, "nan"), (FAULT_SPIKE_ENV, "spike")):
-            if _env_step(env) != step or kind in self._fired:
-                continue
-            marker = None if self.run_dir is None else self.run_dir / f".fault-{kind}-{step}"
-            if marker is not None and marker.exists():
-                continue
-            self._fired.add(kind)
-            if marker is not None:
-                marker.touch()
-            value = value * float("nan") if kind == "nan" else value * SPIKE_FAULT_SCALE
-        return value
-
     def check(self, step: int, loss: float, grad_norm: float) -> None:
         """Raise Fault (rollback) or NonFinite/SpikeStop (stop) when this step must not be applied."""
         if not (math.isfinite(loss) and math.isfinite(grad_norm)):

@@ -58,6 +58,13 @@ class Window:
         self.steps, self.tokens, self.compute_s, self.wait_s = 0, 0, 0.0, 0.0
         self.started = time.perf_counter()
 
+    def add(self, tokens: int, compute_s: float, wait_s: float) -> None:
+        """One more step in the window."""
+        self.steps += 1
+        self.tokens += tokens
+        self.compute_s += compute_s
+        self.wait_s += wait_s
+
 
 class MetricsWriter:
     """Appends the lines on rank 0."""
