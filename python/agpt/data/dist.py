@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from agpt.errors import AgptError
 from agpt.rundir import LOCAL_SIZE_VARS, MPI_RANK_VARS, MPI_VARS, SLURM_TASKS_PER_NODE
 
 T = TypeVar("T")
@@ -44,8 +45,6 @@ class Comm:
         """Every rank learns the lowest rank's error, so all ranks stop together with the same message."""
         if self.mpi is None:
             return error
-        from agpt.errors import AgptError
-
         code = getattr(error, "exit_code", 1)
         errors = self.allgather(None if error is None else (code, str(error)))
         for i, item in enumerate(errors):
@@ -56,6 +55,24 @@ class Comm:
                 remote.exit_code = item[0]
                 return remote
         return None
+
+    def on_every_rank(self, fn: Callable[[], T]) -> T | None:
+        """FN's value on every rank; an AgptError on any rank is raised on all of them (the lowest rank's)."""
+        value: T | None = None
+        err: BaseException | None = None
+        try:
+            value = fn()
+        except AgptError as exc:
+            err = exc
+        err = self.first_error(err)
+        if err is not None:
+            raise err
+        return value
+
+    def on_root(self, fn: Callable[[], T]) -> T:
+        """FN run on rank 0 and its value broadcast; an AgptError there is raised on every rank."""
+        out: T = self.bcast(self.on_every_rank(lambda: fn() if self.rank == 0 else None))
+        return out
 
 
 # The launchers' variables: one table (agpt.rundir.LAUNCHERS).  A Slurm job's tasks per node count when nothing
@@ -100,8 +117,6 @@ def world() -> Comm:
 def root_reports(fn: Callable[[], T]) -> T:
     """Run `fn`; on an AgptError, only rank 0 prints it (every rank exits with its code), so a bad
     input under `mpiexec -n 64` is one line, not 64."""
-    from agpt.errors import AgptError
-
     try:
         return fn()
     except AgptError as exc:
