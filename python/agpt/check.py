@@ -29,9 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from agpt import ckptdir, rundir
+from agpt import ckptdir, rundir, yamlio
 from agpt.errors import BadInput, ConfigError
 from agpt.train import config as tconfig
 
@@ -109,20 +107,6 @@ def site_facts(name: str) -> SiteFacts:
         fs_bw_gbps=_num(prof, "SITE_FS_BW_GBPS", shown),
         profile=shown,
     )
-
-
-def load_yaml(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
-    try:
-        data = yaml.safe_load(text) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: top level must be a mapping of sections")
-    return data
 
 
 def load_trainer_config(path: Path, raw: dict[str, Any], environ: Mapping[str, str]) -> tconfig.Config:
@@ -458,7 +442,7 @@ def check(
 ) -> Report:
     """Run every check; raises BadInput for input that leaves nothing to check (unknown site, no nodes)."""
     cfg_path = Path(config)
-    raw = load_yaml(cfg_path)
+    raw = yamlio.load_sections(cfg_path)
     job = raw.get("job") or {}
     if not isinstance(job, dict):
         raise ConfigError(f"{cfg_path}: 'job' must be a mapping")

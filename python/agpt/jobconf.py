@@ -228,13 +228,6 @@ def load(path: Path) -> JobConf:
         ) from None
     from agpt import yamlio
 
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
-
     # YAML 1.1 reads an unquoted 06:00:00 as the base-60 integer 21600; a walltime must stay a string.
     class _Loader(yamlio.StrictLoader):
         pass
@@ -245,13 +238,7 @@ def load(path: Path) -> JobConf:
         for ch, rs in yaml.SafeLoader.yaml_implicit_resolvers.items()
     }
     _Loader.add_implicit_resolver(int_tag, re.compile(r"^[-+]?(?:0|[1-9][0-9_]*)$"), list("-+0123456789"))
-    try:
-        data = yamlio.load(text, _Loader)  # a SafeLoader subclass: safe
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML ({yamlio.first_line(exc)})") from None
-    except RecursionError:
-        raise ConfigError(f"{path}: not valid YAML (nested too deeply)") from None
-    return parse(path, data)
+    return parse(path, yamlio.load_file(path, _Loader))  # a SafeLoader subclass: safe
 
 
 def _word(w: str) -> str:

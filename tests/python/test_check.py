@@ -219,6 +219,20 @@ def test_the_run_directory_is_checked_writable_and_its_checkpoints_readable(tmp_
     )
 
 
+def test_check_reads_a_config_as_the_trainer_does(tmp_path: Path) -> None:
+    """One reader (agpt.yamlio.load_sections): `agpt check` used PyYAML's own loader, so it passed a config
+    with a repeated key, which the trainer refuses, and a config that is not UTF-8 ended in a traceback."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text((ROOT / "jobs/configs/tiny.yaml").read_text() + "optim:\n  lr: 1.0e-3\n")
+    line = _one_error(run("check", str(cfg), "--site", "generic"))
+    assert f"{cfg}: not valid YAML (duplicate key 'optim' on line" in line
+    cfg.write_bytes(b"optim:\n  lr: 3e-4 # \xe9\n")
+    assert (
+        _one_error(run("check", str(cfg), "--site", "generic"))
+        == f"agpt: error: {cfg}: not UTF-8 text (byte 20)"
+    )
+
+
 def test_tensor_parallel_layout_is_checked_when_the_config_asks_for_it(tmp_path: Path) -> None:
     cfg = yaml.safe_load((ROOT / "jobs/configs/80b.yaml").read_text())
     cfg["parallel"] = {"tp": 4}
