@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import IO, Any, cast
 
 from agpt.errors import AgptError, BadInput
+from agpt.ours import ours_or_empty
 from agpt.yeet import gnutar
 
 INTERPRETER_LINK = re.compile(r"^(bin|Scripts)/(python|pypy)[0-9.]*$")
@@ -97,13 +98,12 @@ def check_dest(dest: Path, src: Path | None = None) -> None:
         raise BadInput(f"--dest {dest}: parent {parent} is not writable")
     if os.path.lexists(dest) and (dest.is_symlink() or not dest.is_dir()):
         raise BadInput(f"--dest {dest}: exists and is not a directory")
-    if os.path.lexists(dest) and not os.path.lexists(dest / MARKER):
+    if os.path.lexists(dest):
         try:
-            with os.scandir(dest) as it:
-                empty = next(it, None) is None
+            ours = ours_or_empty(dest, MARKER)
         except OSError as exc:
             raise BadInput(f"--dest {dest}: cannot read it ({exc.strerror})") from None
-        if not empty:
+        if not ours:
             raise BadInput(
                 f"--dest {dest}: exists, is not empty and was not made by agpt yeet (no {MARKER}); "
                 "it would be deleted: remove it yourself or choose another folder"

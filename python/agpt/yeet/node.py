@@ -86,6 +86,16 @@ class _Staging:
         self.bytes = 0
         self.t0 = time.monotonic()
 
+    def _open(self) -> None:
+        """Open the stage; a failure here is this node's error, not a crash, so the node still takes part in
+        the collective (its peers would wait for it otherwise)."""
+        self.t0 = time.monotonic()
+        try:
+            self.stage.open()
+        except OSError as exc:
+            self.error = f"cannot create {self.stage.tmp}: {exc.strerror}"
+            self.stage.done = True
+
     def write_failed_hosts(self, hosts: list[str]) -> None:
         """Record the hosts that did not get DEST, inside the tree that is about to be committed."""
         if hosts:
@@ -121,14 +131,8 @@ class Receiver(_Staging):
         self._thread = threading.Thread(target=self._extract, name="yeet-extract", daemon=True)
 
     def start(self) -> Receiver:
-        """Open the stage and start extracting; a failure here is this node's error, not a crash, so the
-        node still takes part in the broadcast (its peers would wait for it otherwise)."""
-        self.t0 = time.monotonic()
-        try:
-            self.stage.open()
-        except OSError as exc:
-            self.error = f"cannot create {self.stage.tmp}: {exc.strerror}"
-            self.stage.done = True
+        """Open the stage and start extracting."""
+        self._open()
         self._thread.start()
         return self
 
@@ -217,12 +221,7 @@ class TreeCopier(_Staging):
         self.mode = mode
 
     def start(self) -> TreeCopier:
-        self.t0 = time.monotonic()
-        try:
-            self.stage.open()
-        except OSError as exc:
-            self.error = f"cannot create {self.stage.tmp}: {exc.strerror}"
-            self.stage.done = True
+        self._open()
         return self
 
     def finish(self) -> str:
