@@ -16,7 +16,6 @@ import os
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -42,6 +41,7 @@ from agpt.train import parallel as tpar
 from agpt.train import stages as tstages
 from agpt.train.config import Config
 from agpt.train.entry import NonFinite
+from agpt.train.metrics import StepRecord
 from agpt.train.model import Transformer
 from agpt.train.stop import NO_STOP, Stop, deadline_near
 
@@ -51,21 +51,6 @@ FULL_INIT_MAX_PARAMS = 1_000_000_000  # above this, build on the meta device and
 
 class ModelMismatch(CheckpointError):
     """The checkpoint was written by a different model."""
-
-
-@dataclass(kw_only=True, slots=True)
-class StepRecord:
-    step: int
-    loss: float
-    grad_norm: float
-    lr: float
-    tokens: int
-    seconds: float
-    peak_mem: int
-    compute_s: float = 0.0  # forward, backward, clip, update
-    wait_s: float = 0.0  # reading the batch and waiting for every rank at the step's reduction
-    update: dict[str, float] | None = None  # |Δw|/|w| per parameter group (logged steps)
-    eval: dict[str, Any] | None = None  # held-out loss (eval.interval steps)
 
 
 def format_line(rec: StepRecord, tps: float, stall_ms: float) -> str:
@@ -579,19 +564,9 @@ class Trainer:
                         logs=self.updates.logs,
                     )
             if self.metrics is not None:
+                tokens = self.consumed * self.cfg.train.seq_len
                 self.metrics.write(
-                    self.metrics.record(
-                        step=rec.step,
-                        tokens_consumed=self.consumed * self.cfg.train.seq_len,
-                        loss=rec.loss,
-                        grad_norm=rec.grad_norm,
-                        lr=rec.lr,
-                        peak_mem=rec.peak_mem,
-                        window=self._window,
-                        stall_s=stall_s,
-                    )
-                    | ({"update": rec.update} if rec.update else {})
-                    | (rec.eval or {})
+                    self.metrics.record(rec, tokens_consumed=tokens, window=self._window, stall_s=stall_s)
                 )
         self._window.reset()
 
