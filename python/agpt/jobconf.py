@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from agpt.errors import ConfigError
+from agpt.rundir import LAUNCH_NAMES
 
 # key -> one-line meaning (shown by `agpt jobgen --keys`).
 KEYS: dict[str, str] = {
@@ -42,7 +43,7 @@ KEYS: dict[str, str] = {
     "setup_env": "true: load modules and the venv from the site profile (default true)",
     "env": "extra environment for the job, a mapping KEY: VALUE",
 }
-LAUNCHERS = ("pals", "hydra", "openmpi", "srun")
+LAUNCHERS = LAUNCH_NAMES
 DEFAULT_COMMAND = ["agpt", "train", "--config", "{config}", "--run-dir", "{run_dir}"]
 _WALL = re.compile(r"^(?:(\d+)[-+])?(\d+):(\d{1,2}):(\d{1,2})$")
 

@@ -154,6 +154,8 @@ MPI_VARS: tuple[str, ...] = (
     *dict.fromkeys(v for x in _MPI for v in (x.rank, x.size, x.local_rank)),
     PMIX_RANK,
 )
+# What SITE_LAUNCHER and job.launcher may name: the launchers lib/launch.sh starts (test_rundir holds them equal).
+LAUNCH_NAMES = ("pals", "hydra", "openmpi", "srun")
 # The tasks per node a Slurm job asked for: an estimate of the ranks on this node where nothing better is set.
 SLURM_TASKS_PER_NODE = "SLURM_NTASKS_PER_NODE"
 
