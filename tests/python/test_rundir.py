@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ from agpt.errors import BadInput
 from agpt.failover import hostmatch, hosts, plan
 from agpt.yeet import report as yeet_report
 from conftest import BIN, ROOT, agpt_env
+from failover_util import plan_cli, run_with_attempt
 
 
 def test_an_append_after_a_torn_line_starts_on_a_fresh_line(
@@ -155,6 +157,13 @@ def test_the_job_asks_for_the_spares_the_loop_keeps(active: int, percent: int, m
     assert (len(split.active), len(split.spare)) == (active, spares)
 
 
+def test_the_launcher_names_a_site_may_give_are_the_ones_lib_launch_starts() -> None:
+    text = (ROOT / "lib" / "launch.sh").read_text()
+    arms = re.findall(r"^ {4}([a-z]+)\)$", text, re.M)
+    assert tuple(arms) == rundir.LAUNCH_NAMES
+    assert f"({', '.join(rundir.LAUNCH_NAMES)})" in text  # the refusal names them
+
+
 def test_split_inverts_spares_for_every_size() -> None:
     for pct, mn in ((2, 4), (5, 2), (0, 0), (10, 1)):
         for a in range(1, 1500):
@@ -199,25 +208,12 @@ def test_watch_refuses_a_huge_duration_before_starting_the_child(
     assert not marker.exists()
 
 
-def _plan(run: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "agpt.failover", "plan", "--run-dir", str(run), *args],
-        capture_output=True,
-        text=True,
-        env=agpt_env(),
-        timeout=120,
-    )
+_plan = plan_cli
 
 
 def _run_dir(tmp_path: Path) -> tuple[Path, Path]:
-    run = tmp_path / "run"
-    (run / "hosts").mkdir(parents=True)
-    (run / "hosts/active").write_text("h1\nh2\n")
-    (run / "hosts/spare").write_text("h3\n")
-    log = run / "attempts/j.1.log"
-    log.parent.mkdir()
-    log.write_text("step=1 loss=3\nstep=2 loss=2\n[h2] CUDA error: uncorrectable ECC error encountered\n")
-    return run, log
+    log = "step=1 loss=3\nstep=2 loss=2\n[h2] CUDA error: uncorrectable ECC error encountered\n"
+    return run_with_attempt(tmp_path, ["h1", "h2"], ["h3"], log)
 
 
 def test_plan_classifies_in_process_and_writes_class_json(tmp_path: Path) -> None:
