@@ -15,17 +15,15 @@ import pytest
 
 from agpt.digest import file_sha256
 from agpt.train import checkpoint as ck
-from train_util import copy_ckpt, run_train, step_lines
+from train_util import copy_ckpt, run_train, same_steps, step_lines, trained
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def straight(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    run = tmp_path_factory.mktemp("straight")
-    r = run_train(2, run, "--steps", "20", "--ckpt-interval", "10", "--set", "checkpoint.keep=3")
-    assert r.returncode == 0, r.stdout + r.stderr
-    return run, r.stdout
+    return trained(tmp_path_factory, "straight", 2, "--steps", "20", "--ckpt-interval", "10",
+                   "--set", "checkpoint.keep=3")  # fmt: skip
 
 
 def test_complete_pins_a_digest_of_every_file_and_keeps_its_contract_fields(
@@ -44,8 +42,7 @@ def test_a_same_size_change_falls_back_with_a_warning_naming_the_file(
     straight: tuple[Path, str], tmp_path: Path
 ) -> None:
     src, ref = straight
-    run = tmp_path / "run"
-    copy_ckpt(src, run, 10, 20)
+    run = copy_ckpt(src, tmp_path / "run", 10, 20)
     data = run / "ckpt/step-20/__1_0.distcp"
     blob = bytearray(data.read_bytes())
     blob[len(blob) // 2] ^= 0x01  # one bit in the middle of a tensor: same size, still deserializes
@@ -55,16 +52,14 @@ def test_a_same_size_change_falls_back_with_a_warning_naming_the_file(
     out = r.stdout + r.stderr
     assert "warning:" in out and f"{data}: corrupt checkpoint data (sha256" in out
     assert "resumed from" in out and "step-10 (step 10" in out
-    got, want = step_lines(r.stdout), step_lines(ref)
-    assert [got[s] for s in range(11, 21)] == [want[s] for s in range(11, 21)]
+    same_steps(r.stdout, ref, 11, 20)
 
 
 def test_a_garbage_marker_resumes_from_its_step_and_is_never_pruned(
     straight: tuple[Path, str], tmp_path: Path
 ) -> None:
     src, _ = straight
-    run = tmp_path / "run"
-    copy_ckpt(src, run, 20)
+    run = copy_ckpt(src, tmp_path / "run", 20)
     marker = run / "ckpt/step-20/.complete"
     marker.write_bytes(b"\x00garbage{")
     r = run_train(1, run, "--steps", "30", "--ckpt-interval", "10", "--set", "checkpoint.keep=1")
@@ -84,8 +79,7 @@ def test_a_newest_marker_naming_another_step_is_skipped_by_the_trainer_as_by_eve
     from test_ckpt_rule import resume_steps, with_an_attempt
 
     src, _ = straight
-    run = tmp_path / "run"
-    copy_ckpt(src, run, 10, 20)
+    run = copy_ckpt(src, tmp_path / "run", 10, 20)
     shutil.copytree(run / "ckpt/step-20", run / "ckpt/step-30")
     assert set(resume_steps(with_an_attempt(run)).values()) == {20}
     r = run_train(1, run, "--steps", "21", "--ckpt-interval", "100")
