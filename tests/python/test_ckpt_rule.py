@@ -66,7 +66,7 @@ def resume_steps(run: Path) -> dict[str, int | None]:
     return {
         "trainer": trainer[-1][0] if trainer else None,
         "check": int(said[0]) if said else None,
-        "report": json.loads(report.stdout)["resume_step"],
+        "report": json.loads(report.stdout)["totals"]["resume_step"],
         "report text": int(in_text[0]) if in_text else None,
         "chain": int(chain.stdout),
         "planner": plan.latest_checkpoint(run),

@@ -94,8 +94,7 @@ def test_data_stages_switch_at_until_tokens_and_resume_exactly_after_kill_9(
     tmp_path: Path,
     sp_model: Path,  # noqa: F811
 ) -> None:
-
-    from train_util import kill_9_mid_save, same_steps, training
+    from train_util import kill_9_mid_save, same_steps
 
     code = _blend(tmp_path, sp_model, "code", 64, {"code": CORPORA["code"]}, 0)
     prose = _blend(tmp_path, sp_model, "prose", 64, {"prose": CORPORA["prose"]}, 0)
@@ -110,8 +109,7 @@ def test_data_stages_switch_at_until_tokens_and_resume_exactly_after_kill_9(
 
     run = tmp_path / "run"
     log = tmp_path / "first.log"
-    with training(2, run, *args, log=log) as proc:  # killed past the stage boundary (step 6)
-        kill_9_mid_save(proc, log, saved=run / "ckpt/step-4", at_step=7, ranks=2)
+    kill_9_mid_save(2, run, log, args, saved=4, at_step=7)  # killed past the stage boundary (step 6)
     r = run_train(2, run, *args)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "step-4 (step 4" in r.stdout

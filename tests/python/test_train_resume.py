@@ -58,8 +58,7 @@ def test_kill_9_mid_async_save_then_exact_resume(straight: tuple[Path, str], tmp
     run = tmp_path / "run"
     log = tmp_path / "first.log"
     env = {"AGPT_TEST_CKPT_WRITE_DELAY": "30:120"}
-    with training(2, run, "--steps", "40", "--ckpt-interval", "10", log=log, env=env) as proc:
-        kill_9_mid_save(proc, log, saved=run / "ckpt/step-20", at_step=32, ranks=2)
+    kill_9_mid_save(2, run, log, ["--steps", "40", "--ckpt-interval", "10"], saved=20, at_step=32, env=env)
     assert (run / "ckpt/step-30").is_dir()
     assert not (run / "ckpt/step-30/.complete").exists()
     r = run_train(2, run, "--steps", "40", "--ckpt-interval", "10")

@@ -28,7 +28,6 @@ from train_util import (
     smoke,
     train_env,
     trained,
-    training,
     two_more_steps,
 )
 
@@ -158,8 +157,9 @@ def test_kill_9_mid_async_save_at_tp2_then_exact_resume(tp2: tuple[Path, str], t
     run = tmp_path / "run"
     log = tmp_path / "first.log"
     env = {"AGPT_TEST_CKPT_WRITE_DELAY": "20:120"}
-    with training(4, run, "--steps", "30", "--ckpt-interval", "10", *TP2, log=log, env=env) as proc:
-        kill_9_mid_save(proc, log, saved=run / "ckpt/step-10", at_step=22, ranks=4, timeout=180)
+    kill_9_mid_save(
+        4, run, log, ["--steps", "30", "--ckpt-interval", "10", *TP2], saved=10, at_step=22, env=env
+    )
     assert not (run / "ckpt/step-20/.complete").exists()
     r = run_train(4, run, "--steps", "30", "--ckpt-interval", "10", *TP2)
     assert r.returncode == 0, r.stdout + r.stderr

@@ -71,16 +71,6 @@ def logged(log: Path, step: int):  # type: ignore[no-untyped-def]
     return lambda: f"\nstep={step} " in log.read_text()
 
 
-def kill_9_mid_save(proc: subprocess.Popen[bytes], log: Path, *, saved: Path, at_step: int, ranks: int,
-                    timeout: float = 120) -> None:  # fmt: skip
-    """kill -9 every rank, as a node failure does, once step directory SAVED is complete and step AT_STEP is
-    logged (the next save is then in flight)."""
-    wait_for(lambda: (saved / ".complete").exists(), timeout, f"{saved.name} complete", proc)
-    wait_for(logged(log, at_step), timeout, f"step {at_step} (a save in flight)", proc)
-    assert kill_ranks(proc.pid) == ranks
-    proc.wait(timeout=60)
-
-
 def same_steps(out: str, ref: str, first: int, last: int) -> None:
     """OUT logged exactly steps FIRST..LAST, each with REF's loss and grad norm to the last digit."""
     got, want = step_lines(out), step_lines(ref)
@@ -190,3 +180,22 @@ def two_more_steps(src_run: Path, dst_run: Path, ranks: int, decay_steps: int, r
 
 def ckpt_steps(run_dir: Path) -> list[int]:
     return sorted(int(p.name[5:]) for p in (run_dir / "ckpt").iterdir() if p.name.startswith("step-"))
+
+
+def kill_9_when(ranks: int, run_dir: Path, log: Path, args: tuple[str, ...] | list[str], *waits,  # type: ignore[no-untyped-def]
+                env: dict[str, str] | None = None, timeout: float = 180) -> None:  # fmt: skip
+    """Start `agpt train` on `ranks` ranks (output in `log`), wait for each (predicate, what) in turn, then
+    kill -9 every rank, as a node failure does."""
+    with training(ranks, run_dir, *args, log=log, env=env) as proc:
+        for pred, what in waits:
+            wait_for(pred, timeout, what, proc)
+        assert kill_ranks(proc.pid) == ranks
+        proc.wait(timeout=60)
+
+
+def kill_9_mid_save(ranks: int, run_dir: Path, log: Path, args: tuple[str, ...] | list[str], *, saved: int,
+                    at_step: int, env: dict[str, str] | None = None, timeout: float = 180) -> None:  # fmt: skip
+    """kill_9_when checkpoint SAVED is complete and step AT_STEP is logged (the next save is then in flight)."""
+    done = (lambda: (run_dir / f"ckpt/step-{saved}/.complete").exists(), f"step-{saved} complete")
+    kill_9_when(ranks, run_dir, log, args, done, (logged(log, at_step), f"step {at_step} (a save in flight)"),
+                env=env, timeout=timeout)  # fmt: skip

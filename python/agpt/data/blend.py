@@ -38,13 +38,14 @@ from typing import Any
 
 import numpy as np
 
+from agpt.data import bytecount, mmidx, rng, workdir
 from agpt.data import manifest as mf
-from agpt.data import mmidx, rng, workdir
 from agpt.data.dist import Comm, world
 from agpt.data.greedy import deficit_with_occurrence
 from agpt.data.tokenizer import load as load_tokenizer
 from agpt.digest import file_sha256
 from agpt.errors import AgptError, BadInput, DataError
+from agpt.progress import Progress
 
 WORK = ".work"
 
@@ -368,14 +369,15 @@ def _file_indices(s: BlendSettings, comm: Comm, out: Path, files: list[dict[str,
 
     owner = _assign([int(f["docs"]) * max(1, c) for f, c in zip(files, counts, strict=True)], comm.size)
     epochs_mine: dict[int, int] = {}
-    for f, finfo in enumerate(files):
-        if owner[f] != comm.rank:
-            continue
-        sizes = np.asarray(mmidx.Index(finfo["prefix"]).sizes, dtype=np.int64)
-        res = _file_index(s.seed, f, sizes, counts[f], s.seq_len)
-        for what in ("doc_order", "sample_idx", "shuffle"):
-            _save(_work(out, f, what), res[what])
-        epochs_mine[f] = res["epochs"]
+    mine = [f for f in range(len(files)) if owner[f] == comm.rank]
+    with Progress(len(mine), "blend: per-file indices", unit="files", quiet=s.quiet or comm.rank != 0) as bar:
+        for f in mine:
+            sizes = np.asarray(mmidx.Index(files[f]["prefix"]).sizes, dtype=np.int64)
+            res = _file_index(s.seed, f, sizes, counts[f], s.seq_len)
+            for what in ("doc_order", "sample_idx", "shuffle"):
+                _save(_work(out, f, what), res[what])
+            epochs_mine[f] = res["epochs"]
+            bar.update()
     epochs: dict[int, int] = {}
     for part in comm.allgather(epochs_mine):
         epochs.update(part)
@@ -392,8 +394,10 @@ def _prepare(out: Path, key: str, overwrite: bool) -> str:
         except DataError:
             old = {}
         if old.get("cache_key") == key and mf.first_mismatch(out, old, "idx") is None:
-            return "done"
-        if not overwrite:
+            if all("bytes_per_token" in c for c in old.get("corpora") or [{}]):
+                return "done"
+            # else made before bytes per token were pinned: the same blend is made again, with them
+        elif not overwrite:
             raise BadInput(
                 f"--output {out}: holds another blend (cache key {str(old.get('cache_key'))[:12]}...); "
                 "pass --overwrite or use a new dir"
@@ -448,9 +452,11 @@ def _write_indices(out: Path, files: list[dict[str, Any]], counts: list[int], ep
 
 
 def _corpus_rows(s: BlendSettings, files: list[dict[str, Any]], counts: list[int], epochs: dict[int, int],
-                 picks: Picks) -> list[dict[str, Any]]:  # fmt: skip
-    """Per corpus: the weight asked for and the one the samples give, samples, tokens and epochs."""
+                 picks: Picks, sp: Any) -> list[dict[str, Any]]:  # fmt: skip
+    """Per corpus: the weight asked for and the one the samples give, samples, tokens, epochs and bytes per
+    token (tokenizer SP)."""
     nf = len(files)
+    per_byte = bytecount.count(files, picks.corpora, sp)  # pinned here: bits per byte of the held-out loss
     corpus_rows = []
     for k, c in enumerate(picks.corpora):
         members = [f for f in range(nf) if files[f]["corpus"] == c]
@@ -465,6 +471,7 @@ def _corpus_rows(s: BlendSettings, files: list[dict[str, Any]], counts: list[int
                 "tokens": tokens,
                 "epochs": n_c * s.seq_len / max(tokens, 1),
                 "max_file_epochs": max((epochs[f] for f in members), default=0),
+                "bytes_per_token": per_byte[c],
             }
         )
     return corpus_rows
@@ -484,7 +491,7 @@ def _write(
     """Rank 0: the index files, then the manifest that pins them (written last), then the work folder goes."""
     index = _write_indices(out, files, counts, epochs, picks)
     sp = load_tokenizer(tok[0])
-    corpus_rows = _corpus_rows(s, files, counts, epochs, picks)
+    corpus_rows = _corpus_rows(s, files, counts, epochs, picks, sp)
     manifest = {
         "format": mf.FORMAT,
         "cache_key": key,

@@ -17,7 +17,7 @@ import yaml
 from agpt import rundir
 from agpt.chain import Limits
 from agpt.errors import ConfigError
-from agpt.failover.plan import Settings
+from agpt.failover.policy import Settings
 
 MODELS_DIR = Path(__file__).resolve().parent / "models"
 CLASSES = ("node", "hang", "straggler", "system", "app")

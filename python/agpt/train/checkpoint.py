@@ -36,7 +36,7 @@ from torch.distributed.checkpoint.metadata import Metadata, TensorStorageMetadat
 from torch.distributed.checkpoint.planner import SavePlan, SavePlanner
 from torch.futures import Future
 
-from agpt import ckptdir
+from agpt import ckptdir, rundir
 from agpt.digest import file_sha256
 from agpt.errors import AgptError, CheckpointError
 from agpt.rundir import COMPLETE
@@ -278,7 +278,8 @@ class Checkpointer:
         newest = done[-1].step
         good = [d for d in done if d.path not in SUSPECT and not d.unreadable]
         for d in good[: -self.cfg.keep]:
-            shutil.rmtree(d.path, ignore_errors=True)
+            if not (d.path / rundir.EVAL_HOLD).exists():  # held for an evaluation job (agpt.evals.due)
+                shutil.rmtree(d.path, ignore_errors=True)
         for d in dirs:
             if d.step < newest and d.step != self.in_flight_step and not os.path.lexists(d.marker):
                 shutil.rmtree(d.path, ignore_errors=True)

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from agpt.errors import ConfigError
-from agpt.failover.hostmatch import expand_hostlist, parse_hosts
+from agpt.failover.hostmatch import parse_hosts
+from agpt.hostlist import expand_hostlist
 from agpt.rundir import LOCAL_RANK_VARS, LOCAL_SIZE_VARS, RANK_SIZE_VARS, RANK_VARS
 
 

@@ -5,6 +5,8 @@ The trainer calls each hook where its fault would strike; each is a no-op unless
 
   AGPT_FAULT_NAN_AT=K                    rank 0's loss contribution at step K is NaN (once per run directory)
   AGPT_FAULT_SPIKE_AT=K                  ... 1000 times larger: a loss spike (once per run directory)
+  AGPT_FAULT_EVAL_AT=K                   the in-loop evaluation of step K scores every task 0 and every bits per
+                                         byte 10 times larger: a regression (rank 0, once per run directory)
   AGPT_FAULT_SLEEP_AT=STEP[:HOST]        the ranks (of HOST) sleep forever, alive, in the forward pass of STEP
   AGPT_FAULT_SLOW_HOST=HOST[:FACTOR]     HOST's forward passes take FACTOR (default 3) times as long
   AGPT_TEST_CKPT_WRITE_DELAY=S | STEP:S[,STEP:S...]
@@ -20,10 +22,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from agpt.heartbeat import host_name
+from agpt.heartbeat.writer import host_name
 
 NAN_AT = "AGPT_FAULT_NAN_AT"
 SPIKE_AT = "AGPT_FAULT_SPIKE_AT"
+EVAL_AT = "AGPT_FAULT_EVAL_AT"
 SLEEP_AT = "AGPT_FAULT_SLEEP_AT"
 SLOW_HOST = "AGPT_FAULT_SLOW_HOST"
 CKPT_WRITE_DELAY = "AGPT_TEST_CKPT_WRITE_DELAY"
@@ -44,22 +47,35 @@ class Faults:
         self.env = os.environ if env is None else env
         self._fired: set[str] = set()
 
+    def _fires(self, name: str, kind: str, step: int) -> bool:
+        """Whether the fault KIND of variable NAME strikes at STEP (rank 0): once per run directory (a marker
+        file), so that the rollback which replays the step does not meet it again."""
+        if self.rank != 0 or _env_step(self.env, name) != step or kind in self._fired:
+            return False
+        marker = None if self.run_dir is None else self.run_dir / f".fault-{kind}-{step}"
+        if marker is not None and marker.exists():
+            return False
+        self._fired.add(kind)
+        if marker is not None:
+            marker.touch()
+        return True
+
     def loss(self, step: int, value: Any) -> Any:
-        """VALUE (rank 0's loss contribution at STEP) made NaN or a spike when asked, once per run directory (a
-        marker file), so that the rollback which replays the step does not meet the fault again."""
-        if self.rank != 0:
-            return value
-        for name, kind in ((NAN_AT, "nan"), (SPIKE_AT, "spike")):
-            if _env_step(self.env, name) != step or kind in self._fired:
-                continue
-            marker = None if self.run_dir is None else self.run_dir / f".fault-{kind}-{step}"
-            if marker is not None and marker.exists():
-                continue
-            self._fired.add(kind)
-            if marker is not None:
-                marker.touch()
-            value = value * float("nan") if kind == "nan" else value * SPIKE_SCALE
+        """VALUE (rank 0's loss contribution at STEP), NaN or a spike when asked."""
+        if self._fires(NAN_AT, "nan", step):
+            value = value * float("nan")
+        if self._fires(SPIKE_AT, "spike", step):
+            value = value * SPIKE_SCALE
         return value
+
+    def evaluation(self, step: int, out: dict[str, Any]) -> dict[str, Any]:
+        """The in-loop evaluation OUT of STEP, a regression when asked: every accuracy 0, bits per byte x 10."""
+        if not self._fires(EVAL_AT, "eval", step):
+            return out
+        bad = dict(out)
+        bad["bpb"] = {k: 10 * v for k, v in (out.get("bpb") or {}).items()}
+        bad["tasks"] = {k: {**v, "acc": 0.0, "acc_norm": 0.0} for k, v in (out.get("tasks") or {}).items()}
+        return bad
 
     def forward(self, step: int, compute_s: float) -> None:
         """Right after the forward pass of STEP, which took COMPUTE_S: hang alive, or be the slow host."""

@@ -27,11 +27,12 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+from agpt import rundir
 from agpt.errors import EXIT_REPEAT, ConfigError
 from agpt.train.entry import NonFinite
 
 SKIPS = "skips.json"
-EVENTS = "health.jsonl"
+EVENTS = rundir.HEALTH
 
 
 class Fault(Exception):
@@ -40,7 +41,7 @@ class Fault(Exception):
     def __init__(self, step: int, kind: str, detail: str) -> None:
         super().__init__(detail)
         self.step = step
-        self.kind = kind  # nonfinite_loss, nonfinite_grad, spike
+        self.kind = kind  # nonfinite_loss, nonfinite_grad, spike, eval_regression
         self.detail = detail
 
 

@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from agpt import rundir
 from agpt.train.config import Config, ModelConfig
 
-FILE = "metrics.jsonl"
+FILE = rundir.METRICS
 PEAK_ENV = "SITE_PEAK_TFLOPS"  # the site profile key, exported to the job's environment
 
 
@@ -58,7 +59,7 @@ class StepRecord:
     compute_s: float = 0.0  # forward, backward, clip, update
     wait_s: float = 0.0  # reading the batch and waiting for every rank at the step's reduction
     update: dict[str, float] | None = None  # |Δw|/|w| per parameter group (logged steps)
-    eval: dict[str, Any] | None = None  # held-out loss (eval.interval steps)
+    eval: dict[str, Any] | None = None  # held-out loss, bits per byte, tasks (eval.interval steps)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -91,6 +92,8 @@ class MetricsWriter:
         self.world = world
         self.flops = flops_per_token(cfg.model, cfg.train.seq_len)
         self.peak = peak_tflops()
+        self.target_steps = cfg.train.steps
+        self.target_tokens = cfg.train.steps * cfg.train.global_batch * cfg.train.seq_len
         self._fh: IO[str] | None = None
 
     def record(
@@ -106,6 +109,8 @@ class MetricsWriter:
                 "step": rec.step,
                 "time": round(time.time(), 3),
                 "tokens": tokens_consumed,
+                "target_steps": self.target_steps,
+                "target_tokens": self.target_tokens,
                 "loss": rec.loss,
                 "grad_norm": rec.grad_norm,
                 "lr": rec.lr,

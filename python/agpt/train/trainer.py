@@ -27,9 +27,11 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
-from agpt import ckptdir, heartbeat
+from agpt import ckptdir
 from agpt.errors import AgptError, CheckpointError
-from agpt.failover.heartbeats import StragglerMonitor
+from agpt.heartbeat import writer as heartbeat
+from agpt.heartbeat.straggler import StragglerMonitor
+from agpt.observe import writers as owriters
 from agpt.train import checkpoint as ck
 from agpt.train import ckpt_policy, clock, faults
 from agpt.train import data as tdata
@@ -91,7 +93,8 @@ class Trainer:
             self.source = tdata.make_source(
                 cfg.data.path, cfg.model.vocab_size, tc.seq_len, cfg.data.seed, cfg.data.synthetic
             )
-        self.held = tevaluate.Held(cfg) if cfg.eval.interval else None
+        # Held-out loss and tasks, checked (exit 2 on a bad task file) before anything trains.
+        self.evals = tevaluate.InLoop(cfg, run_dir, self.rank) if cfg.eval.interval else None
         self.model = self._build_model()
         self.optim = self._build_optim()
         self.updates: thealth.UpdateMonitor | None = None
@@ -121,6 +124,7 @@ class Trainer:
             self.metrics = tmetrics.MetricsWriter(run_dir / tmetrics.FILE, cfg, self.world)
         self.clock_marks: dict[str, float] | None = None  # start-up times; the first step writes the clock
         self.hb: heartbeat.Heartbeat | None = None
+        self.observe: owriters.Writers | None = None  # TensorBoard, W&B, metrics.prom (rank 0, from run())
 
     # -- construction -------------------------------------------------------------------------------
     def _build_model(self) -> torch.nn.Module:
@@ -442,10 +446,16 @@ class Trainer:
                 self._after_step(rec)
                 if agreed.ends_run:
                     return self._stop(agreed, emit, rec)
+                if self.evals is not None and self.step % self.cfg.eval.interval == 0:
+                    # Before this step's save: a regression rolls back to a checkpoint from before it.
+                    try:
+                        rec.eval = self._evaluate()
+                    except thealth.Fault as fault:
+                        self._rollback(fault, applied=True)
+                        continue
                 if ckpt_policy.due_by_step(self.step, self.cfg.checkpoint.interval) or agreed.save:
                     self.save(block=False)
                     t_save = time.perf_counter()
-                self._evaluate(rec)
                 if (
                     self.step % self.cfg.train.log_interval == 0
                     or self.step == self.cfg.train.steps
@@ -465,14 +475,21 @@ class Trainer:
         finally:
             if self.hb is not None:
                 self.hb.stop()
+            if self.observe is not None:
+                self.observe.close()
 
     def _begin_run(self) -> None:
-        """Signal handlers, the run directory, heartbeats, and the line a person reads first."""
+        """Signal handlers, the run directory, heartbeats, the observers and evaluations from this step on, and the
+        line a person reads first."""
         for sig in (signal.SIGTERM, signal.SIGUSR1):
             signal.signal(sig, self._on_signal)
         if self.run_dir is not None and self.rank == 0:
             self.run_dir.mkdir(parents=True, exist_ok=True)
         self._start_heartbeat()
+        if self.run_dir is not None and self.rank == 0:  # after the resume: replayed steps replace old ones
+            self.observe = owriters.Writers(self.run_dir, self.cfg.observe, self.cfg.to_dict(), self.step)
+        if self.evals is not None:
+            self.evals.restart(self.step)
         if self.rank == 0:
             print(self.describe(), flush=True)
             if self.step >= self.cfg.train.steps:
@@ -499,15 +516,6 @@ class Trainer:
             print(f"agpt: stopped at step {self.step} on {agreed.reason}, checkpoint saved", flush=True)
         return agreed.exit_code
 
-    def _evaluate(self, rec: StepRecord) -> None:
-        """The held-out loss every eval.interval steps, on the record and in the log."""
-        if self.held is None or self.step % self.cfg.eval.interval:
-            return
-        rec.eval = tevaluate.evaluate(self, self.held)
-        if self.rank == 0:
-            per = ", ".join(f"{k} {v:.6g}" for k, v in rec.eval["eval"].items())
-            print(f"agpt: eval at step {self.step}: held-out {rec.eval['eval_loss']:.9g} ({per})", flush=True)
-
     def _note_stage(self) -> None:
         """An event when the next step's batch reaches another data stage than the last one."""
         if not isinstance(self.source, tstages.Staged):
@@ -523,11 +531,28 @@ class Trainer:
             )
         self._stage = stage
 
-    def _rollback(self, fault: thealth.Fault) -> None:
-        """Reload the newest complete checkpoint in-process and skip the batches since it (health.py)."""
+    def _evaluate(self) -> dict[str, Any]:
+        """The in-loop evaluation (evaluate.InLoop); its regressions are health events, and with
+        eval.on_regression: rollback a Fault on every rank (rank 0 judges, the step's flag tells the rest)."""
+        assert self.evals is not None
+        out, regs = self.evals.run(self)
+        if self.rank == 0:
+            print(tevaluate.line(self.step, out), flush=True)
+        for reg in regs:
+            self.health.event("eval_regression", reg.line(), **reg.fields())
+        flag = torch.tensor(1.0 if regs and self.evals.rollback else 0.0, device=self.device)
+        dist.all_reduce(flag)
+        if float(flag):
+            raise thealth.Fault(self.step, "eval_regression", regs[0].line().removeprefix("event: ") if regs else
+                                f"eval regression at step {self.step}")  # fmt: skip
+        return out
+
+    def _rollback(self, fault: thealth.Fault, *, applied: bool = False) -> None:
+        """Reload the newest complete checkpoint in-process and skip the batches since it (health.py);
+        `applied`: the step that failed was applied (an evaluation after it regressed), its batch skipped too."""
         self.health.begin_rollback(fault)  # TooManyRollbacks (exit 4) past train.max_rollbacks
         batch = self.cfg.train.global_batch
-        fault_batch = self.consumed // batch + 1
+        fault_batch = self.consumed // batch + (0 if applied else 1)
         path = None
         if self.ckpt is not None:
             self.ckpt.wait()
@@ -538,6 +563,10 @@ class Trainer:
         self.health.finish_rollback(
             fault, ckpt_step=self.step, from_batch=self.consumed // batch + 1, to_batch=fault_batch
         )
+        if self.observe is not None:
+            self.observe.rollback(self.step)
+        if self.evals is not None:
+            self.evals.restart(self.step)
         self._window.reset()
 
     def _log(self, emit: Callable[[str], None], rec: StepRecord) -> None:
@@ -565,9 +594,12 @@ class Trainer:
                     )
             if self.metrics is not None:
                 tokens = self.consumed * self.cfg.train.seq_len
-                self.metrics.write(
-                    self.metrics.record(rec, tokens_consumed=tokens, window=self._window, stall_s=stall_s)
+                record = self.metrics.record(
+                    rec, tokens_consumed=tokens, window=self._window, stall_s=stall_s
                 )
+                self.metrics.write(record)
+                if self.observe is not None:
+                    self.observe.log(record)
         self._window.reset()
 
 

@@ -37,7 +37,6 @@ from agpt.yeet.report import failed_hosts, needed, node_name, render_dest, repor
 
 # The launchers' rank variables but torchrun's (it is no MPI launcher): the MPI launchers' and srun's.
 LAUNCHER_RANK_VARS = (*MPI_RANK_VARS, *(x.rank for x in LAUNCHERS if x.name == "srun"))
-PROGRESS_EVERY_S = 5.0
 POLL_S = 0.0005
 
 
@@ -128,7 +127,7 @@ def _run(job: Broadcast, emit: Callable[[str], None]) -> int:
     worker: Receiver | TreeCopier
     total = 0
     if job.mode == "tar":
-        worker, total = _broadcast_tar(comm, job, my_dest, emit, t_start, crowded)
+        worker, total = _broadcast_tar(comm, job, my_dest, emit, crowded)
     else:
         if rank == 0:
             emit(f"yeet: {job.mode} of {job.src} to {size} ranks, file by file")
@@ -185,7 +184,7 @@ def _check_dests(comm: Any, job: Broadcast) -> tuple[str, Path, bool]:
     return name, my_dest, len({phys for phys, _n, _e in info}) < size
 
 
-def _broadcast_tar(comm: Any, job: Broadcast, my_dest: Path, emit: Callable[[str], None], t_start: float,
+def _broadcast_tar(comm: Any, job: Broadcast, my_dest: Path, emit: Callable[[str], None],
                    crowded: bool) -> tuple[Receiver, int]:  # fmt: skip
     """Rank 0 packs (or finds) the tarball and broadcasts it in chunks; every rank extracts what arrives."""
     rank, size = comm.Get_rank(), comm.Get_size()
@@ -206,7 +205,7 @@ def _broadcast_tar(comm: Any, job: Broadcast, my_dest: Path, emit: Callable[[str
         emit(f"yeet: broadcasting {header['path']} bytes={total} to {size} ranks chunk={job.chunk}")
     rx = Receiver(dest=my_dest, compression=header["compression"], sha256=header["sha256"], size=total,
                   check=job.check, members=int(header["members"])).start()  # fmt: skip
-    _pump(comm, rank, rx, Path(header["path"]), total, job.chunk, emit, t_start, crowded)
+    _pump(comm, rank, rx, Path(header["path"]), total, job.chunk, crowded)
     return rx, total
 
 
@@ -277,8 +276,6 @@ def _pump(
     path: Path,
     total: int,
     chunk: int,
-    emit: Callable[[str], None],
-    t0: float,
     crowded: bool = False,
 ) -> None:
     """Broadcast every chunk; each rank hands each one to its extractor and goes on to the next.
@@ -296,9 +293,11 @@ def _pump(
     filled: queue.Queue[Any] = queue.Queue()
     if rank == 0:
         threading.Thread(target=_reader, args=(path, total, chunk, free, filled), daemon=True).start()
+    from agpt.progress import Progress
+
     faults = _faults(rank)
     read_error = ""
-    last = time.monotonic()
+    bar = Progress(total, "yeet: broadcast and extract", unit="B", scale=True, quiet=rank != 0)
     for i in range(nchunks):
         n = min(chunk, total - i * chunk)
         if rank == 0:
@@ -319,10 +318,7 @@ def _pump(
         if i in faults:
             _inject(faults[i], rank, i, view)
         rx.feed(view, lambda b=buf: free.put(b))  # type: ignore[misc]
-        if rank == 0 and (time.monotonic() - last >= PROGRESS_EVERY_S or i == nchunks - 1):
-            last = time.monotonic()
-            sent = min(total, (i + 1) * chunk)
-            rate = sent / max(1e-9, last - t0) / 1e6
-            emit(f"yeet: sent {sent}/{total} bytes chunks={i + 1}/{nchunks} MB/s={rate:.1f}")
+        bar.update(n)
+    bar.close()
     if read_error:
         rx.error = rx.error or f"reading the tarball failed: {read_error}"
