@@ -20,6 +20,7 @@ from typing import Any
 
 from agpt import numeric, shellword
 from agpt.errors import BadInput, ConfigError
+from agpt.rundir import LAUNCH_NAMES
 
 # key -> one-line meaning (shown by `agpt jobgen --keys`).
 KEYS: dict[str, str] = {
@@ -43,7 +44,7 @@ KEYS: dict[str, str] = {
     "setup_env": "true: load modules and the venv from the site profile (default true)",
     "env": "extra environment for the job, a mapping KEY: VALUE",
 }
-LAUNCHERS = ("pals", "hydra", "openmpi", "srun")
+LAUNCHERS = LAUNCH_NAMES
 DEFAULT_COMMAND = ["agpt", "train", "--config", "{config}", "--run-dir", "{run_dir}"]
 _WALL = re.compile(r"^(?:(\d+)[-+])?(\d+):(\d{1,2}):(\d{1,2})$")
 
@@ -242,7 +243,7 @@ def load(path: Path) -> JobConf:
         for ch, rs in yaml.SafeLoader.yaml_implicit_resolvers.items()
     }
     _Loader.add_implicit_resolver(int_tag, re.compile(r"^[-+]?(?:0|[1-9][0-9_]*)$"), list("-+0123456789"))
-    return parse(path, yamlio.read_file(path, _Loader))  # a SafeLoader subclass: safe
+    return parse(path, yamlio.load_file(path, _Loader))  # a SafeLoader subclass: safe
 
 
 _LOOP_WORDS = ("{hostfile}", "{hosts}", "{nhosts}")  # the failover loop replaces these in its command's words

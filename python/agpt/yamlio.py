@@ -6,6 +6,7 @@ silently winning); PyYAML keeps the last one without a word, so this loader stop
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -45,20 +46,9 @@ def load(text: str, loader: type[yaml.SafeLoader] = StrictLoader) -> Any:
     return yaml.load(text, Loader=loader)  # a SafeLoader subclass: builds no objects
 
 
-def first_line(exc: yaml.YAMLError) -> str:
-    """PyYAML's message on one line: the problem and where it is."""
-    problem = getattr(exc, "problem", None)
-    mark = getattr(exc, "problem_mark", None)
-    if problem:
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
-        return f"{problem}{where}"
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__
-
-
-def read_file(path: Path, loader: type[yaml.SafeLoader] = StrictLoader) -> Any:
-    """A YAML config file, the one way every tool reads one (train, check, jobgen): unreadable, not UTF-8, not
-    YAML, or nested too deeply for the parser is a ConfigError naming PATH, never a traceback."""
+def load_file(path: Path, loader: type[yaml.SafeLoader] = StrictLoader) -> Any:
+    """A YAML file parsed with LOADER; a file that cannot be read, is not UTF-8 or is not YAML raises
+    ConfigError naming it, on one line."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -71,3 +61,22 @@ def read_file(path: Path, loader: type[yaml.SafeLoader] = StrictLoader) -> Any:
         raise ConfigError(f"{path}: not valid YAML ({first_line(exc)})") from None
     except RecursionError:
         raise ConfigError(f"{path}: not valid YAML (nested too deeply)") from None
+
+
+def load_sections(path: Path) -> dict[str, Any]:
+    """A config file: a mapping of sections (an empty file is none)."""
+    data = load_file(path) or {}
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{path}: top level must be a mapping of sections")
+    return dict(data)
+
+
+def first_line(exc: yaml.YAMLError) -> str:
+    """PyYAML's message on one line: the problem and where it is."""
+    problem = getattr(exc, "problem", None)
+    mark = getattr(exc, "problem_mark", None)
+    if problem:
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        return f"{problem}{where}"
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__

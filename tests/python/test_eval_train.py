@@ -180,7 +180,7 @@ def test_kill_9_and_resume_leaves_each_steps_evaluation_once(demo: Path, tmp_pat
 def test_regression_alarm_warns_or_rolls_back_like_a_spike(demo: Path, tmp_path: Path) -> None:
     args = ["--steps", "8", "--ckpt-interval", "2", *_eval_args(demo, "--set", "eval.interval=2",
             "--set", "eval.task_items=30", "--set", "eval.regression_acc=0.2", "--set", "eval.regression_bpb=0.5")]  # fmt: skip
-    fault = {"AGPT_FAULT_EVAL_AT": "6"}  # the evaluation of step 6 scores 0 and bpb x 10 (train/health.py)
+    fault = {"AGPT_FAULT_EVAL_AT": "6"}  # the evaluation of step 6 scores 0 and bpb x 10 (train/faults.py)
     warn = tmp_path / "warn"
     r = run_train(1, warn, *args, env=fault)
     assert r.returncode == 0, r.stdout + r.stderr

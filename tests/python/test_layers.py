@@ -36,8 +36,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("job chain and sites", ("agpt.chain", "agpt.site")),
     ("subsystems", ("agpt.failover", "agpt.watch", "agpt.yeet", "agpt.data", "agpt.observe", "agpt.evals")),
     ("heartbeats", ("agpt.heartbeat",)),
-    ("run directory and shared formats", ("agpt.rundir", "agpt.goodput", "agpt.hostlist", "agpt.jobconf", "agpt.yamlio",
-                                          "agpt.progress", "agpt.evals.records", "agpt.evals.alarm", "agpt.evals.due")),
+    ("run directory and shared formats", ("agpt.rundir", "agpt.ckptdir", "agpt.digest", "agpt.ours", "agpt.goodput",
+                                          "agpt.hostlist", "agpt.jobconf", "agpt.yamlio", "agpt.progress",
+                                          "agpt.evals.records", "agpt.evals.alarm", "agpt.evals.due")),
     ("base", ("agpt.errors", "agpt.numeric", "agpt.shellword", "agpt.proc", "agpt")),
 ]  # fmt: skip
 
@@ -55,10 +56,7 @@ RECOVERY_ROOTS = (
 )
 
 # Arrows that point up today and are being moved (each names where its target goes); none may be added.
-PENDING: dict[tuple[str, str], str] = {
-    ("agpt.train.checkpoint", "agpt.ckpt.provenance"): "provenance moves into agpt/train/ (issue 28)",
-    ("agpt.train.run", "agpt.ckpt.provenance"): "provenance moves into agpt/train/ (issue 28)",
-}
+PENDING: dict[tuple[str, str], str] = {}
 
 
 def module_name(path: Path) -> str:

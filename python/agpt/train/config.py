@@ -544,13 +544,9 @@ def load_config(
     """Build a validated Config: defaults < YAML < AGPT_* env < `--set` < shorthand flags."""
     cfg = Config()
     if path is not None:
-        p = Path(path)
         from agpt import yamlio
 
-        data = yamlio.read_file(p) or {}
-        if not isinstance(data, Mapping):
-            raise ConfigError(f"{p}: top level must be a mapping of sections")
-        _apply(cfg, data, str(p))
+        _apply(cfg, yamlio.load_sections(Path(path)), str(path))
     _apply(cfg, env_overrides(os.environ if environ is None else environ), "environment")
     for item in overrides:
         key, value = parse_set(item)
