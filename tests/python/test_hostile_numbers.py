@@ -156,3 +156,11 @@ def test_plan_now_empty_is_refused_not_a_traceback(tmp_path: Path) -> None:
         timeout=60,
     )
     refused(r, "--now")
+
+
+@pytest.mark.parametrize("value", ["nan", "soon", "-5", "1e400"])
+def test_the_trainer_refuses_a_bad_deadline_instead_of_ignoring_it(tmp_path: Path, value: str) -> None:
+    """AGPT_DEADLINE_EPOCH=nan was read as no deadline: the job then ran into its walltime unsaved."""
+    r = agpt("train", "--config", str(ROOT / "jobs/configs/tiny.yaml"), "--run-dir", str(tmp_path / "run"),
+             env={"AGPT_DEADLINE_EPOCH": value})  # fmt: skip
+    refused(r, "AGPT_DEADLINE_EPOCH")

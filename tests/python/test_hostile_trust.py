@@ -12,6 +12,11 @@ import pytest
 
 from agpt.errors import BadInput
 from agpt.heartbeat import writer as heartbeat
+from ckpt_util import STEPS, blend, data_sets, trained
+from data_util import run_agpt, sp_model
+from train_util import run_train
+
+__all__ = ["blend", "sp_model", "trained"]
 
 
 def test_a_symlink_planted_where_the_heartbeat_folder_goes_is_never_followed(
@@ -48,3 +53,55 @@ def test_a_bad_heartbeat_interval_is_refused_naming_it(tmp_path: Path, value: st
     env = {"AGPT_RUN_DIR": str(tmp_path / "run"), "AGPT_HEARTBEAT_INTERVAL_S": value}
     with pytest.raises(BadInput, match="AGPT_HEARTBEAT_INTERVAL_S"):
         heartbeat.start(env=env, local_dir=str(tmp_path / "shm"))
+
+
+# --- checkpoints: verified before anything in them is unpickled ------------------------------------------------
+class _Planted:
+    """A pickle that runs a command when it is loaded: what a planted `.metadata` would hold."""
+
+    def __init__(self, cmd: str) -> None:
+        self.cmd = cmd
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return (os.system, (self.cmd,))
+
+
+def planted_step(trained: Path, tmp: Path) -> tuple[Path, Path]:
+    """A copy of TRAINED's checkpoint whose `.metadata` is a planted pickle (`.complete` left as it was, so
+    its digest no longer matches), and the canary the pickle would create."""
+    import pickle
+    import shutil
+
+    step = tmp / "run" / "ckpt" / f"step-{STEPS}"
+    shutil.copytree(trained / "ckpt" / f"step-{STEPS}", step)
+    canary = tmp / "PWNED"
+    (step / ".metadata").write_bytes(pickle.dumps(_Planted(f"touch {canary}")))
+    return step, canary
+
+
+def test_ckpt_info_never_unpickles_metadata_that_does_not_match_its_digest(
+    trained: Path, tmp_path: Path
+) -> None:
+    step, canary = planted_step(trained, tmp_path)
+    r = run_agpt("ckpt", "info", str(step))
+    assert not canary.exists(), "ckpt info unpickled a .metadata whose digest did not match"
+    assert r.returncode == 1 and f"{step}/.metadata: corrupt checkpoint data (sha256" in r.stdout + r.stderr
+
+
+def test_ckpt_export_never_unpickles_metadata_that_does_not_match_its_digest(
+    trained: Path, tmp_path: Path
+) -> None:
+    step, canary = planted_step(trained, tmp_path)
+    r = run_agpt("ckpt", "export", str(step), str(tmp_path / "hf"))
+    assert not canary.exists(), "ckpt export unpickled a .metadata whose digest did not match"
+    assert r.returncode == 2 and f"{step}/.metadata: corrupt checkpoint data" in r.stderr, r.stderr
+    assert not (tmp_path / "hf").exists()
+
+
+def test_resume_never_unpickles_metadata_that_does_not_match_its_digest(
+    trained: Path, blend: Path, tmp_path: Path
+) -> None:
+    step, canary = planted_step(trained, tmp_path)
+    r = run_train(1, tmp_path / "run", "--steps", str(STEPS + 1), *data_sets(blend))
+    assert not canary.exists(), "resume unpickled a .metadata whose digest did not match"
+    assert f"{step}/.metadata: corrupt checkpoint data" in r.stdout + r.stderr

@@ -13,7 +13,7 @@ from agpt.cli import params
 @click.option("--steps", type=params.count(0), default=None, help="Train to this step (train.steps).")
 @click.option(
     "--ckpt-interval",
-    type=params.count(1),
+    type=params.count(0),
     default=None,
     help="Steps between checkpoints (checkpoint.interval).",
 )
