@@ -246,3 +246,17 @@ def test_the_embedded_toolkit_path_stays_that_path(tmp_path: Path) -> None:
         text=True,
     )
     assert out.stdout == str(home)
+
+
+@pytest.mark.parametrize("var", ["AGPT_DEMO_STEPS", "AGPT_DEMO_TIMEOUT"])
+def test_the_demo_never_evaluates_its_settings_in_arithmetic(tmp_path: Path, var: str) -> None:
+    r = subprocess.run(
+        [str(ROOT / "bin" / "agpt"), "demo"],
+        capture_output=True,
+        text=True,
+        env=agpt_env({var: f"PWD[$({canary_cmd(tmp_path)})]"}),
+        cwd=tmp_path,
+        timeout=60,
+    )
+    one_line_2(r, var)
+    assert not (tmp_path / "PWNED").exists()
