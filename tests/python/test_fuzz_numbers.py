@@ -185,6 +185,7 @@ def env_cases(tmp: Path) -> dict[str, Callable[[], Any]]:
     from agpt.failover import classify
     from agpt.heartbeat import writer
     from agpt.heartbeat.straggler import StragglerMonitor
+    from agpt.train import metrics
 
     (tmp / "log").write_text("boom\n")
 
@@ -202,8 +203,24 @@ def env_cases(tmp: Path) -> dict[str, Callable[[], Any]]:
         "AGPT_HEARTBEAT_DUMP_S": heartbeat,
         "AGPT_HEARTBEAT_TICK_S": heartbeat,
         "AGPT_PROGRESS_SECONDS": progress._every,
+        "SITE_PEAK_TFLOPS": metrics.peak_tflops,
+        **{n: (lambda n=n: yeet_field(n)) for n in YEET_FIELDS},
         **loop,
     }
+
+
+# yeet's settings from the environment: name -> the YeetSettings field whose default reads it
+YEET_FIELDS = {"AGPT_YEET_CHUNK_MB": "chunk_mb", "AGPT_YEET_TIMEOUT_S": "timeout_s",
+               "AGPT_YEET_RETRIES": "retries", "AGPT_YEET_FANOUT": "fanout"}  # fmt: skip
+
+
+def yeet_field(name: str) -> Any:
+    import dataclasses
+
+    from agpt.yeet.settings import YeetSettings
+
+    f = next(f for f in dataclasses.fields(YeetSettings) if f.name == YEET_FIELDS[name])
+    return f.default_factory()  # type: ignore[misc]
 
 
 # lib/failover.sh's settings, checked by `python -m agpt.numeric` before the first attempt (_failover_check_settings)
