@@ -164,3 +164,13 @@ def test_the_trainer_refuses_a_bad_deadline_instead_of_ignoring_it(tmp_path: Pat
     r = agpt("train", "--config", str(ROOT / "jobs/configs/tiny.yaml"), "--run-dir", str(tmp_path / "run"),
              env={"AGPT_DEADLINE_EPOCH": value})  # fmt: skip
     refused(r, "AGPT_DEADLINE_EPOCH")
+
+
+@pytest.mark.parametrize(("key", "value"), [("horizon_days", "1.0e9"), ("nodes", "100000000000000000000")])
+def test_a_fault_model_sized_beyond_its_bound_is_refused_not_simulated_forever(
+    tmp_path: Path, key: str, value: str
+) -> None:
+    src = (ROOT / "python/agpt/sim/models/aurora-20b.yaml").read_text().splitlines()
+    model = tmp_path / "m.yaml"
+    model.write_text("\n".join(f"{key}: {value}" if x.startswith(f"{key}:") else x for x in src) + "\n")
+    refused(agpt("sim", "run", "--model", str(model)), key)
