@@ -146,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.host:
         print("agpt preflight: HOST is required (or --rank)", file=sys.stderr)
         return 2
+    proc.end_all_on_signals()  # killed during the check: the launch's group ends too, the temporary host file goes
     return host_check(args.host, timeout=args.timeout)
 
 

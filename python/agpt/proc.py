@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
+import threading
 import time
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: the recovery path imports this module and starts fast
@@ -16,6 +18,8 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
 GRACE_S = 5.0  # SIGTERM to the group, then this long, then SIGKILL
+_LIVE: set[int] = set()  # process groups run_group has started and not yet ended
+_LOCK = threading.RLock()  # re-entrant: the signal handler may run while this thread holds it
 
 
 def end_group(pgid: int, *, grace: float = GRACE_S, leader: subprocess.Popen[bytes] | None = None) -> None:
@@ -61,6 +65,8 @@ def run_group(
         start_new_session=True,
         env=None if env is None else dict(env),
     )
+    with _LOCK:
+        _LIVE.add(proc.pid)
     rc: int | None = None
     chunks: list[bytes] = []
     try:
@@ -75,5 +81,24 @@ def run_group(
         end_group(proc.pid, grace=0)
         proc.communicate()
         raise
+    finally:
+        with _LOCK:
+            _LIVE.discard(proc.pid)
     end_group(proc.pid, grace=grace)  # what the leader left behind in its group (a daemon holding nothing)
     return rc, b"".join(chunks)
+
+
+def end_all_on_signals() -> None:
+    """From now on SIGTERM, SIGINT and SIGHUP sent to this process end every process group run_group started
+    (SIGTERM, SIGKILL a second later) and then this process, with 128+N: a tool killed while its hooks run (threads
+    included) leaves none of them behind, and its own `with` blocks (temporary folders) still clean up."""
+
+    def handler(num: int, _frame: object) -> None:
+        with _LOCK:
+            groups = list(_LIVE)
+        for pgid in groups:
+            end_group(pgid, grace=1.0)
+        sys.exit(128 + num)
+
+    for num in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(num, handler)

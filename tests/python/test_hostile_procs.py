@@ -209,3 +209,44 @@ def test_a_reader_refuses_a_device_as_a_record(tmp_path: Path) -> None:
             assert "not a regular file" in str(e)
         else:
             raise AssertionError(f"{dev} was read as a file")
+
+
+def wait_for(path: Path, within: float = 60.0) -> None:
+    end = time.monotonic() + within
+    while not (path.exists() and path.read_text().strip()) and time.monotonic() < end:
+        time.sleep(0.05)
+    assert path.exists(), f"{path} never appeared"
+
+
+def test_preflight_killed_by_sigterm_ends_the_launch_and_removes_its_host_file(tmp_path: Path) -> None:
+    pidfile = tmp_path / "pid"
+    exe = fake_launcher(tmp_path, LINGER.format(pidfile=pidfile))
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = agpt_env({"AGPT_SITE": "generic", "LAUNCH_MPIEXEC": str(exe), "LAUNCH_LAUNCHER": "hydra",
+                    "TMPDIR": str(tmp)})  # fmt: skip
+    p = subprocess.Popen([sys.executable, "-m", "agpt.preflight", "h1"], env=env, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    wait_for(pidfile)
+    assert list(tmp.glob("agpt-preflight.*")), "preflight made no host file"
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=30) == 128 + signal.SIGTERM
+    assert wait_gone(int(pidfile.read_text())), "the launch outlived preflight"
+    assert not list(tmp.glob("agpt-preflight.*")), "preflight's host file was left behind"
+
+
+def test_hosts_each_killed_by_sigterm_ends_every_hook(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    (run / "hosts").mkdir(parents=True)
+    (run / "hosts" / "active").write_text("h1\nh2\n")
+    cmd = "true {host}; " + LINGER.format(pidfile=f"{tmp_path}/pid.{{host}}")
+    p = subprocess.Popen([sys.executable, "-m", "agpt.failover", "hosts", "each", "--run-dir", str(run),
+                          "--timeout", "300", "--cmd", cmd], env=agpt_env(), stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    pids = [tmp_path / "pid.h1", tmp_path / "pid.h2"]
+    for f in pids:
+        wait_for(f)
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=30) == 128 + signal.SIGTERM
+    for f in pids:
+        assert wait_gone(int(f.read_text())), f"{f.name}'s hook outlived hosts each"

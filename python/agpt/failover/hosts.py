@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agpt import numeric, rundir
+from agpt import numeric, proc, rundir
 from agpt.errors import BadInput
 from agpt.failover.each import run_each, run_hook, write_prefixed
 
@@ -535,6 +535,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"agpt: error: {e}\n")
         return e.exit_code
     run_dir = Path(args.run_dir)
+    if args.sub in ("each", "preflight"):
+        proc.end_all_on_signals()  # killed while hooks run: their process groups end with it
     try:
         if args.sub == "init":
             split = init_run_hosts(
