@@ -13,19 +13,9 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, agpt_env
+from data_util import run_agpt
 
-
-def agpt(
-    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(ROOT / "bin" / "agpt"), *args],
-        capture_output=True,
-        text=True,
-        env=agpt_env(env),
-        cwd=cwd,
-        timeout=120,
-    )
+agpt = run_agpt
 
 
 def refused(r: subprocess.CompletedProcess[str], name: str) -> str:
