@@ -99,7 +99,8 @@ def test_tiny_model_learns_bpb_falls_task_rises_and_lm_eval_agrees(demo: Path, t
     exp = tmp_path / "step-300"
     x = run_agpt("ckpt", "export", str(run / "ckpt" / "step-300"), str(exp), "--dtype", "fp32")
     assert x.returncode == 0, x.stderr
-    from agpt.evals import offline, tasks
+    from agpt.evalexport import offline
+    from agpt.evals import tasks
 
     opts = {"specs": tasks.parse_specs([str(demo / "word_order.jsonl")]), "limit": 180, "max_length": 64}
     ours = offline.evaluate_export(exp, offline.Options(scorer="agpt", **opts))  # type: ignore[arg-type]
