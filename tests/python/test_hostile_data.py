@@ -93,6 +93,14 @@ def test_tokenize_refuses_a_name_its_file_list_cannot_hold(
     assert not out.exists()
 
 
+@pytest.mark.parametrize("n", ["100000000000000000000", "1e20", "nan"])
+def test_blend_with_a_huge_num_samples_is_one_line(tmp_path: Path, shards: Path, n: str) -> None:
+    r = run_agpt("blend", "--file-list", str(shards / "filelist.txt"), "--seq-len", "32", "--num-samples", n,
+                 "--output", str(tmp_path / "blend"))  # fmt: skip
+    one_line_2(r, "--num-samples")
+    assert not (tmp_path / "blend").exists()
+
+
 def test_blend_on_a_missing_shard_names_the_shard_not_a_tokenize_json(tmp_path: Path) -> None:
     lst = tmp_path / "list.txt"
     lst.write_text(f"1.0 {tmp_path}/gone/data_00000 web\n")
@@ -146,6 +154,7 @@ def test_data_inspect_and_data_verify_read_a_manifest_alike(
     ("key", "value"),
     [
         ("model.n_layers", str(2**63 - 1)),
+        ("model.vocab_size", "100000000"),  # an int64 on its own, but its embedding alone wanted 25.6 GB
         ("model.vocab_size", "100000000000000000000"),
         ("model.vocab_size", "1e400"),
         ("model.max_seq_len", str(2**62)),

@@ -95,10 +95,20 @@ def test_sim_table_out_an_existing_file_is_one_line(tmp_path: Path) -> None:
 
 
 def test_ckpt_interval_json_is_valid_json_at_the_bounds() -> None:
-    r = agpt("ckpt", "interval", "--nodes", "100000", "--node-mtbf-h", "1000000000", "--save-stall-s", "31536000",
-             "--load-s", "31536000", "--restart-s", "31536000", "--json")  # fmt: skip
+    bounds = ["ckpt", "interval", "--nodes", "100000", "--node-mtbf-h", "1000000000", "--save-stall-s", "31536000",
+              "--load-s", "31536000", "--restart-s", "31536000"]  # fmt: skip
+    r = agpt(*bounds, "--json")
     assert r.returncode == 0, r.stderr
     json.loads(r.stdout, parse_constant=lambda c: pytest.fail(f"{c} in --json"))
+    advice = agpt(*bounds).stdout.split("checkpoint.interval_s:")[1].split()[0]
+    assert advice.isdigit(), f"advises interval_s: {advice}"
+
+
+@pytest.mark.parametrize("flag", ["--node-mtbf-h", "--save-stall-s"])
+def test_ckpt_interval_with_huge_inputs_is_refused_not_infinity(flag: str) -> None:
+    """1e308 gave `"daly_s": Infinity` in --json (not JSON) and advised a 150-digit interval_s."""
+    args = {"--nodes": "1", "--node-mtbf-h": "9", "--save-stall-s": "5", flag: "1e308"}
+    refused(agpt("ckpt", "interval", *[x for kv in args.items() for x in kv], "--json"), flag)
 
 
 def job(tmp_path: Path, settings: str) -> Path:
@@ -156,11 +166,18 @@ def test_the_trainer_refuses_a_bad_deadline_instead_of_ignoring_it(tmp_path: Pat
     refused(r, "AGPT_DEADLINE_EPOCH")
 
 
-@pytest.mark.parametrize(("key", "value"), [("horizon_days", "1.0e9"), ("nodes", "100000000000000000000")])
+@pytest.mark.parametrize(
+    ("key", "lines"),
+    [
+        ("horizon_days", {"horizon_days": "1.0e+9"}),  # YAML 1.1 reads "1.0e9" as a string
+        ("nodes", {"nodes": "100000000000000000000", "machine_nodes": "100000000000000000000"}),
+    ],
+)
 def test_a_fault_model_sized_beyond_its_bound_is_refused_not_simulated_forever(
-    tmp_path: Path, key: str, value: str
+    tmp_path: Path, key: str, lines: dict[str, str]
 ) -> None:
     src = (ROOT / "python/agpt/sim/models/aurora-20b.yaml").read_text().splitlines()
     model = tmp_path / "m.yaml"
-    model.write_text("\n".join(f"{key}: {value}" if x.startswith(f"{key}:") else x for x in src) + "\n")
-    refused(agpt("sim", "run", "--model", str(model)), key)
+    out = [next((f"{k}: {v}" for k, v in lines.items() if x.startswith(f"{k}:")), x) for x in src]
+    model.write_text("\n".join(out) + "\n")
+    refused(agpt("sim", "run", "--model", str(model), timeout=60), key)
