@@ -108,7 +108,7 @@ def plot_run(run_dir: Path, out: Path, *, title: str | None = None) -> Path:
     else:
         fig, ax = plt.subplots(figsize=(10, 5), dpi=110)
     loss_panel(ax, curve)
-    nodes_panel(axes[0][1] if curve.metrics else ax, curve)
+    nodes_panel(ax, curve)
     ax.set_title(title or f"{run_dir.name}: loss, failures and recoveries")
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -144,6 +144,13 @@ def _metric_panels(ax_tok: Any, ax_tps: Any, ax_mfu: Any, records: list[dict[str
     ax_tps.set_xlabel("step")
     ax_tps.set_ylabel("tokens/s per device")
     ax_tps.set_title("throughput per device")
+    if len({r.get("devices") for r in records}) > 1:  # a shrink: what the whole job trained, on the right
+        total = [(float(r["step"]), float(r["tokens_per_s_per_device"]) * float(r["devices"])) for r in records
+                 if all(isinstance(r.get(k), int | float) for k in ("step", "tokens_per_s_per_device", "devices"))]  # fmt: skip
+        twin = ax_tps.twinx()
+        twin.plot([t[0] for t in total], [t[1] for t in total], color="#17becf", lw=1.2, ls="--")
+        twin.set_ylim(0, max((t[1] for t in total), default=1.0) * 1.2)
+        twin.set_ylabel("tokens/s, all devices (dashed)", color="#17becf")
     xs, ys = series(records, "step", "mfu")
     if xs:
         ax_mfu.plot(xs, [100 * y for y in ys], color="#2ca02c", lw=1.4)
@@ -242,7 +249,7 @@ def nodes_panel(ax: Any, curve: RunCurve) -> None:
         twin.annotate(f"{ev.get('nodes_before')}->{ev.get('nodes_after')} nodes\n"
                       f"{rundir.num(ev.get('throughput')) or 0:.2f} of full throughput",
                       (step, rundir.integer(ev.get("nodes_after")) or 0),
-                      xytext=(4, -14), textcoords="offset points", fontsize=8, color="#17becf")  # fmt: skip
+                      xytext=(4, -22), textcoords="offset points", fontsize=8, color="#17becf")  # fmt: skip
     top = max([n for _, _, n in spans] + [rundir.integer(e.get("nodes_before")) or 0 for e in shrinks] + [1])
     twin.set_ylim(0, top * 1.25)
     twin.set_ylabel("nodes", color="#17becf")

@@ -256,3 +256,18 @@ def test_report_and_chain_status_show_the_nodes_over_time_and_the_cost(tmp_path:
     rows = {line.split()[0]: line for line in r.stdout.splitlines()}
     assert "NODES" in rows["JOB"] and "4->3 (400 s shrunk, cost 100 s)" in rows["7"] and " 4 " in rows["8"]
     assert "1 shrink(s): 400 s on fewer nodes cost 100 s of full-speed training" in r.stdout
+
+
+def test_the_monitor_and_the_plot_show_the_node_count_over_the_run(tmp_path: Path) -> None:
+    from agpt import runplot
+    from agpt.observe import status as ostatus
+    from agpt.views import monitor
+
+    _shrunk_history(tmp_path)
+    rows = dict(monitor.host_rows(ostatus.snapshot(tmp_path)))
+    assert rows["shrunk"] == "job 7: 4 -> 3 nodes (job: 4), 0.75 of full throughput"
+    (tmp_path / "attempts").mkdir()
+    (tmp_path / "attempts/7.1.log").write_text("".join(f"step={s} loss={6 - s / 10}\n" for s in range(1, 41)))
+    curve = runplot.read_run(tmp_path)
+    assert runplot.node_spans(curve.events) == [(1.0, 10.0, 4), (9.0, 30.0, 3), (31.0, 40.0, 4)]
+    assert runplot.plot_run(tmp_path, tmp_path / "plot.png").stat().st_size > 10_000

@@ -436,8 +436,8 @@ def shrink_lines(rep: Report) -> list[str]:
                      f"{', uneven split' if s.get('uneven') else ''}")  # fmt: skip
     for j in rep.nodes.values():
         if j.shrunk_s:
-            lines.append(f"  job {j.jobid}: {j.text} nodes; {fmt_duration(j.shrunk_s)} on fewer nodes cost "
-                         f"{fmt_duration(j.cost_s)} of full-speed training (planned throughput)")  # fmt: skip
+            lines.append(f"  job {j.jobid}: {j.text} nodes; {fmt_duration(_round(j.shrunk_s))} on fewer nodes cost "
+                         f"{fmt_duration(_round(j.cost_s))} of full-speed training (planned throughput)")  # fmt: skip
     if rep.measured:
         lines.append(
             "  measured tokens/s: " + ", ".join(f"{v:g} on {k} devices" for k, v in rep.measured.items())
