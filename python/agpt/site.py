@@ -56,6 +56,10 @@ KEYS: dict[str, tuple[bool, str]] = {
     "SITE_SPARES_PERCENT": (False, "spare nodes as a percentage of the job's nodes"),
     "SITE_SPARES_MIN": (False, "at least this many spare nodes"),
     "SITE_FAILOVER_PATTERNS": (True, "failure-pattern sets for the failover classifier"),
+    "SITE_FAILOVER_SHRINK": (
+        False,
+        "0 | 1: may a job run on fewer nodes when its spares run out (FAILOVER_SHRINK)",
+    ),
 }
 SCHEDULERS = ("pbs", "slurm", "none")
 LAUNCHERS = LAUNCH_NAMES
@@ -499,7 +503,7 @@ def _value_problem(key: str, v: Value, p: Path) -> str:
         return f"'{v}' is not a number of TFLOPS"
     if key in NUM_KEYS and not re.fullmatch(r"[0-9]+(\.[0-9]+)?", v):
         return f"'{v}' is not a number >= 0"
-    if key == "SITE_VENV_STAGE" and v not in ("0", "1"):
+    if key in ("SITE_VENV_STAGE", "SITE_FAILOVER_SHRINK") and v not in ("0", "1"):
         return f"'{v}' is not 0 or 1"
     if key == "SITE_HOSTNAME_RE":
         try:
