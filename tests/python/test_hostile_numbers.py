@@ -135,6 +135,9 @@ def job(tmp_path: Path, settings: str) -> Path:
         "FAILOVER_GRACE=1e400",
         "FAILOVER_STARTUP_TIMEOUT=inf",
         "export AGPT_DEADLINE_EPOCH=nan",
+        "FAILOVER_SHRINK=yes",
+        "FAILOVER_MIN_NODES=nan",
+        "FAILOVER_MIN_NODES=1e400",
     ],
 )
 def test_failover_run_refuses_a_bad_setting_before_any_attempt(tmp_path: Path, setting: str) -> None:
