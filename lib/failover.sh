@@ -164,19 +164,14 @@ _failover_allocation() {
   fi
 }
 
-# Usage: _failover_subst [--quoted] OUTVAR WORD... : OUTVAR=(WORD... with {hostfile} {hosts} {nhosts} replaced)
-# --quoted: the values are shell-quoted, for words that are command text (`bash -c`).
+# Usage: _failover_subst OUTVAR WORD... : OUTVAR=(WORD... with {hostfile} {hosts} {nhosts} replaced)
+# (argument words, never command text: a hook's command text is built by `agpt failover hosts each`)
 _failover_subst() {
-  local q=0 hf="$AGPT_RUN_DIR/hosts/active" hosts n a
-  [[ "$1" == --quoted ]] && { q=1; shift; }
+  local hf="$AGPT_RUN_DIR/hosts/active" hosts n a
   local -n _failover_out="$1"
   shift
   hosts="$(paste -sd, "$hf")"
   n="$(grep -c . "$hf")" || n=0
-  if ((q)); then
-    printf -v hf '%q' "$hf"
-    printf -v hosts '%q' "$hosts"
-  fi
   _failover_out=()
   for a in "$@"; do
     a="${a//"{hostfile}"/"$hf"}"
@@ -231,19 +226,13 @@ failover_preflight() {
     --log "$AGPT_RUN_DIR/attempts/$jobid.preflight.log" >/dev/null
 }
 
-# Runs FAILOVER_CLEANUP_HOOK on the hosts of the next attempt; never fails the loop.
+# Runs FAILOVER_CLEANUP_HOOK on the hosts of the next attempt (`agpt failover hosts each`: the hosts and paths it
+# puts in the command are shell-quoted, and a timeout ends the hook's whole process group); never fails the loop.
 _failover_cleanup() {
   [[ -n "$FAILOVER_CLEANUP_HOOK" ]] || return 0
   local rc=0
-  local -a cmd
-  if [[ "$FAILOVER_CLEANUP_HOOK" == *"{host}"* ]]; then
-    _failover_logged --all "$_failover_root/bin/agpt-failover" hosts each --run-dir "$AGPT_RUN_DIR" \
-      --cmd "$FAILOVER_CLEANUP_HOOK" --timeout "$FAILOVER_CLEANUP_TIMEOUT" || rc=$?
-  else
-    _failover_subst --quoted cmd "$FAILOVER_CLEANUP_HOOK"
-    _failover_logged --all env FAILOVER_HOSTFILE="$AGPT_RUN_DIR/hosts/active" \
-      timeout -k 5 "$FAILOVER_CLEANUP_TIMEOUT" bash -c "${cmd[0]}" || rc=$?
-  fi
+  _failover_logged --all env FAILOVER_HOSTFILE="$AGPT_RUN_DIR/hosts/active" "$_failover_root/bin/agpt-failover" \
+    hosts each --run-dir "$AGPT_RUN_DIR" --cmd "$FAILOVER_CLEANUP_HOOK" --timeout "$FAILOVER_CLEANUP_TIMEOUT" || rc=$?
   ((rc == 0)) || _failover_say "cleanup hook failed (rc $rc); relaunching anyway"
   return 0
 }
@@ -308,6 +297,20 @@ _failover_env() {
   return 0
 }
 
+# Every number the loop hands on, checked once before anything starts (agpt.numeric, the one validator): a bad
+# one is exit 2 naming it, never an attempt that fails on it.  Returns: 0; 2 on a bad value.
+_failover_check_settings() {
+  _failover_logged "$_failover_root/bin/agpt" --run-module agpt.numeric \
+    "seconds:FAILOVER_IDLE_TIMEOUT=$FAILOVER_IDLE_TIMEOUT" "seconds:FAILOVER_STARTUP_TIMEOUT=$FAILOVER_STARTUP_TIMEOUT" \
+    "seconds:FAILOVER_GRACE=$FAILOVER_GRACE" "seconds:FAILOVER_MIN_ATTEMPT_S=$FAILOVER_MIN_ATTEMPT_S" \
+    "seconds:FAILOVER_CLEANUP_TIMEOUT=$FAILOVER_CLEANUP_TIMEOUT" \
+    "seconds:FAILOVER_PREFLIGHT_TIMEOUT=$FAILOVER_PREFLIGHT_TIMEOUT" \
+    "seconds:FAILOVER_RESOLVE_TIMEOUT=$FAILOVER_RESOLVE_TIMEOUT" "count:FAILOVER_MAX_ATTEMPTS=$FAILOVER_MAX_ATTEMPTS" \
+    "count:FAILOVER_MAX_REPEAT=$FAILOVER_MAX_REPEAT" "count:FAILOVER_MAX_BLIND=$FAILOVER_MAX_BLIND" \
+    "count:FAILOVER_SPARES=$FAILOVER_SPARES" "count:FAILOVER_ACTIVE=$FAILOVER_ACTIVE" \
+    "epoch:AGPT_DEADLINE_EPOCH=${AGPT_DEADLINE_EPOCH:-}" || return 2
+}
+
 # Usage: failover_run CMD [ARGS...]
 # Runs CMD under `agpt watch` until a stop (see the header for the environment and the {words} it gets).
 # Globals read: AGPT_RUN_DIR, AGPT_DEADLINE_EPOCH, FAILOVER_* (see the header)
@@ -323,6 +326,7 @@ failover_run() {
   fi
   local IFS=$' \t\n' deadline rc prc n log started ended decision # the caller's IFS may lack the space
   local -a argv plan watch cls envs
+  _failover_check_settings || return 2
   _failover_jobid
   if [[ "$_failover_inited" != "$FAILOVER_JOBID" || ! -s "$AGPT_RUN_DIR/hosts/active" ]]; then
     rc=0

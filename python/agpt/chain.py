@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agpt import ckptdir, rundir
+from agpt import ckptdir, numeric, rundir
 from agpt.errors import BadInput
 from agpt.evals import due
 from agpt.failover import shrink as shrinklib
@@ -299,11 +299,9 @@ def _exit_status(text: str) -> int:
     return 128 - rc if rc < 0 else rc
 
 
-def _epoch(text: str) -> int:
-    v = rundir.epoch(text, "time")
-    if v is None:
-        raise BadInput(f"not an epoch time: {text!r}")
-    return int(v)
+def _epoch(flag: str) -> Any:
+    """An argparse type: an epoch time (agpt.numeric), the flag named in a refusal."""
+    return lambda text: int(numeric.number(text, flag, lo=0, hi=numeric.MAX_EPOCH, unit="epoch seconds"))
 
 
 def cmd_eval_mark(args: argparse.Namespace) -> int:
@@ -345,8 +343,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument("--job", required=True)
     p.add_argument("--rc", type=_exit_status, required=True)
-    p.add_argument("--started", type=_epoch, required=True)
-    p.add_argument("--ended", type=_epoch)
+    p.add_argument("--started", type=_epoch("--started"), required=True)
+    p.add_argument("--ended", type=_epoch("--ended"))
     p.add_argument("--start-step", type=_count("--start-step", 0), required=True)
     p.add_argument("--next", default="")
     p.add_argument(

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agpt import ckptdir, rundir, yamlio
+from agpt import ckptdir, numeric, rundir, yamlio
 from agpt.errors import BadInput, ConfigError
 from agpt.failover import shrink as shrinklib
 from agpt.train import config as tconfig
@@ -89,9 +89,9 @@ def _num(prof: Mapping[str, Any], key: str, path: str, default: float = 0.0) -> 
     if raw in ("", None):
         return default
     try:
-        return float(str(raw))
-    except ValueError:
-        raise ConfigError(f"{path}: {key}: '{raw}' is not a number") from None
+        return float(numeric.number(str(raw), f"{path}: {key}", lo=0))
+    except BadInput as e:
+        raise ConfigError(str(e)) from None
 
 
 def site_facts(name: str) -> SiteFacts:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agpt.errors import BadInput
+from agpt import numeric, rundir
 
 DAY_S = 86400.0
 
@@ -73,14 +73,11 @@ def interval(
     *, nodes: int, node_mtbf_h: float, save_stall_s: float, load_s: float = 0.0, restart_s: float = 0.0
 ) -> Interval:
     """The optimum for `nodes` nodes that each fail every `node_mtbf_h` hours; BadInput names a bad flag."""
-    if nodes < 1:
-        raise BadInput(f"--nodes: must be at least 1, got {nodes}")
-    for flag, v in (("--node-mtbf-h", node_mtbf_h), ("--save-stall-s", save_stall_s)):
-        if not (math.isfinite(v) and v > 0):
-            raise BadInput(f"{flag}: must be a number greater than 0, got {v}")
-    for flag, v in (("--load-s", load_s), ("--restart-s", restart_s)):
-        if not (math.isfinite(v) and v >= 0):
-            raise BadInput(f"{flag}: must be a number >= 0, got {v}")
+    nodes = numeric.whole(nodes, "--nodes", minimum=1, maximum=numeric.MAX_NODES)
+    node_mtbf_h = numeric.number(node_mtbf_h, "--node-mtbf-h", lo=1e-3, hi=1e9)
+    save_stall_s = numeric.seconds(save_stall_s, "--save-stall-s", minimum=1e-6)
+    load_s = numeric.seconds(load_s, "--load-s")
+    restart_s = numeric.seconds(restart_s, "--restart-s")
     m = node_mtbf_h * 3600.0 / nodes
     t = daly(save_stall_s, m)
     w = waste(t, delta=save_stall_s, mtbf=m, restart=load_s + restart_s)
@@ -141,7 +138,7 @@ def _stall_s(run_dir: Path, logs: list[str]) -> float | None:
     for rel in reversed(logs):
         p = Path(rel) if Path(rel).is_absolute() else run_dir / rel
         try:
-            with p.open("rb") as f:
+            with rundir.open_regular(p) as f:
                 f.seek(0, 2)
                 size = f.tell()
                 f.seek(max(0, size - TAIL_BYTES))

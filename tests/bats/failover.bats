@@ -335,13 +335,23 @@ SH
 }
 
 @test "the cleanup hook gets {hosts} and {hostfile} shell-quoted: a planted host list runs nothing" {
-  mkdir -p "$RUN/hosts" "$BATS_TEST_TMPDIR/a dir"
-  printf 'h1\n$(touch %s/pwned)\n' "$BATS_TEST_TMPDIR" >"$RUN/hosts/active"
-  run bash -c "source '$AGPT_ROOT/lib/failover.sh'; AGPT_RUN_DIR='$RUN'
-    FAILOVER_CLEANUP_HOOK='printf \"<%s>\\n\" {hosts} {nhosts}'; _failover_cleanup"
+  local run="$BATS_TEST_TMPDIR/a dir/run \$(touch $BATS_TEST_TMPDIR/pwned)"
+  mkdir -p "$run/hosts"
+  printf 'h1\nh2\n' >"$run/hosts/active"
+  run bash -c "source '$AGPT_ROOT/lib/failover.sh'; AGPT_RUN_DIR='$run'
+    FAILOVER_CLEANUP_HOOK='printf \"<%s>\\n\" {hosts} {nhosts} {hostfile}'; _failover_cleanup"
   assert_success
-  assert_line "<h1,\$(touch $BATS_TEST_TMPDIR/pwned)>"
+  assert_line "<h1,h2>"
   assert_line "<2>"
+  assert_line "<$run/hosts/active>"
+  assert [ ! -e "$BATS_TEST_TMPDIR/pwned" ]
+  # A host list that is not host names (planted by hand) runs nothing: the hook is refused, the loop goes on.
+  printf 'h1\n$(touch %s/pwned)\n' "$BATS_TEST_TMPDIR" >"$run/hosts/active"
+  run bash -c "source '$AGPT_ROOT/lib/failover.sh'; AGPT_RUN_DIR='$run'
+    FAILOVER_CLEANUP_HOOK='printf \"<%s>\\n\" {hosts}'; _failover_cleanup"
+  assert_success
+  assert_output --partial "not a host name"
+  assert_output --partial "cleanup hook failed (rc 2); relaunching anyway"
   assert [ ! -e "$BATS_TEST_TMPDIR/pwned" ]
 }
 

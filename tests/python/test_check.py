@@ -155,9 +155,8 @@ def _one_error(r: subprocess.CompletedProcess[str]) -> str:
 
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert "unknown site 'atlantis'" in _one_error(run("check", "jobs/configs/2b.yaml", "--site", "atlantis"))
-    assert "--nodes: must be at least 1 (got 0)" in _one_error(
-        run("check", "jobs/configs/2b.yaml", "--site", "aurora", "--nodes", "0")
-    )
+    r = run("check", "jobs/configs/2b.yaml", "--site", "aurora", "--nodes", "0")  # a usage error: line + hint
+    assert r.returncode == 2 and "--nodes: must be a whole number from 1 to 100000, got '0'" in r.stderr
     line = _one_error(run("check", "jobs/configs/80b.yaml", "--site", "aurora", "--nodes", "1", "--no-data"))
     assert line.startswith("agpt check: jobs/configs/80b.yaml: model: cannot fit in 64 GiB")
     assert (

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import click
 
+from agpt import numeric
+from agpt.cli import params
 from agpt.errors import ConfigError
 from agpt.sim import engine, model, sweep, validate
 
@@ -19,21 +21,13 @@ def _spares(value: str | None) -> int | str | None:
         return "keep"
     if value == "auto":
         return None
-    try:
-        n = int(value)
-    except ValueError:
-        raise ConfigError(f"--spares: a count or 'auto', got {value!r}") from None
-    if n < 0:
-        raise ConfigError(f"--spares: must not be negative, got {n}")
-    return n
+    return numeric.whole(value, "--spares (a count or 'auto')", maximum=numeric.MAX_NODES)
 
 
 def _load(spec: str, nodes: int | None, spares: str | None, days: float | None) -> model.FaultModel:
     m = model.load(spec)
     kw: dict[str, object] = {}
     if nodes is not None:
-        if nodes < 1:
-            raise ConfigError(f"--nodes: must be at least 1, got {nodes}")
         kw["nodes"] = nodes
     sp = _spares(spares)
     if sp != "keep":
@@ -43,6 +37,14 @@ def _load(spec: str, nodes: int | None, spares: str | None, days: float | None) 
             raise ConfigError(f"--days: must be greater than 0, got {days}")
         kw["horizon_days"] = days
     return model.override(m, **kw) if kw else m
+
+
+def _counts(text: str, flag: str, lo: int, hi: int) -> list[int]:
+    """A comma list of whole numbers from LO to HI (at least one), each through agpt.numeric."""
+    values = [numeric.whole(x, flag, minimum=lo, maximum=hi) for x in text.split(",") if x.strip()]
+    if not values:
+        raise ConfigError(f"{flag}: a comma list of at least one whole number, got {text!r}")
+    return values
 
 
 @click.group(name="sim")
@@ -56,19 +58,25 @@ def cli() -> None:
 
 @cli.command(name="run")
 @click.option("--model", "spec", default="aurora-20b", show_default=True, help=MODEL_HELP)
-@click.option("--nodes", type=int, help="active nodes (default: the model's)")
+@click.option("--nodes", type=params.count(1, numeric.MAX_NODES), help="active nodes (default: the model's)")
 @click.option("--spares", help="spare nodes, or 'auto' (~2%, at least 4)")
 @click.option("--heartbeats/--no-heartbeats", default=None, help="hangs named by heartbeats")
 @click.option("--async-save/--sync-save", default=None, help="async or blocking checkpoint saves")
-@click.option("--interval-s", type=float, help="checkpoint.interval_s: save by time instead of steps")
-@click.option("--days", type=float, help="simulated days (default: the model's horizon_days)")
+@click.option(
+    "--interval-s", type=params.seconds(), help="checkpoint.interval_s: save by time instead of steps"
+)
+@click.option(
+    "--days",
+    type=params.Number(lo=0, hi=numeric.MAX_DAYS),
+    help="simulated days (default: the model's horizon_days)",
+)
 @click.option(
     "--shrink/--no-shrink", default=None, help="FAILOVER_SHRINK: fewer nodes when the spares run out"
 )
 @click.option(
     "--min-nodes", help="FAILOVER_MIN_NODES: a count, or a fraction of the nodes (default: the model's)"
 )
-@click.option("--seed", type=int, default=1, show_default=True)
+@click.option("--seed", type=params.SEED, default=1, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="print the whole result as JSON")
 def run_cmd(
     spec: str,
@@ -132,7 +140,11 @@ def run_cmd(
 @cli.command(name="table")
 @click.option("--model", "spec", default="aurora-20b", show_default=True, help=MODEL_HELP)
 @click.option("--nodes", default="512,1024,2048,4096", show_default=True, help="comma list of node counts")
-@click.option("--days", type=float, help="simulated days per row (default: the model's horizon_days)")
+@click.option(
+    "--days",
+    type=params.Number(lo=0, hi=numeric.MAX_DAYS),
+    help="simulated days per row (default: the model's horizon_days)",
+)
 @click.option("--seeds", default="1", show_default=True, help="comma list of seeds, averaged")
 @click.option(
     "--out",
@@ -144,17 +156,12 @@ def run_cmd(
 def table_cmd(spec: str, nodes: str, days: float | None, seeds: str, out: Path) -> None:
     """The goodput table and figure (docs/sim/): every node count with and without spares, heartbeats, async saves."""
     m = _load(spec, None, None, days)
-    try:
-        ns = [int(x) for x in nodes.split(",") if x.strip()]
-        ss = [int(x) for x in seeds.split(",") if x.strip()]
-    except ValueError:
+    ns = _counts(nodes, "--nodes", 1, numeric.MAX_NODES)
+    ss = _counts(seeds, "--seeds", 0, 2**63 - 1)
+    if out.exists() and not out.is_dir():
         raise ConfigError(
-            f"--nodes/--seeds: comma lists of whole numbers, got {nodes!r} / {seeds!r}"
-        ) from None
-    if not ns or min(ns) < 1:
-        raise ConfigError(f"--nodes: node counts of at least 1, got {nodes!r}")
-    if not ss:
-        raise ConfigError("--seeds: at least one seed")
+            f"--out: {out} exists and is not a folder (goodput.md and goodput.png go in a folder)"
+        )
     from agpt.progress import Progress
 
     with Progress(len(ns) * len(sweep.VARIANTS) * len(ss), "sim table", unit="runs") as bar:
@@ -164,7 +171,10 @@ def table_cmd(spec: str, nodes: str, days: float | None, seeds: str, out: Path) 
             bar.update()
 
         rows = sweep.sweep(m, nodes=ns, seeds=ss, progress=done)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"--out: cannot create {out} ({e.strerror})") from None
     text = sweep.table(rows, m) + "\n\n" + sweep.headline(rows, nodes=ns[0]) + "\n"
     (out / "goodput.md").write_text(text)
     sweep.plot(rows, out / "goodput.png", m)
@@ -174,7 +184,11 @@ def table_cmd(spec: str, nodes: str, days: float | None, seeds: str, out: Path) 
 
 @cli.command(name="chaos")
 @click.option(
-    "--seed", type=int, default=1, show_default=True, help="the chaos test's --seed (its fault schedule)"
+    "--seed",
+    type=params.SEED,
+    default=1,
+    show_default=True,
+    help="the chaos test's --seed (its fault schedule)",
 )
 def chaos_cmd(seed: int) -> None:
     """The chaos test's run, simulated: steps lost per fault and the effective ratio against its record."""

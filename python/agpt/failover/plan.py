@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from agpt import ckptdir, rundir
+from agpt import ckptdir, numeric, rundir
 from agpt.errors import BadInput
 from agpt.failover import hosts as hostlib
 from agpt.failover import shrink as shrinklib
@@ -44,7 +44,7 @@ def scan_steps(log: Path, pattern: str = DEFAULT_PROGRESS_RE) -> tuple[int | Non
     last: int | None = None
     count = 0
     try:
-        with open(log, "rb") as f:
+        with rundir.open_regular(log) as f:
             while True:
                 chunk = f.readline(1 << 16)
                 if not chunk:
@@ -73,6 +73,11 @@ def read_events(path: Path) -> list[dict[str, Any]]:
     return rundir.read_jsonl(path)
 
 
+def _hosts(v: Any) -> list[str]:
+    """The host names of a record's list (anything else in it is dropped)."""
+    return [h for h in v if rundir.valid_host(h)] if isinstance(v, list) else []
+
+
 def _clean_event(ev: dict[str, Any]) -> dict[str, Any]:
     """An attempt record as decide() reads it: numbers that are numbers, `swapped` a dict (records are data)."""
     out = dict(ev)
@@ -82,11 +87,10 @@ def _clean_event(ev: dict[str, Any]) -> dict[str, Any]:
     sw = ev.get("swapped")
     if not isinstance(sw, dict):
         sw = {}
+    # Hosts read back pass the host-name rule: a record is data, never the source of a host list.
     out["swapped"] = {
-        "out": [h for h in sw.get("out") or [] if isinstance(h, str)]
-        if isinstance(sw.get("out"), list)
-        else [],
-        "in": [h for h in sw.get("in") or [] if isinstance(h, str)] if isinstance(sw.get("in"), list) else [],
+        "out": _hosts(sw.get("out")),
+        "in": _hosts(sw.get("in")),
         "blind": bool(sw.get("blind")),
     }
     out["class"] = ev.get("class") if isinstance(ev.get("class"), str) else "crash"
@@ -208,10 +212,7 @@ def _opt(v: str | None, parse: Any, default: Any) -> Any:
 
 def _settings(args: argparse.Namespace) -> Settings:
     def backoff(text: str) -> tuple[float, ...]:
-        try:
-            return tuple(float(x) for x in text.replace(",", " ").split())
-        except ValueError:
-            raise BadInput(f"failover plan: --backoff wants seconds like '5 10 20', got '{text}'") from None
+        return tuple(rundir.seconds(x, "FAILOVER_BACKOFF/--backoff") for x in text.replace(",", " ").split())
 
     try:
         re.compile(args.progress_re or DEFAULT_PROGRESS_RE)
@@ -317,8 +318,7 @@ def run(args: argparse.Namespace, extra: Sequence[str] = ()) -> Plan:
     unless --classification names the classifier's JSON); with --apply the swaps and events are written."""
     settings = _settings(args)
     run_dir = Path(args.run_dir)
-    now = time.time() if args.now is None else rundir.epoch(args.now, "--now")
-    assert now is not None
+    now = time.time() if args.now is None else numeric.number(args.now, "--now", lo=0, hi=numeric.MAX_EPOCH)
     deadline = rundir.epoch(args.deadline, "--deadline")
     events_path = run_dir / rundir.EVENTS
     events = read_events(events_path)

@@ -25,6 +25,7 @@ kill leaves one file per node that says where every live rank was.  On rank 0, t
 
 from __future__ import annotations
 
+import errno
 import faulthandler
 import hashlib
 import json
@@ -39,6 +40,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from agpt import numeric
 from agpt.heartbeat.format import DIR, FORMAT, node_file, stacks_dir, write_atomic
 from agpt.rundir import LOCAL_RANK_VARS, LOCAL_SIZE_VARS, RANK_VARS, SLURM_TASKS_PER_NODE
 
@@ -62,10 +64,8 @@ def _env_int(env: Mapping[str, str], names: tuple[str, ...], default: int) -> in
 
 
 def _env_float(env: Mapping[str, str], name: str, default: float) -> float:
-    try:
-        v = float(env.get(name, "") or default)
-    except ValueError:
-        return default
+    """Seconds from NAME (agpt.numeric: a bad value is BadInput naming it); unset, empty or 0: DEFAULT."""
+    v = float(numeric.env_number(env, name, default, lo=0, hi=numeric.MAX_SECONDS))
     return v if v > 0 else default
 
 
@@ -86,10 +86,10 @@ def host_name(env: Mapping[str, str] | None = None) -> str:
 def _proc_state(pid: int) -> str | None:
     """The kernel's state letter of a local process (T: stopped, D: uninterruptible), None when unknown."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    return stat.rsplit(")", 1)[-1].split()[0] if ")" in stat else None
+    return text.rsplit(")", 1)[-1].split()[0] if ")" in text else None
 
 
 class Heartbeat:
@@ -120,9 +120,12 @@ class Heartbeat:
         self.tick_s = tick_s if tick_s else min(1.0, interval_s / 3)
         self.dump_after_s = dump_after_s
         base = Path(local_dir) if local_dir else _local_base()
-        # Job ids repeat across clusters and test runs: the run directory is part of the name too.
+        # Job ids repeat across clusters and test runs: the run directory is part of the name too.  The name is
+        # predictable, so it lives in a folder private to this user (_private_dir): nobody else can plant a
+        # symlink or a file where the ranks write.
         tag = hashlib.sha1(str(self.run_dir.resolve()).encode()).hexdigest()[:8]
-        self.local_dir = base / f"agpt-heartbeat.{tag}.{attempt}.{host}".replace("/", "_")
+        name = f"heartbeat.{tag}.{attempt}.{host}".replace("/", "_")
+        self.local_dir = base / f"agpt-{os.getuid()}" / name
         self.on_publish = on_publish
         self.tick = 0
         self.seq = 0
@@ -153,7 +156,9 @@ class Heartbeat:
             self._compute.append(float(compute_s))
 
     def start(self) -> Heartbeat:
-        self.local_dir.mkdir(parents=True, exist_ok=True)
+        self.local_dir.parent.parent.mkdir(parents=True, exist_ok=True)
+        _private_dir(self.local_dir.parent)
+        _private_dir(self.local_dir)
         if self.local_rank == 0:
             (self.run_dir / DIR).mkdir(parents=True, exist_ok=True)
             self._clean_earlier_attempts()
@@ -178,8 +183,8 @@ class Heartbeat:
         """Node-local folders of this job's earlier attempts on this host (a killed attempt leaves its own)."""
         job = self.attempt.rsplit(".", 1)[0]
         tag = self.local_dir.name.split(".")[1]
-        for d in self.local_dir.parent.glob(f"agpt-heartbeat.{tag}.{job}.*.{self.host}"):
-            if d != self.local_dir and d.is_dir():
+        for d in self.local_dir.parent.glob(f"heartbeat.{tag}.{job}.*.{self.host}"):
+            if d != self.local_dir and d.is_dir() and not d.is_symlink():
                 shutil.rmtree(d, ignore_errors=True)
 
     # -- the thread -------------------------------------------------------------------------------------------
@@ -286,6 +291,28 @@ class Heartbeat:
                 write_atomic(target, text)
         if self.on_publish is not None:
             self.on_publish(self)
+
+
+def _private_dir(path: Path) -> None:
+    """PATH as a folder only this user can enter: made with mode 0700 when missing; one that exists must be a real
+    folder (a symlink is never followed: O_NOFOLLOW) owned by this user, and is closed to others.  OSError
+    otherwise (start() then turns heartbeats off with one line saying why)."""
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError as e:
+        raise OSError(e.errno, f"not a private folder of this user ({e.strerror})", str(path)) from None
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.getuid():
+            raise OSError(errno.EPERM, "not a private folder of this user (another user's)", str(path))
+        if st.st_mode & 0o077:
+            os.fchmod(fd, 0o700)
+    finally:
+        os.close(fd)
 
 
 def _local_base() -> Path:

@@ -7,14 +7,13 @@ nodes, an unknown key) raises ConfigError naming the key, which the CLI turns in
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from agpt import rundir
+from agpt import numeric, rundir
 from agpt.chain import Limits
 from agpt.errors import BadInput, ConfigError
 from agpt.failover.policy import Settings
@@ -160,18 +159,26 @@ _SECTIONS: dict[str, type] = {
 }
 
 
+# Upper bounds of the keys that size the simulation (agpt.numeric's): a larger one would never end.
+_BOUNDS = {
+    "nodes": numeric.MAX_NODES,
+    "machine_nodes": numeric.MAX_NODES,
+    "spares": numeric.MAX_NODES,
+    "horizon_days": numeric.MAX_DAYS,
+}
+
+
 def _num(v: Any, key: str, *, integer: bool = False, positive: bool = False) -> float:
+    """A fault model's number through agpt.numeric: finite, >= 0 (> 0 when POSITIVE), within _BOUNDS."""
     if isinstance(v, bool) or not isinstance(v, int | float):
         raise ConfigError(f"{key}: must be a number, got {v!r}")
-    if not math.isfinite(v):
-        raise ConfigError(f"{key}: must be a finite number, got {v!r}")
-    if integer and int(v) != v:
-        raise ConfigError(f"{key}: must be a whole number, got {v!r}")
-    if v < 0:
-        raise ConfigError(f"{key}: must not be negative, got {v!r}")
-    if positive and v == 0:
+    try:
+        n = numeric.number(v, key, lo=0, hi=_BOUNDS.get(key, numeric.MAX_COUNT), integer=integer)
+    except BadInput as e:
+        raise ConfigError(str(e)) from None
+    if positive and n == 0:
         raise ConfigError(f"{key}: must be greater than 0, got {v!r}")
-    return v
+    return n
 
 
 # Keys that must be > 0 (a zero would divide, or make no sense).

@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agpt import numeric
+
 
 def process_start() -> float:
     """This process's start as an epoch (Linux /proc; else now): Python's and torch's imports are start-up too."""
@@ -27,6 +29,14 @@ def process_start() -> float:
     return time.time()
 
 
+def attempt() -> int:
+    """FAILOVER_ATTEMPT (the failover loop's attempt number; 0 outside it) through agpt.numeric: a bad value is
+    refused naming it.  train/run.py asks once before training, so the record after the first step cannot fail."""
+    return int(
+        numeric.env_number(os.environ, "FAILOVER_ATTEMPT", 0, lo=0, hi=numeric.MAX_COUNT, integer=True)
+    )
+
+
 def record(run_dir: Path, marks: dict[str, float], step: int) -> dict[str, Any]:
     """Append this attempt's clock to events.jsonl (one O_APPEND write, never fatal); returns the record."""
     jobid = (
@@ -35,7 +45,7 @@ def record(run_dir: Path, marks: dict[str, float], step: int) -> dict[str, Any]:
     rec: dict[str, Any] = {
         "event": "clock",
         "jobid": jobid.replace("/", "_"),
-        "attempt": int(os.environ.get("FAILOVER_ATTEMPT") or 0) or None,
+        "attempt": attempt() or None,
         **{k: round(v, 3) for k, v in marks.items()},
         "step": step,
     }

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +19,8 @@ from typing import Any
 
 import yaml
 
-from agpt.errors import ConfigError
+from agpt import numeric
+from agpt.errors import BadInput, ConfigError
 
 DTYPES = ("fp32", "bf16", "fp16")
 
@@ -405,34 +407,56 @@ def _field_types(section: str) -> dict[str, Any]:
     return {f.name: f.type for f in dataclasses.fields(cls)}
 
 
+# Upper bounds of the sizes that drive loops or memory (agpt.numeric's, one home): a larger value is refused naming
+# the key, before a model or a buffer is built from it.  Other whole numbers fit in 64 bits.
+SIZE_BOUNDS: dict[str, int] = {
+    "model.vocab_size": numeric.MAX_VOCAB,
+    "model.n_layers": numeric.MAX_LAYERS,
+    "model.max_seq_len": numeric.MAX_SEQ_LEN,
+    "model.dim": 1 << 20,
+    "model.n_heads": 1 << 16,
+    "model.n_kv_heads": 1 << 16,
+    "model.ffn_dim": 1 << 24,
+    "model.multiple_of": 1 << 16,
+    "train.seq_len": numeric.MAX_SEQ_LEN,
+    "train.global_batch": 1 << 30,
+    "train.micro_batch": 1 << 20,
+    "train.steps": numeric.MAX_COUNT,
+    "eval.samples": numeric.MAX_SAMPLES,
+    "eval.task_items": 1 << 30,
+    "checkpoint.max_writers": numeric.MAX_NODES * numeric.MAX_RANKS_PER_NODE,
+    "checkpoint.thread_count": 1024,
+    "parallel.tp": numeric.MAX_RANKS_PER_NODE,
+}
+
+
+_FLOAT_TEXT = re.compile(
+    r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|[+-]?(?:inf|infinity|nan)", re.I
+)
+
+
 def _coerce(key: str, value: Any, typ: Any) -> Any:
-    """Check a YAML value against the field's declared type; int widens to float, nothing else."""
+    """Check a YAML value against the field's declared type; int widens to float, nothing else.  Numbers go
+    through agpt.numeric (finite, within SIZE_BOUNDS or 64 bits), named by their key."""
     name = typ if isinstance(typ, str) else getattr(typ, "__name__", str(typ))
-    if name == "bool":
-        if isinstance(value, bool):
+    dotted = key.rsplit(": ", 1)[-1]
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    try:
+        if name == "bool" and isinstance(value, bool):
             return value
-    elif name == "int":
-        if isinstance(value, int) and not isinstance(value, bool):
-            if abs(value) >= 1 << 63:
-                raise ConfigError(f"{key}: {value} is out of range (at most 2**63 - 1)")
-            return value
-    elif name == "float":
-        number: float | None = None
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            try:
-                number = float(value)
-            except OverflowError:
-                raise ConfigError(f"{key}: {value} is out of range for a float") from None
-        elif isinstance(value, str):  # YAML 1.1 reads "3e-4" as a string
-            try:
-                number = float(value)
-            except ValueError:
-                pass
-        if number is not None:
-            if not math.isfinite(number):
-                raise ConfigError(f"{key}: must be a finite number (got {value!r})")
-            return number
-    elif name.startswith("dict"):
+        if name == "int" and number and isinstance(value, int):
+            if dotted in SIZE_BOUNDS:  # a size: its sign is validate()'s to refuse ("must be positive")
+                return numeric.number(value, key, hi=SIZE_BOUNDS[dotted], integer=True)
+            return numeric.number(value, key, lo=-((1 << 63) - 1), hi=(1 << 63) - 1, integer=True)
+        # YAML 1.1 reads "3e-4" as a string: a float key takes one that spells a number
+        if name == "float" and (number or (isinstance(value, str) and _FLOAT_TEXT.fullmatch(value.strip()))):
+            return float(numeric.number(value, key))
+    except BadInput as e:
+        raise ConfigError(str(e)) from None
+    if name in ("bool", "int", "float"):
+        raise ConfigError(f"{key}: expected {name}, got {value!r}")
+
+    if name.startswith("dict"):
         if isinstance(value, Mapping):
             return dict(value)
         if value is None:

@@ -13,6 +13,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from agpt import numeric
 from agpt.errors import EXIT_RESUBMIT
 
 DEADLINE_ENV = "AGPT_DEADLINE_EPOCH"  # the job's end (epoch), exported by the job script
@@ -52,11 +53,13 @@ class Stop:
 NO_STOP = Stop()
 
 
+def deadline(env: Mapping[str, str] | None = None) -> float | None:
+    """The job's end (AGPT_DEADLINE_EPOCH) through agpt.numeric, None when unset or empty: a bad value (nan,
+    text) is refused naming it; train/run.py asks once before training, so a typo is not silently no deadline."""
+    return numeric.epoch((os.environ if env is None else env).get(DEADLINE_ENV), DEADLINE_ENV)
+
+
 def deadline_near(margin_s: float, env: Mapping[str, str] | None = None) -> bool:
     """Whether the job's deadline (AGPT_DEADLINE_EPOCH) is less than MARGIN_S away."""
-    raw = (os.environ if env is None else env).get(DEADLINE_ENV, "")
-    try:
-        deadline = float(raw)
-    except ValueError:
-        return False
-    return time.time() >= deadline - margin_s
+    end = deadline(env)
+    return end is not None and time.time() >= end - margin_s

@@ -219,7 +219,7 @@ class Trainer:
         for step, path in reversed(done):
             sd = self.state()
             try:
-                meta = ck.read_metadata(path)
+                meta = ck.verified_metadata(path, self.ckpt.group)  # digests before anything is unpickled
                 try:
                     ck.check_model(path, meta, sd["model"])
                 except CheckpointError as exc:

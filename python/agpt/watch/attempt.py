@@ -34,6 +34,9 @@ GROUP_CHECK_S = 0.1
 # Without SIGCHLD (not the main thread), how often to look whether CMD has exited.
 TICK_S = 0.2
 
+# The longest single poll(): its timeout is a C int of milliseconds (24.8 days); a longer wait is several polls.
+POLL_MAX_MS = 3_600_000
+
 RUN, DRAIN, TERM, KILLED, DONE = range(5)
 
 
@@ -89,6 +92,9 @@ class Attempt:
         self.streams = dict(self.child.streams)
         try:
             self._loop()
+        except BaseException:
+            self.child.signal_group(signal.SIGKILL)  # the child is ours to end, whatever broke here
+            raise
         finally:
             for fd in list(self.streams):
                 self._close(fd)
@@ -111,7 +117,7 @@ class Attempt:
             if self.phase == DONE:
                 return
             wake = self._next_deadline(now)
-            ms = -1 if wake == math.inf else max(0, math.ceil((wake - now) * 1000))
+            ms = -1 if wake == math.inf else min(POLL_MAX_MS, max(0, math.ceil((wake - now) * 1000)))
             for fd, _ev in poller.poll(ms):
                 if fd == self.sig.rfd:
                     for num in self.sig.take():
