@@ -216,11 +216,17 @@ def test_failover_report_shows_the_runs_mtbf_ratio_and_recommended_interval(tmp_
         [str(BIN / "agpt"), "failover", "report", str(run)], env=agpt_env(), capture_output=True, text=True
     ).stdout
     assert "node MTBF" in text and "checkpoint.interval_s" in text
+    # No watch times (an older loop): the clock runs from the attempt's end; detection and teardown unknown.
     assert g["recovery"] == [
         {"failed": "j.1", "class": "node", "relaunched_s": 15.0, "started_s": 17.0, "built_s": 25.0,
-         "loaded_s": 35.0, "first_step_s": 45.0}
+         "loaded_s": 35.0, "first_step_s": 45.0, "tier": None, "from_partner": None, "since": "attempt end",
+         "stages": {"detection": None, "teardown": None, "relaunch": 15.0, "process start": 2.0,
+                    "model build": 8.0, "state restore": 10.0, "first step": 10.0}, "total_s": 45.0}
     ]  # fmt: skip
-    assert "recovery clock after j.1 (node" in text and "first step back +45.0 s" in text
+    assert (
+        "recovery clock after j.1 (node): relaunch 15.0 s, process start 2.0 s, model build 8.0 s, state "
+        "restore 10.0 s, first step 10.0 s; first step back 45.0 s after its attempt end"
+    ) in text
 
 
 def test_weibull_failures_keep_the_mean_rate() -> None:
