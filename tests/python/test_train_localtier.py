@@ -162,7 +162,8 @@ def test_a_tier_that_cannot_work_is_off_with_one_warning_and_training_goes_on(
     if case == "full":
         assert "No space left on device" in warnings[0]
         held = [p.name for p in folder(tmp_path / "shm", run, "nB").iterdir()]
-        assert held == ["step-3"]  # the failed step removed, no save after it
+        # 3 by the local interval, 4 with the global save (memory holds it too); 6 failed and was removed
+        assert sorted(held) == ["step-3", "step-4"]
     assert sorted(step_lines(r.stdout)) == list(range(1, 10))
     assert (run / "ckpt" / "step-8" / ".complete").is_file()
 

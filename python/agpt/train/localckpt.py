@@ -343,6 +343,8 @@ class LocalTier:
         )
 
     def due(self, step: int, asked: bool) -> bool:
+        """A local save at STEP: every `local_interval` steps, or ASKED (by time, or with a global save, so that a
+        relaunch after it restores from memory)."""
         return (
             self.on
             and self.last_saved_step != step

@@ -466,10 +466,12 @@ class Trainer:
                     except thealth.Fault as fault:
                         self._rollback(fault, applied=True)
                         continue
-                if ckpt_policy.due_by_step(self.step, self.cfg.checkpoint.interval) or agreed.save:
+                saved = ckpt_policy.due_by_step(self.step, self.cfg.checkpoint.interval) or agreed.save
+                if saved:
                     self.save(block=False)
                     t_save = time.perf_counter()
-                if self.local is not None and self.local.due(self.step, agreed.local):
+                local_due = agreed.local or saved  # a global save is a local one too: memory holds it
+                if self.local is not None and self.local.due(self.step, local_due):
                     self._phase("checkpoint")
                     self._pending_stall += self.local.save(self.step)
                 if (
