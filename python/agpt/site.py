@@ -64,6 +64,10 @@ KEYS: dict[str, tuple[bool, str]] = {
     "SITE_SPARES_PERCENT": (False, "spare nodes as a percentage of the job's nodes"),
     "SITE_SPARES_MIN": (False, "at least this many spare nodes"),
     "SITE_FAILOVER_PATTERNS": (True, "failure-pattern sets for the failover classifier"),
+    "SITE_FAILOVER_SHRINK": (
+        False,
+        "0 | 1: may a job run on fewer nodes when its spares run out (FAILOVER_SHRINK)",
+    ),
 }
 SCHEDULERS = ("pbs", "slurm", "none")
 LAUNCHERS = LAUNCH_NAMES
@@ -470,7 +474,7 @@ def _check_values(prof: Profile) -> None:
             prof.errors.append(f"{where}: '{v}' is not a number of TFLOPS")
         elif key in NUM_KEYS and not re.fullmatch(r"[0-9]+(\.[0-9]+)?", v):
             prof.errors.append(f"{where}: '{v}' is not a number >= 0")
-        elif key == "SITE_VENV_STAGE" and v not in ("0", "1"):
+        elif key in ("SITE_VENV_STAGE", "SITE_FAILOVER_SHRINK") and v not in ("0", "1"):
             prof.errors.append(f"{where}: '{v}' is not 0 or 1")
         elif key == "SITE_RANKS_PER_NODE" and v == "0":
             prof.errors.append(f"{where}: must be at least 1")

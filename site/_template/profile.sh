@@ -84,3 +84,7 @@ SITE_SPARES_MIN=0
 # sources): launchers pals hydra openmpi srun; vendor stacks cuda level_zero rocm gloo oneccl; PyTorch's
 # own (torch: c10d, elastic); system app cascade.
 SITE_FAILOVER_PATTERNS=(pals cuda torch system app cascade)
+# May a job go on with fewer nodes when a node fails and no spare is left (0 | 1)?  1: the failover loop
+# relaunches on the healthy nodes when the global batch is kept (FAILOVER_SHRINK, FAILOVER_MIN_NODES;
+# docs/recovery.md); 0 where the site's policy or accounting forbids a job that runs below its node count.
+SITE_FAILOVER_SHRINK=1

@@ -41,3 +41,4 @@ SITE_VENV_STAGE=0
 SITE_SPARES_PERCENT=0
 SITE_SPARES_MIN=0
 SITE_FAILOVER_PATTERNS=(pals hydra openmpi srun cuda level_zero rocm gloo oneccl torch system app cascade)
+SITE_FAILOVER_SHRINK=1

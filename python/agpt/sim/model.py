@@ -16,8 +16,9 @@ import yaml
 
 from agpt import rundir
 from agpt.chain import Limits
-from agpt.errors import ConfigError
+from agpt.errors import BadInput, ConfigError
 from agpt.failover.policy import Settings
+from agpt.failover.shrink import min_nodes as shrink_floor
 
 MODELS_DIR = Path(__file__).resolve().parent / "models"
 CLASSES = ("node", "hang", "straggler", "system", "app")
@@ -91,10 +92,13 @@ class Train:
     local_interval: int = 0  # the local checkpoint tier: a local save every N steps ...
     local_interval_s: float = 0.0  # ... or every S seconds (0 and 0: no local tier)
     local_keep: int = 2
+    local_daly: bool = (
+        False  # ... or at Daly's interval for its own stall, which the simulation sets (sim.local)
+    )
 
     @property
     def local(self) -> bool:
-        return bool(self.local_interval or self.local_interval_s)
+        return bool(self.local_interval or self.local_interval_s or self.local_daly)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -105,6 +109,20 @@ class Failover:
     min_attempt_s: float = _LOOP.min_attempt_s
     backoff: list[float] = field(default_factory=lambda: list(_LOOP.backoff))
     walltime_margin_s: float = rundir.WALLTIME_MARGIN_S
+    shrink: bool = _LOOP.shrink
+    min_nodes: str = _LOOP.min_nodes
+
+
+@dataclass(kw_only=True, slots=True)
+class Layout:
+    """What `agpt check --run-dir` writes to layout.json for a shrink (agpt.failover.shrink): the batch at the
+    model's node count is nodes x ranks_per_node / tp x micro_batch x accum (it grows with the nodes, as the
+    step time is held fixed)."""
+
+    ranks_per_node: int = 12
+    tp: int = 1
+    micro_batch: int = 1
+    accum: int = 2
 
 
 @dataclass(kw_only=True, slots=True)
@@ -140,6 +158,7 @@ class FaultModel:
     train: Train = field(default_factory=Train)
     failover: Failover = field(default_factory=Failover)
     chain: Chain = field(default_factory=Chain)
+    layout: Layout = field(default_factory=Layout)
     faults: list[ScriptedFault] = field(default_factory=list)
 
     @property
@@ -154,6 +173,7 @@ _SECTIONS: dict[str, type] = {
     "train": Train,
     "failover": Failover,
     "chain": Chain,
+    "layout": Layout,
 }
 
 
@@ -189,6 +209,10 @@ _POSITIVE = {
     "train.step_s",
     "behaviour.straggler_slowdown",
     "failover.max_attempts",
+    "layout.ranks_per_node",
+    "layout.tp",
+    "layout.micro_batch",
+    "layout.accum",
     "chain.max_jobs",
     "chain.max_no_progress",
 }
@@ -213,6 +237,8 @@ def _section(cls: type, raw: Any, name: str) -> Any:
                 raise ConfigError(f"{key}: must be true or false, got {v!r}")
             kw[k] = v
         elif isinstance(default, str):
+            if k == "min_nodes" and isinstance(v, int | float) and not isinstance(v, bool):
+                v = str(v)  # FAILOVER_MIN_NODES: a count or a fraction, as the loop reads it
             if not isinstance(v, str):
                 raise ConfigError(f"{key}: must be a string, got {v!r}")
             kw[k] = v
@@ -312,6 +338,10 @@ def validate(m: FaultModel) -> None:
         raise ConfigError("failover.max_repeat: must be at least 2")
     if m.failover.max_blind < 1:
         raise ConfigError("failover.max_blind: must be at least 1")
+    try:
+        shrink_floor(m.failover.min_nodes, m.nodes)
+    except BadInput as e:
+        raise ConfigError(f"failover.min_nodes: {e}") from None
 
 
 def preset_names() -> list[str]:
@@ -350,11 +380,9 @@ def override(m: FaultModel, **kw: Any) -> FaultModel:
         elif (
             k == "local_tier"
         ):  # on at the interval `agpt ckpt interval` recommends for its stall (sim.local)
-            from agpt.sim import local
-
-            out.train.local_interval, out.train.local_interval_s = 0, 0.0
-            if v:
-                out.train.local_interval_s = round(local.daly_interval_s(out), 1)
+            out.train.local_interval, out.train.local_interval_s, out.train.local_daly = 0, 0.0, bool(v)
+        elif k in ("shrink", "min_nodes"):  # FAILOVER_SHRINK, FAILOVER_MIN_NODES
+            setattr(out.failover, k, v)
         else:
             setattr(out, k, v)
     validate(out)
