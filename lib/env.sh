@@ -207,13 +207,19 @@ env_modules() {
 }
 
 # Usage: env_exports
-# Globals read: SITE_ENV, SITE_PEAK_TFLOPS; written: each KEY of SITE_ENV and SITE_PEAK_TFLOPS (exported;
-# the trainer's MFU reads it)
+# Globals read: SITE_ENV, SITE_PEAK_TFLOPS, SITE_LOCAL_CKPT_DIR, SITE_FAILURE_DOMAIN_RE; written: each KEY of
+# SITE_ENV and those three when set (exported: the trainer's MFU and its local checkpoint tier read them)
 # Returns: 0; 2 on an entry that is not KEY=VALUE
 env_exports() {
   local kv
   if [[ -n "${SITE_PEAK_TFLOPS:-}" ]]; then
     export SITE_PEAK_TFLOPS
+  fi
+  if [[ -n "${SITE_LOCAL_CKPT_DIR:-}" ]]; then
+    export SITE_LOCAL_CKPT_DIR
+  fi
+  if [[ -n "${SITE_FAILURE_DOMAIN_RE:-}" ]]; then
+    export SITE_FAILURE_DOMAIN_RE
   fi
   declare -p SITE_ENV >/dev/null 2>&1 || return 0
   for kv in "${SITE_ENV[@]}"; do

@@ -20,10 +20,11 @@
 # words {hostfile} {hosts} {nhosts} in CMD are replaced.  The decisions live in `agpt failover plan` (Python,
 # unit-tested), called once per attempt: it classifies the attempt's log in-process, swaps hosts, appends
 # events.jsonl and answers `ACTION EXIT BACKOFF_S ATTEMPT`; this file is the glue.  Files written:
-# RUN_DIR/hosts/*, attempts/JOBID.N.log and .class.json, events.jsonl, metrics.prom (Prometheus text, rewritten
-# after every attempt, so its counters move while no trainer runs); at every stop the run's timeline
-# (`agpt failover report`) goes to the log.  Host names are only [A-Za-z0-9._-] (a hostile allocation line is
-# refused, exit 2) and are shell-quoted where a hook's command text is built.  Works under any caller's IFS.
+# RUN_DIR/hosts/*, attempts/JOBID.N.log, .class.json and .times.json (when it ended), events.jsonl,
+# metrics.prom (Prometheus text, rewritten after every attempt, so its counters move while no trainer runs);
+# at every stop the run's timeline (`agpt failover report`) goes to the log.  Host names are only
+# [A-Za-z0-9._-] (a hostile allocation line is refused, exit 2) and are shell-quoted where a hook's command
+# text is built.  Works under any caller's IFS.
 #
 # Settings (environment, read when a function runs; defaults set when sourced)
 #   FAILOVER_SPARES           spare hosts; default "": ~SITE_SPARES_PERCENT% of active, at least SITE_SPARES_MIN
@@ -353,7 +354,7 @@ failover_run() {
     : >"$log"
     started="$(date +%s.%N)"
     rc=0
-    env "${envs[@]}" "${watch[@]}" --log "$log" -- "${argv[@]}" || rc=$?
+    env "${envs[@]}" "${watch[@]}" --log "$log" --times "${log%.log}.times.json" -- "${argv[@]}" || rc=$?
     ended="$(date +%s.%N)"
     prc=0
     decision="$(_failover_py "${plan[@]}" --attempt "$n" --rc "$rc" --log "$log" --started "$started" \

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agpt import ckptdir, numeric, rundir, yamlio
+from agpt import ckptdir, localtier, numeric, rundir, yamlio
 from agpt.errors import BadInput, ConfigError
 from agpt.failover import shrink as shrinklib
 from agpt.train import config as tconfig
@@ -37,6 +37,9 @@ from agpt.train import config as tconfig
 GIB = 1024**3
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 HEADROOM = 0.10  # of device memory, for the allocator, collective buffers and the runtime
+# The local checkpoint tier lives in a tmpfs (/dev/shm), whose default size is "half of your physical RAM without
+# swap" (the Linux kernel's Documentation/filesystems/tmpfs.rst): the share of a node's memory it may take.
+TMPFS_SHARE = 0.5
 
 
 @dataclass(kw_only=True, slots=True)
@@ -81,6 +84,7 @@ class SiteFacts:
     device_mem_gib: float  # 0: unknown, memory not checked
     fs_bw_gbps: float  # 0: unknown, save time not estimated
     profile: str
+    host_mem_gib: float = 0.0  # 0: unknown, the local tier's memory not screened
     shrink: str = ""  # SITE_FAILOVER_SHRINK: "0" forbids running on fewer nodes (failover.shrink)
 
 
@@ -108,6 +112,7 @@ def site_facts(name: str) -> SiteFacts:
         device_mem_gib=_num(prof, "SITE_DEVICE_MEM_GIB", shown),
         fs_bw_gbps=_num(prof, "SITE_FS_BW_GBPS", shown),
         profile=shown,
+        host_mem_gib=_num(prof, "SITE_HOST_MEM_GIB", shown),
         shrink=str(prof.get("SITE_FAILOVER_SHRINK", "")),
     )
 
@@ -417,6 +422,34 @@ def _memory_check(rep: Report, cfg: tconfig.Config, cfg_path: Path, facts: SiteF
     )
 
 
+def _local_tier_check(rep: Report, cfg: tconfig.Config, cfg_path: Path, facts: SiteFacts, total: int,
+                      nodes: int) -> None:  # fmt: skip
+    """The local checkpoint tier's peak memory per node (agpt.localtier.memory_per_node: the staging copy, and
+    each kept step and the one being written, own shards and a partner's copy) against a tmpfs's share of the
+    node's memory."""
+    ck = cfg.checkpoint
+    if not ck.local:
+        return
+    node_state = total * DTYPE_BYTES[cfg.train.master_dtype] * 3 / nodes
+    need = localtier.memory_per_node(node_state, ck.local_keep)
+    value = (f"{_gib(need)} GiB per node at most ({_gib(node_state)} GiB of state per node, checkpoint.local_keep "
+             f"{ck.local_keep})")  # fmt: skip
+    if facts.host_mem_gib <= 0:
+        rep.info("local tier", f"{value}; {facts.profile} sets no host memory (SITE_HOST_MEM_GIB)")
+        return
+    cap = facts.host_mem_gib * GIB * TMPFS_SHARE
+    fix = ""
+    if need > cap:
+        one = localtier.memory_per_node(node_state, 1)
+        more = math.ceil(need / cap * nodes)
+        fix = (f"{cfg_path}: checkpoint.local_interval: the local tier needs {_gib(need)} GiB per node, more than "
+               f"{TMPFS_SHARE:.0%} of {facts.host_mem_gib:g} GiB ({facts.profile}: SITE_HOST_MEM_GIB) that a tmpfs "
+               f"holds by default: " + (f"set checkpoint.local_keep: 1 ({_gib(one)} GiB), " if ck.local_keep > 1
+               and one <= cap else "") + f"run on {more} nodes or more, or set checkpoint.local_interval: 0 and "
+               "checkpoint.local_interval_s: 0 (the tier off)")  # fmt: skip
+    rep.add("local tier", f"{value}; {TMPFS_SHARE:.0%} of {facts.host_mem_gib:g} GiB is {_gib(cap)} GiB", fix)
+
+
 def _shrink_info(rep: Report, cfg: tconfig.Config, cfg_path: Path, facts: SiteFacts, total: int, block: int,
                  nodes: int, rpn: int, tp: int, environ: Mapping[str, str]) -> shrinklib.Layout:  # fmt: skip
     """The node counts the failover loop can shrink this job to when its spares run out (FAILOVER_SHRINK),
@@ -501,6 +534,7 @@ def check(
     env = os.environ if environ is None else environ
     lay = _shrink_info(rep, cfg, cfg_path, facts, total, block, nodes, rpn, tp, env)
     _volume_info(rep, cfg, facts, total)
+    _local_tier_check(rep, cfg, cfg_path, facts, total, nodes)
     _data_checks(rep, cfg, cfg_path, raw, data)
     if run_dir is not None:
         _run_dir_checks(rep, Path(run_dir))

@@ -42,7 +42,7 @@ from agpt.errors import (
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: `agpt watch` imports this module and starts fast
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Iterable, Iterator, Mapping
     from typing import Any, BinaryIO
 
 
@@ -53,7 +53,12 @@ HOSTS_SPARE = "hosts/spare"
 HOSTS_IP = "hosts/ip"
 HOSTS_BAD = "hosts/bad"
 HOSTS_LOCK = "hosts/.lock"  # held (flock) around every read-modify-write of hosts/active and hosts/spare
-ATTEMPTS = "attempts"  # attempts/JOBID.N.log, attempts/JOBID.N.class.json, attempts/JOBID.preflight.log
+ATTEMPTS = (
+    "attempts"  # attempts/JOBID.N.log, .class.json, .times.json (agpt watch --times), JOBID.preflight.log
+)
+TIMES_SUFFIX = (
+    ".times.json"  # beside an attempt's log: when it ended (the recovery clock's detection, teardown)
+)
 EVENTS = "events.jsonl"
 CHAIN = "chain.jsonl"
 CHAIN_LOCK = "chain.lock"
@@ -98,6 +103,18 @@ class RunDir:
 
     def class_json(self, jobid: str, n: int) -> Path:
         return self.root / ATTEMPTS / f"{jobid}.{n}.class.json"
+
+
+def times_of(log: Path) -> dict[str, float]:
+    """The wall-clock marks `agpt watch --times` left beside attempt log LOG (last_progress, detected), as far as
+    they are numbers; none when the file is missing or unreadable (an older loop, a killed watch)."""
+    try:
+        raw = parse_json_line(log.with_name(log.name.removesuffix(".log") + TIMES_SUFFIX).read_text())
+    except (OSError, ValueError, RecursionError):
+        return {}
+    if not isinstance(raw, dict):
+        return {}
+    return {k: v for k in ("last_progress", "detected") if (v := num(raw.get(k))) is not None}
 
 
 # ----------------------------------------------------------------------------------------------- facts
@@ -165,6 +182,18 @@ MPI_VARS: tuple[str, ...] = (
     *dict.fromkeys(v for x in _MPI for v in (x.rank, x.size, x.local_rank)),
     PMIX_RANK,
 )
+# The job this process runs in: the failover loop's id (it stays the same over the attempts of one allocation),
+# else the scheduler's.  The recovery clock and the local checkpoint tier (a new job of the chain is a new
+# allocation: its nodes' memory holds nothing of ours) read it.
+JOBID_VARS = ("FAILOVER_JOBID", "SLURM_JOB_ID", "PBS_JOBID")
+
+
+def job_id(env: Mapping[str, str] | None = None) -> str:
+    """This job's id ("/" made "_"), "" outside a job."""
+    env = os.environ if env is None else env
+    return next((env[v] for v in JOBID_VARS if env.get(v)), "").replace("/", "_")
+
+
 # What SITE_LAUNCHER and job.launcher may name: the launchers lib/launch.sh starts (test_rundir holds them equal).
 LAUNCH_NAMES = ("pals", "hydra", "openmpi", "srun")
 # The tasks per node a Slurm job asked for: an estimate of the ranks on this node where nothing better is set.

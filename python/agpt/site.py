@@ -44,12 +44,21 @@ KEYS: dict[str, tuple[bool, str]] = {
     "SITE_PEAK_TFLOPS": (False, "peak dense bf16 TFLOPS of one rank's device, for MFU (empty: no MFU)"),
     "SITE_DEVICE_MEM_GIB": (False, "memory of one rank's device in GiB (0: unknown; agpt check)"),
     "SITE_FS_BW_GBPS": (False, "write bandwidth of the run directory's filesystem in GB/s (0: unknown)"),
+    "SITE_HOST_MEM_GIB": (
+        False,
+        "host memory per node in GiB (0: unknown; agpt check screens the local tier)",
+    ),
     "SITE_LAUNCHER": (False, "pals | hydra | openmpi | srun"),
     "SITE_LAUNCHER_FLAGS": (True, "extra launcher flags"),
     "SITE_CPU_BIND": (False, "CPU binding for the launcher (empty: its default)"),
     "SITE_MODULES": (True, "environment modules to load, in order"),
     "SITE_ENV": (True, "KEY=VALUE environment for every job"),
     "SITE_LOCAL_DIR": (False, "node-local storage"),
+    "SITE_LOCAL_CKPT_DIR": (False, "node-local memory for the local checkpoint tier (empty: /dev/shm)"),
+    "SITE_FAILURE_DOMAIN_RE": (
+        False,
+        "extended regex; its first group names a host's failure domain (empty: none)",
+    ),
     "SITE_PYTHON": (False, "interpreter the venv is built from"),
     "SITE_VENV_DIR": (False, "where venvs live (empty: use the current python)"),
     "SITE_VENV_STAGE": (False, "0 | 1: stage the venv to SITE_LOCAL_DIR with agpt yeet"),
@@ -66,7 +75,7 @@ LAUNCHERS = LAUNCH_NAMES
 PATTERN_SETS = DEFAULT_SETS  # the classifier's built-in sets (agpt.failover.patterns)
 INT_KEYS = ("SITE_GPUS_PER_NODE", "SITE_RANKS_PER_NODE", "SITE_SPARES_PERCENT", "SITE_SPARES_MIN")
 
-NUM_KEYS = ("SITE_DEVICE_MEM_GIB", "SITE_FS_BW_GBPS")
+NUM_KEYS = ("SITE_DEVICE_MEM_GIB", "SITE_FS_BW_GBPS", "SITE_HOST_MEM_GIB")
 
 _ASSIGN_HEAD = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=")
 SITE_NAME_RE = re.compile(
@@ -505,7 +514,7 @@ def _value_problem(key: str, v: Value, p: Path) -> str:
         return f"'{v}' is not a number >= 0"
     if key in ("SITE_VENV_STAGE", "SITE_FAILOVER_SHRINK") and v not in ("0", "1"):
         return f"'{v}' is not 0 or 1"
-    if key == "SITE_HOSTNAME_RE":
+    if key in ("SITE_HOSTNAME_RE", "SITE_FAILURE_DOMAIN_RE"):
         try:
             re.compile(v)
         except (re.error, RecursionError) as exc:

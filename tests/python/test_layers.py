@@ -37,6 +37,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("heartbeats", ("agpt.heartbeat",)),
     ("run directory and shared formats", ("agpt.rundir", "agpt.ckptdir", "agpt.digest", "agpt.ours", "agpt.goodput",
                                           "agpt.hostlist", "agpt.jobconf", "agpt.yamlio", "agpt.progress",
+                                          "agpt.nodelocal", "agpt.localtier",
                                           "agpt.evals.records", "agpt.evals.alarm", "agpt.evals.due")),
     ("base", ("agpt.errors", "agpt.numeric", "agpt.shellword", "agpt.proc", "agpt")),
 ]  # fmt: skip

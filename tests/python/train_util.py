@@ -38,6 +38,22 @@ def train_cmd(ranks: int, run_dir: Path, *args: str) -> list[str]:
     return [str(MPIEXEC), "-n", str(ranks), *base]
 
 
+def nodes_cmd(hosts: list[str], run_dir: Path, *args: str, per_node: int = 1) -> list[str]:
+    """`mpiexec` of `agpt train` on this host as if on the nodes HOSTS (PER_NODE ranks each): each block of ranks
+    gets its node's name (AGPT_HEARTBEAT_HOST), which keys the node-local folders (agpt.nodelocal)."""
+    cmd: list[str] = [str(MPIEXEC)]
+    for i, host in enumerate(hosts):
+        cmd += [":"] * bool(i) + ["-n", str(per_node), "-env", "AGPT_HEARTBEAT_HOST", host]
+        cmd += [str(AGPT), "train", "--config", str(TINY), "--run-dir", str(run_dir), *args]
+    return cmd
+
+
+def run_nodes(hosts: list[str], run_dir: Path, *args: str, env: dict[str, str] | None = None,
+              per_node: int = 1) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    return subprocess.run(nodes_cmd(hosts, run_dir, *args, per_node=per_node), env=train_env(env),
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+
+
 def run_train(ranks: int, run_dir: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 300):
     return subprocess.run(
         train_cmd(ranks, run_dir, *args),

@@ -65,6 +65,13 @@ def cli() -> None:
 @click.option(
     "--interval-s", type=params.seconds(), help="checkpoint.interval_s: save by time instead of steps"
 )
+@click.option("--interval", "interval_steps", type=params.count(), help="checkpoint.interval: steps between "
+              "saves (0: by --interval-s alone)")  # fmt: skip
+@click.option("--local-tier/--no-local-tier", default=None,
+              help="the local checkpoint tier, saving at Daly's interval for its own stall")  # fmt: skip
+@click.option("--local-interval-s", type=params.seconds(), help="the local tier's interval instead of Daly's")
+@click.option("--local-stage-gb-s", type=params.Number(lo=0, hi=1e6), help="the local save's staging copy, "
+              "GB/s per device (model: costs.local_stage_gb_s)")  # fmt: skip
 @click.option(
     "--days",
     type=params.Number(lo=0, hi=numeric.MAX_DAYS),
@@ -85,6 +92,10 @@ def run_cmd(
     heartbeats: bool | None,
     async_save: bool | None,
     interval_s: float | None,
+    interval_steps: int | None,
+    local_tier: bool | None,
+    local_interval_s: float | None,
+    local_stage_gb_s: float | None,
     days: float | None,
     shrink: bool | None,
     min_nodes: str | None,
@@ -93,6 +104,15 @@ def run_cmd(
 ) -> None:
     """One simulated run: effective ratio, where the time went, the stops that need a person."""
     m = _load(spec, nodes, spares, days)
+    for flag, v in (("--local-interval-s", local_interval_s), ("--local-stage-gb-s", local_stage_gb_s)):
+        if v is not None and not v > 0:
+            raise ConfigError(f"{flag}: must be greater than 0, got {v}")
+    if local_stage_gb_s is not None:
+        m.costs.local_stage_gb_s = local_stage_gb_s
+    if interval_steps is not None:
+        if interval_steps < 0:
+            raise ConfigError(f"--interval: must not be negative, got {interval_steps}")
+        m.train.checkpoint_interval = interval_steps
     kw: dict[str, object] = {}
     if shrink is not None:
         kw["shrink"] = shrink
@@ -106,8 +126,12 @@ def run_cmd(
         if interval_s < 0:
             raise ConfigError(f"--interval-s: must not be negative, got {interval_s}")
         kw["checkpoint_interval_s"] = interval_s
+    if local_tier is not None or local_interval_s is not None:
+        kw["local_tier"] = local_tier is not False
     if kw:
         m = model.override(m, **kw)
+    if local_interval_s is not None and m.train.local:
+        m.train.local_interval_s = local_interval_s
     r = engine.simulate(m, seed=seed)
     d = r.as_dict()
     if as_json:
@@ -133,6 +157,15 @@ def run_cmd(
         f"recovery clock (mean, s after the failure): detected {clock['detected']}, relaunched "
         f"{clock['relaunched']}, first step back {clock['first_step_back']}"
     )
+    if r.local is not None:
+        lt = r.local
+        click.echo(
+            f"local tier: a save every {lt['interval_s']:g} s, stalling {lt['stall_s']:g} s, complete {lt['write_s']:g} s "
+            f"later; restore {lt['restore_s']:g} s ({clock.get('local_restores', 0)} restores); "
+            f"{lt['state_gb_per_device']:g} GB per device, {lt['memory_gb_per_node']:g} GB per node at most; first "
+            f"step back after a node failure {clock.get('first_step_back_node')} s (mean); stages: "
+            + ", ".join(f"{k} {v}" for k, v in (clock.get("stages") or {}).items())
+        )
     stops = ", ".join(f"{v} {k}" for k, v in r.person_stops.items()) or "none"
     click.echo(f"stops that needed a person: {stops}")
 
@@ -153,9 +186,20 @@ def run_cmd(
     show_default=True,
     help="folder for goodput.md and goodput.png",
 )
-def table_cmd(spec: str, nodes: str, days: float | None, seeds: str, out: Path) -> None:
-    """The goodput table and figure (docs/sim/): every node count with and without spares, heartbeats, async saves."""
+@click.option("--variant", "only", multiple=True, help="only this variant (repeatable): "
+              + ", ".join(repr(v) for v, _ in sweep.VARIANTS))  # fmt: skip
+def table_cmd(
+    spec: str, nodes: str, days: float | None, seeds: str, out: Path, only: tuple[str, ...]
+) -> None:
+    """The goodput table and figure (docs/sim/): every node count as shipped, with heartbeats, with the local
+    checkpoint tier, without spares and with synchronous saves."""
     m = _load(spec, None, None, days)
+    variants = [v for v in sweep.VARIANTS if not only or v[0] in only]
+    unknown = [v for v in only if v not in dict(sweep.VARIANTS)]
+    if unknown:
+        raise ConfigError(
+            f"--variant: {unknown[0]!r} is not one of {', '.join(repr(v) for v, _ in sweep.VARIANTS)}"
+        )
     ns = _counts(nodes, "--nodes", 1, numeric.MAX_NODES)
     ss = _counts(seeds, "--seeds", 0, 2**63 - 1)
     if out.exists() and not out.is_dir():
@@ -164,13 +208,13 @@ def table_cmd(spec: str, nodes: str, days: float | None, seeds: str, out: Path) 
         )
     from agpt.progress import Progress
 
-    with Progress(len(ns) * len(sweep.VARIANTS) * len(ss), "sim table", unit="runs") as bar:
+    with Progress(len(ns) * len(variants) * len(ss), "sim table", unit="runs") as bar:
 
         def done(line: str) -> None:  # each simulation's result line, above the bar
             bar.write(line)
             bar.update()
 
-        rows = sweep.sweep(m, nodes=ns, seeds=ss, progress=done)
+        rows = sweep.sweep(m, nodes=ns, seeds=ss, variants=variants, progress=done)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:

@@ -405,6 +405,7 @@ def _ended_attempt(
         "started": started,
         "ended": ended if ended is not None else round(now, 3),
         "log": str(log.relative_to(run_dir)) if log and _under(log, run_dir) else args.log,
+        **(rundir.times_of(log) if log else {}),  # the watch's last progress line and first sign of the end
     }
     return att, record
 
@@ -454,6 +455,8 @@ def _attempt_event(
         "last_step": att.last_step,
         "ckpt_step": att.ckpt_step,
         "started": record["started"],
+        "last_progress": record.get("last_progress"),
+        "detected": record.get("detected"),
         "ended": record["ended"],
         "hosts": list(active),
         "log": record["log"],

@@ -25,14 +25,10 @@ kill leaves one file per node that says where every live rank was.  On rank 0, t
 
 from __future__ import annotations
 
-import errno
 import faulthandler
-import hashlib
 import json
 import os
 import shutil
-import socket
-import tempfile
 import threading
 import time
 from collections import deque
@@ -40,8 +36,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from agpt import numeric
+from agpt import nodelocal, numeric, rundir
 from agpt.heartbeat.format import DIR, FORMAT, node_file, stacks_dir, write_atomic
+from agpt.nodelocal import host_name
 from agpt.rundir import LOCAL_RANK_VARS, LOCAL_SIZE_VARS, RANK_VARS, SLURM_TASKS_PER_NODE
 
 DEFAULT_INTERVAL_S = 15.0
@@ -74,13 +71,7 @@ def attempt_id(env: Mapping[str, str] | None = None) -> str:
     env = os.environ if env is None else env
     if env.get("AGPT_ATTEMPT_ID"):
         return env["AGPT_ATTEMPT_ID"]
-    job = env.get("FAILOVER_JOBID") or env.get("SLURM_JOB_ID") or env.get("PBS_JOBID") or "local"
-    return f"{job.replace('/', '_')}.{env.get('FAILOVER_ATTEMPT', '0')}"
-
-
-def host_name(env: Mapping[str, str] | None = None) -> str:
-    env = os.environ if env is None else env
-    return env.get("AGPT_HEARTBEAT_HOST") or env.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    return f"{rundir.job_id(env) or 'local'}.{env.get('FAILOVER_ATTEMPT', '0')}"
 
 
 def _proc_state(pid: int) -> str | None:
@@ -119,13 +110,10 @@ class Heartbeat:
         self.interval_s = interval_s
         self.tick_s = tick_s if tick_s else min(1.0, interval_s / 3)
         self.dump_after_s = dump_after_s
-        base = Path(local_dir) if local_dir else _local_base()
-        # Job ids repeat across clusters and test runs: the run directory is part of the name too.  The name is
-        # predictable, so it lives in a folder private to this user (_private_dir): nobody else can plant a
-        # symlink or a file where the ranks write.
-        tag = hashlib.sha1(str(self.run_dir.resolve()).encode()).hexdigest()[:8]
-        name = f"heartbeat.{tag}.{attempt}.{host}".replace("/", "_")
-        self.local_dir = base / f"agpt-{os.getuid()}" / name
+        base = nodelocal.base(str(local_dir or ""), os.environ.get("AGPT_HEARTBEAT_LOCAL_DIR"))
+        self.local_dir = nodelocal.folder(
+            base, "heartbeat", self.run_dir, attempt, host
+        )  # agpt.nodelocal's rule
         self.on_publish = on_publish
         self.tick = 0
         self.seq = 0
@@ -156,9 +144,8 @@ class Heartbeat:
             self._compute.append(float(compute_s))
 
     def start(self) -> Heartbeat:
-        self.local_dir.parent.parent.mkdir(parents=True, exist_ok=True)
-        _private_dir(self.local_dir.parent)
-        _private_dir(self.local_dir)
+        self.local_dir.parent.parent.mkdir(parents=True, exist_ok=True)  # the base; agpt-UID is made private
+        nodelocal.make_private(self.local_dir)
         if self.local_rank == 0:
             (self.run_dir / DIR).mkdir(parents=True, exist_ok=True)
             self._clean_earlier_attempts()
@@ -291,38 +278,6 @@ class Heartbeat:
                 write_atomic(target, text)
         if self.on_publish is not None:
             self.on_publish(self)
-
-
-def _private_dir(path: Path) -> None:
-    """PATH as a folder only this user can enter: made with mode 0700 when missing; one that exists must be a real
-    folder (a symlink is never followed: O_NOFOLLOW) owned by this user, and is closed to others.  OSError
-    otherwise (start() then turns heartbeats off with one line saying why)."""
-    try:
-        os.mkdir(path, 0o700)
-    except FileExistsError:
-        pass
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    except OSError as e:
-        raise OSError(e.errno, f"not a private folder of this user ({e.strerror})", str(path)) from None
-    try:
-        st = os.fstat(fd)
-        if st.st_uid != os.getuid():
-            raise OSError(errno.EPERM, "not a private folder of this user (another user's)", str(path))
-        if st.st_mode & 0o077:
-            os.fchmod(fd, 0o700)
-    finally:
-        os.close(fd)
-
-
-def _local_base() -> Path:
-    env = os.environ.get("AGPT_HEARTBEAT_LOCAL_DIR")
-    if env:
-        return Path(env)
-    shm = Path("/dev/shm")
-    if shm.is_dir() and os.access(shm, os.W_OK):
-        return shm
-    return Path(tempfile.gettempdir())
 
 
 def enabled(env: Mapping[str, str] | None = None) -> bool:

@@ -61,6 +61,13 @@ class Costs:
     grace_s: float = rundir.GRACE_S
     classify_s: float = 1.0
     person_response_h: float = 8.0
+    # The local checkpoint tier (agpt.sim.local): bytes per device and per node over these bandwidths.
+    ranks_per_node: int = 12
+    local_fixed_s: float = 0.0  # a local save's stall besides the copy (collecting the state)
+    local_stage_gb_s: float = 0.0222  # the staging copy of one device's shard, GB/s
+    sha256_gb_s: float = 0.33  # one rank hashing its shard, GB/s
+    host_mem_gb_s: float = 0.26  # one rank writing or reading its shard in node-local memory, GB/s
+    network_gb_s: float = 200.0  # a node's injection bandwidth, for the partner's copy, GB/s
 
     @property
     def save_stall_s(self) -> float:
@@ -81,6 +88,16 @@ class Train:
     checkpoint_keep: int = 2
     async_save: bool = True
     deadline_margin_s: float = 600.0
+    local_interval: int = 0  # the local checkpoint tier: a local save every N steps ...
+    local_interval_s: float = 0.0  # ... or every S seconds (0 and 0: no local tier)
+    local_keep: int = 2
+    local_daly: bool = (
+        False  # ... or at Daly's interval for its own stall, which the simulation sets (sim.local)
+    )
+
+    @property
+    def local(self) -> bool:
+        return bool(self.local_interval or self.local_interval_s or self.local_daly)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -191,6 +208,11 @@ _POSITIVE = {
     "costs.walltime_h",
     "costs.fs_write_gb_s",
     "costs.fs_read_gb_s",
+    "costs.ranks_per_node",
+    "costs.local_stage_gb_s",
+    "costs.sha256_gb_s",
+    "costs.host_mem_gb_s",
+    "costs.network_gb_s",
     "train.step_s",
     "behaviour.straggler_slowdown",
     "failover.max_attempts",
@@ -317,6 +339,8 @@ def validate(m: FaultModel) -> None:
         raise ConfigError(f"nodes: {m.nodes} is more than machine_nodes {m.machine_nodes}")
     if m.train.checkpoint_keep < 1:
         raise ConfigError("train.checkpoint_keep: must be at least 1")
+    if m.train.local_keep not in (1, 2):
+        raise ConfigError(f"train.local_keep: 1 or 2, got {m.train.local_keep}")
     if m.failover.max_repeat < 2:
         raise ConfigError("failover.max_repeat: must be at least 2")
     if m.failover.max_blind < 1:
@@ -360,6 +384,10 @@ def override(m: FaultModel, **kw: Any) -> FaultModel:
             out.train.async_save = bool(v)
         elif k == "checkpoint_interval_s":
             out.train.checkpoint_interval_s = float(v)
+        elif (
+            k == "local_tier"
+        ):  # on at the interval `agpt ckpt interval` recommends for its stall (sim.local)
+            out.train.local_interval, out.train.local_interval_s, out.train.local_daly = 0, 0.0, bool(v)
         elif k in ("shrink", "min_nodes"):  # FAILOVER_SHRINK, FAILOVER_MIN_NODES
             setattr(out.failover, k, v)
         else:

@@ -18,6 +18,7 @@ NODES = (512, 1024, 2048, 4096)
 VARIANTS: tuple[tuple[str, dict[str, object]], ...] = (
     ("as shipped", {}),
     ("+ heartbeats", {"heartbeats": True}),
+    ("+ local tier", {"heartbeats": True, "local_tier": True}),  # and heartbeats: the tier at Daly's interval
     ("no spares", {"spares": 0}),
     ("no spares, no shrink", {"spares": 0, "shrink": False}),  # the loop before FAILOVER_SHRINK
     ("sync saves", {"async_save": False}),

@@ -268,8 +268,25 @@ class CheckpointConfig:
     resume: bool = True
     save_final: bool = True
     thread_count: int = 1  # writer threads per rank
+    # The local tier (docs/recovery.md): each rank's shard in node memory, a copy on a partner node.  Off at 0/0.
+    local_interval: int = 0  # steps between local saves
+    local_interval_s: float = 0.0  # also a local save once this many seconds passed since the last one
+    local_keep: int = 2  # complete local steps kept (1 or 2)
+    local_dir: str = ""  # node-local base folder; "": $SITE_LOCAL_CKPT_DIR, else /dev/shm
+
+    @property
+    def local(self) -> bool:
+        return bool(self.local_interval or self.local_interval_s)
 
     def validate(self) -> None:
+        if self.local_interval < 0:
+            raise ConfigError(f"checkpoint.local_interval: must be >= 0 steps (got {self.local_interval})")
+        if not (math.isfinite(self.local_interval_s) and self.local_interval_s >= 0):
+            raise ConfigError(
+                f"checkpoint.local_interval_s: must be >= 0 seconds (got {self.local_interval_s})"
+            )
+        if self.local_keep not in (1, 2):
+            raise ConfigError(f"checkpoint.local_keep: 1 or 2 (got {self.local_keep})")
         if self.interval < 0:
             raise ConfigError(f"checkpoint.interval: must be >= 0 (got {self.interval})")
         if not (math.isfinite(self.interval_s) and self.interval_s >= 0):

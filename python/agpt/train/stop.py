@@ -26,16 +26,17 @@ class Stop:
     term: bool = False  # SIGTERM: the scheduler ends the job; save, exit 143
     resubmit: bool = False  # SIGUSR1, a straggler swap or the deadline: save, exit 75 (the chain resubmits)
     save: bool = False  # a time-based save is due: save and go on
+    local: bool = False  # a time-based save of the local tier is due (checkpoint.local_interval_s)
 
     def encode(self) -> list[float]:
         """The request as numbers to sum over the ranks (in the step's all-reduce)."""
-        return [float(self.term), float(self.resubmit), float(self.save)]
+        return [float(self.term), float(self.resubmit), float(self.save), float(self.local)]
 
     @classmethod
     def decode(cls, sums: Sequence[float]) -> Stop:
         """The agreed request from the summed numbers: any rank's request counts."""
-        term, resubmit, save = (float(x) > 0 for x in sums)
-        return cls(term=term, resubmit=resubmit, save=save)
+        term, resubmit, save, local = (float(x) > 0 for x in sums)
+        return cls(term=term, resubmit=resubmit, save=save, local=local)
 
     @property
     def ends_run(self) -> bool:

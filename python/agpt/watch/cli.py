@@ -118,6 +118,12 @@ def _parser() -> _Parser:
         "--log", metavar="FILE", help="also append both streams, interleaved as they came, to FILE"
     )
     p.add_argument(
+        "--times",
+        metavar="FILE",
+        help="write the attempt's end as JSON epochs: last_progress, detected (the first output after it, the "
+        "idle limit, a signal or the exit) and ended (torn down); the recovery clock's first stages",
+    )
+    p.add_argument(
         "--progress-file",
         metavar="FILE",
         help="idle also when FILE's mtime has not advanced for the idle limit",
@@ -153,9 +159,12 @@ def main(argv: list[str] | None = None) -> int:
         return e.code if isinstance(e.code, int) else EXIT_USAGE
     try:
         options = vars(ns)
-        log = options.pop("log")  # every other option is a setting of the same name
+        log, times = (
+            options.pop("log"),
+            options.pop("times"),
+        )  # every other option is a setting of the same name
         settings = WatchSettings(**options)
-        return run_settings(cmd, settings, log=log).rc
+        return run_settings(cmd, settings, log=log, times=times).rc
     except BadInput as e:
         sys.stderr.write(f"agpt watch: error: {e}\n")
         return EXIT_USAGE
