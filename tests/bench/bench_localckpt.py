@@ -127,9 +127,13 @@ def restore(args: argparse.Namespace) -> None:
     glob = ck.Checkpointer(run / "ckpt", cfg, rank=rank, world=world, pin_memory=False)
     nbytes = sum(t.numel() * t.element_size() for t in state["model"].values())  # type: ignore[union-attr]
 
+    # The state the tier saves from and restores into, as the trainer's: the live state while training, a
+    # freshly built one (made before the clock starts, like the global load's) for each restore.
+    live: dict[str, dict[str, object]] = {"sd": state}
+
     def tier(host: str | None = None) -> LocalTier:
         env = {**os.environ, **({"AGPT_HEARTBEAT_HOST": host} if host else {})}
-        return LocalTier(cfg, run, rank=rank, world=world, layout="bench", state=lambda: make_state(args.size, "cpu"),
+        return LocalTier(cfg, run, rank=rank, world=world, layout="bench", state=lambda: live["sd"],
                          state_bytes=nbytes, env=env)  # fmt: skip
 
     local = tier()
@@ -162,6 +166,7 @@ def restore(args: argparse.Namespace) -> None:
     t0 = time.perf_counter()
     ck.load(newest.path, sd, glob.group)
     times["global"] = time.perf_counter() - t0
+    live["sd"] = make_state(args.size, "cpu")
     t0 = time.perf_counter()
     got = local.restore(newest.step)
     times["local, own memory"] = time.perf_counter() - t0
@@ -171,6 +176,7 @@ def restore(args: argparse.Namespace) -> None:
         shutil.rmtree(local.folder)  # nB is lost with its memory; a spare takes its place
     torch.distributed.barrier()
     spare = tier("nC" if rank == 1 else None)  # nC, a spare, runs rank 1: its shard comes from nA's copy
+    live["sd"] = make_state(args.size, "cpu")
     t0 = time.perf_counter()
     got = spare.restore(newest.step)
     times[PARTNER] = time.perf_counter() - t0

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import mmap
 import os
 import shutil
 import sys
@@ -39,6 +40,7 @@ from agpt.ckptdir import step_dir
 from agpt.train import ckpt_policy, faults
 from agpt.train.config import CheckpointConfig
 
+Buffer = bytearray | mmap.mmap  # a shard's bytes: received (bytearray) or this node's file, mapped
 SEP = "/"  # joins a state's nested keys into one (a parameter's name holds dots, never a slash)
 _TUPLE = "__tuple__"
 
@@ -99,7 +101,7 @@ def _set(sd: dict[str, Any], key: str, value: Any) -> None:
     sd[last] = value
 
 
-def sha256(buf: bytes | bytearray | memoryview) -> str:
+def sha256(buf: Buffer | bytes | memoryview) -> str:
     return hashlib.sha256(buf).hexdigest()
 
 
@@ -159,14 +161,14 @@ def _itemsize(dtype: str) -> int:
     return torch.empty((), dtype=getattr(torch, dtype)).element_size()
 
 
-def check_shard(buf: bytearray, want_sha: str, pinned: dict[str, Any], step: int, rank: int,
+def check_shard(buf: Buffer, want_sha: str, pinned: dict[str, Any], step: int, rank: int,
                 sd: dict[str, Any]) -> tuple[dict[str, Any], int]:  # fmt: skip
     """Verify BUF before anything in it is used: the digest first, then the header against the pins, the step,
     the rank and SD's every tensor (key, dtype, shape).  ValueError says what differs."""
     got = sha256(buf)
     if got != want_sha:
         raise ValueError(f"sha256 {got[:16]}... differs from the marker's {want_sha[:16]}...")
-    head, start = localtier.unpack_header(buf)
+    head, start = localtier.unpack_header(memoryview(buf))
     off = [k for k, v in pinned.items() if head.get(k) != v]
     if off:
         raise ValueError("of another " + ", ".join(f"{k} ({head.get(k)!r}, now {pinned[k]!r})" for k in off))
@@ -185,7 +187,7 @@ def check_shard(buf: bytearray, want_sha: str, pinned: dict[str, Any], step: int
     return head, start
 
 
-def apply_shard(sd: dict[str, Any], head: dict[str, Any], buf: bytearray, start: int) -> None:
+def apply_shard(sd: dict[str, Any], head: dict[str, Any], buf: Buffer, start: int) -> None:
     """Copy a checked shard into SD in place (sharded tensors into their local part)."""
     leaves = dict(flatten(sd))
     for key, dtype, shape, off, n in head["tensors"]:
@@ -193,8 +195,11 @@ def apply_shard(sd: dict[str, Any], head: dict[str, Any], buf: bytearray, start:
                                offset=start + int(off)) if n else torch.empty(0, dtype=getattr(torch, dtype))  # fmt: skip
         dst = leaves[key]
         if isinstance(dst, DTensor):
-            dst.to_local().copy_(src.view(shape))
-        else:  # a plain tensor (a step counter, the RNG state): the saved one
+            dst = dst.to_local()
+        if isinstance(dst, torch.Tensor) and list(dst.shape) == list(shape) and dst.dtype == src.dtype:
+            with torch.no_grad():  # in place, as the global load: no fresh memory to fault in
+                dst.copy_(src.view(shape))
+        else:  # a value of another shape or kind (a step counter, the RNG state): the saved one
             _set(sd, key, src.view(shape).clone())
     for key, v in head.get("values", {}).items():
         _set(sd, key, _value(v))
@@ -216,18 +221,18 @@ def _gb(n: float) -> str:
     return f"{n / 1e9:.3g} GB"
 
 
-def _read(path: Path) -> bytearray:
-    """A file's bytes, never through a symbolic link."""
+def _read(path: Path) -> Buffer:
+    """A file's bytes, never through a symbolic link: mapped, not copied (a node-local shard is in memory
+    already: a copy would fault in and fill as many fresh pages again, twice the restore's time on a loaded
+    node, `tests/bench/bench_localckpt.py`).  A private mapping, so the bytes are writable for torch.frombuffer
+    and never written back.  Safe against the tier's own pruning: an unlinked file's pages stay mapped; nothing
+    truncates a shard in place (they are written to a new name and renamed)."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     try:
-        buf = bytearray(os.fstat(fd).st_size)
-        view, got = memoryview(buf), 0
-        while got < len(buf):
-            n = os.readv(fd, [view[got:]])
-            if n == 0:
-                raise OSError(f"{path}: shorter than it was a moment ago")
-            got += n
-        return buf
+        size = os.fstat(fd).st_size
+        if size == 0:
+            return bytearray()
+        return mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
     finally:
         os.close(fd)
 
@@ -526,11 +531,11 @@ class LocalTier:
         d = step_dir(localtier.node_folder(self.root, self.run_dir, host), choice.step)
         return f"{host}:{d / localtier.shard_name(rank)}"
 
-    def _fetch(self, choice: localtier.Choice) -> tuple[bytearray | None, str]:
+    def _fetch(self, choice: localtier.Choice) -> tuple[Buffer | None, str]:
         """This rank's shard: its own node's file, else sent by a rank of the node holding the copy (each such
         rank sends the shards of the ranks in its place on their nodes)."""
         d = step_dir(self.folder, choice.step)
-        sends: list[tuple[int, bytearray | None]] = []
+        sends: list[tuple[int, Buffer | None]] = []
         for r in range(self.world):
             h = choice.holder[r]
             if h == self.node and h != self.rank_node[r]:
@@ -551,7 +556,7 @@ class LocalTier:
         _wait(reqs)
         reqs = [dist.isend(torch.frombuffer(b, dtype=torch.uint8), dst=r, group=self.group)
                 for r, b in sends if b is not None]  # fmt: skip
-        buf: bytearray | None = None
+        buf: Buffer | None = None
         err = ""
         if src is None:
             try:
