@@ -215,7 +215,7 @@ def decide(
     rc: int, ev: Evidence, *, job: int, deadline: float | None, now: float, margin_s: float
 ) -> Classification:
     """The class of an attempt that ended with `rc` at `now`, on a job of `job` hosts, from its evidence."""
-    qualified, lone = attr.app_verdict(ev)
+    qualified, lone = attr.app_verdict(ev, job)
     for h in lone:  # an exception only one rank raised: that rank crashed; its host is the nearest suspect
         ev.suspects.append((STRENGTH["weak"], h.lineno, h.reporter, h.reporter_rank))
     weak = sorted(ev.hits["weak"] + lone, key=lambda h: h.lineno)

@@ -7,7 +7,10 @@ match.  What it names goes to the store it belongs in:
   once the whole log has taught where the ranks ran: agpt.failover.attribution.place_node_ranks);
 - app errors -> `app`, one entry per message signature, with the hosts or ranks that printed it;
 - crash-like lines -> `suspects`, the hosts (or ranks) the evidence points nearest to;
-- a failed connection's far end -> `peer_hits`;
+- a failed connection's far end -> `peer_hits`; a host of the job a failure line names in its text, other than
+  the host that printed it -> `mentions` (whatever the wording: `connect to (GPU03, 29500)`);
+- the time stamp in front of a failure line (agpt.failover.labels.stamp) -> `stamps`, so a first cause can be
+  told from its consequences by time;
 - every rank->host pair a label or a launcher's line names -> `rank_map`.
 Every store is bounded (a log may hold millions of matching lines); the counts go on.
 
@@ -22,13 +25,16 @@ from typing import Any
 
 from agpt.failover import patterns as pat
 from agpt.failover.hostmatch import HostMatcher
-from agpt.failover.labels import split_labels
+from agpt.failover.labels import split_labels, stamp
 
 MAX_KEEP = 32  # hits kept per kind (the counts go on)
 MAX_RANKS = 65536
 MAX_SIGNATURES = 256
 MAX_REPORTERS = 16
 MAX_NOTED = 16  # hosts outside the job that get a note
+MAX_MENTIONS = 4096  # (named host, reporter) pairs kept; a host named in a failure line's own text
+# Kinds whose lines may name a peer in their text (an exit notice names its own host; a node hit is already placed).
+MENTION_KINDS = ("crash", "weak", "app", "hang-hint", "system")
 
 # Strength of one line's evidence: a line counts once, as its strongest match.
 STRENGTH = {"node": 6, "system": 5, "crash": 4, "app": 3, "hang-hint": 2, "weak": 1, "cascade-ignore": 0}
@@ -94,6 +100,10 @@ class Evidence:
         self.peer_hits: list[
             tuple[str, str | None, int | None, int]
         ] = []  # (peer, reporter host, rank, line)
+        self.mentions: list[
+            tuple[str, str | None, int | None, int]
+        ] = []  # (named host, reporter host, rank, line)
+        self.stamps: dict[int, tuple[str, float]] = {}  # line -> (date spelling, seconds into it)
         self.notes: list[str] = []
         self._outside: set[str] = set()
         self._cascade_seen = False
@@ -190,10 +200,16 @@ class Evidence:
         if raw_host and not named_hosts and raw_host not in self._outside and len(self._outside) < MAX_NOTED:
             self._outside.add(raw_host)
             self.notes.append(f"line {lineno}: '{raw_host}' is not a host of this job: not reported")
+        if len(self.stamps) < MAX_RANKS:
+            st = stamp(text)
+            if st is not None:
+                self.stamps[lineno] = st
         if kind == "node":
             self._record_node(p, hit, raw_host, named_hosts, lhost, lrank)
             return
         hit.hosts = named_hosts
+        if kind in MENTION_KINDS and not p.peer and (lhost is not None or lrank is not None):
+            self._mention(body, named_hosts, lhost, lrank, lineno)
         if p.peer and len(named_hosts) == 1 and len(self.peer_hits) < MAX_RANKS:
             self.peer_hits.append((named_hosts[0], lhost, lrank, lineno))
         if kind == "app":
@@ -248,6 +264,16 @@ class Evidence:
         for h in hosts:
             self.node_hosts.setdefault(h, hit)
         self.keep("node", hit)
+
+    def _mention(
+        self, body: str, named: list[str], lhost: str | None, lrank: int | None, lineno: int
+    ) -> None:
+        """Hosts of the job a failure line names in its text, other than its own: who the reporter blames."""
+        if len(self.mentions) >= MAX_MENTIONS:
+            return
+        for h in self.matcher.find(body):
+            if h != lhost and h not in named:
+                self.mentions.append((h, lhost, lrank, lineno))
 
     def keep(self, kind: str, hit: Hit) -> None:
         self.counts[kind] += 1
