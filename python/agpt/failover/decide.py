@@ -3,6 +3,8 @@
 Evidence first, exit codes last.  The rules run in the order of RULES; the first that holds decides:
   success            rc 0
   walltime           killed within the margin of the deadline (the clock decides, never a signal number)
+  preempted          the scheduler says it took the allocation back (preemption, requeue): walltime's action,
+                     stop and resubmit, whatever the nodes said while they were being killed
   most_of_job_named  hosts of the job named by node patterns, but most of them: system when the scheduler named
                      them (a site outage), app when every rank saw the same device error (the environment)
   node               hosts of the job named by node patterns (the innocent cascade never counts)
@@ -120,6 +122,14 @@ def _walltime(c: Case) -> Verdict | None:
     return Verdict(cls="walltime", notes=notes)
 
 
+def _preempted(c: Case) -> Verdict | None:
+    hits = c.ev.hits["preempt"]
+    if not hits:
+        return None
+    note = "the scheduler preempted or requeued the job: no host to blame, nothing to relaunch in this allocation"
+    return Verdict(cls="walltime", decisive=hits[:1], notes=[note])
+
+
 def _most_of_job_named(c: Case) -> Verdict | None:
     node = c.node
     if not (len(node) >= 2 and len(node) > c.job / 2):
@@ -198,6 +208,7 @@ def _weak(c: Case) -> Verdict | None:
 RULES: tuple[Callable[[Case], Verdict | None], ...] = (
     _success,
     _walltime,
+    _preempted,
     _most_of_job_named,
     _node,
     _system,

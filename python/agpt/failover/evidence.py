@@ -37,7 +37,16 @@ MAX_MENTIONS = 4096  # (named host, reporter) pairs kept; a host named in a fail
 MENTION_KINDS = ("crash", "weak", "app", "hang-hint", "system")
 
 # Strength of one line's evidence: a line counts once, as its strongest match.
-STRENGTH = {"node": 6, "system": 5, "crash": 4, "app": 3, "hang-hint": 2, "weak": 1, "cascade-ignore": 0}
+STRENGTH = {
+    "preempt": 7,
+    "node": 6,
+    "system": 5,
+    "crash": 4,
+    "app": 3,
+    "hang-hint": 2,
+    "weak": 1,
+    "cascade-ignore": 0,
+}
 
 
 @dataclass(kw_only=True, slots=True)
