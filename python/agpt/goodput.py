@@ -223,6 +223,11 @@ def recovery(attempts: list[Any], events: list[dict[str, Any]]) -> list[dict[str
     tore it down, or the idle watchdog fired) to the relaunch, and, from the trainer's clock event of the next
     attempt, to its process start, model built, checkpoint loaded and first step."""
     clocks = {(str(e.get("jobid")), e.get("attempt")): e for e in events if e.get("event") == "clock"}
+    sweeps = {
+        (str(e.get("jobid")), e.get("attempt")): e["sweep"]
+        for e in events
+        if e.get("event", "attempt") == "attempt" and isinstance(e.get("sweep"), dict)
+    }
     out = []
     for a, b in itertools.pairwise(attempts):
         if a.cls in NOT_FAILURES or a.rc in (0, 75) or a.ended is None or b.started is None:
@@ -232,6 +237,11 @@ def recovery(attempts: list[Any], events: list[dict[str, Any]]) -> list[dict[str
             "class": a.cls,
             "relaunched_s": round(b.started - a.ended, 1),
         }
+        sw = sweeps.get((a.jobid, a.attempt))
+        cost = sw.get("cost_s") if sw else None
+        row["sweep_s"] = (
+            round(float(cost), 1) if isinstance(cost, int | float) and sw and sw.get("ran") else None
+        )
         c = clocks.get((b.jobid, b.attempt))
         for key in ("started", "built", "loaded", "first_step"):
             v = c.get(key) if c else None
@@ -259,6 +269,8 @@ def render_figures(g: dict[str, Any]) -> list[str]:
         lines.append("recommended checkpoint interval: - (needs a failure and a logged save stall)")
     for r in g.get("recovery") or []:
         parts = [f"relaunched +{r['relaunched_s']} s"]
+        if r.get("sweep_s") is not None:
+            parts.insert(0, f"health sweep {r['sweep_s']} s")
         for key, word in (
             ("started", "process up"),
             ("built", "model built"),

@@ -23,6 +23,7 @@ from typing import Any
 
 from agpt.errors import BadInput, ConfigError
 from agpt.failover.patterns import DEFAULT_SETS
+from agpt.failover.sweep import MODES as SWEEP_MODES
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -54,6 +55,9 @@ KEYS: dict[str, tuple[bool, str]] = {
     "SITE_SPARES_PERCENT": (False, "spare nodes as a percentage of the job's nodes"),
     "SITE_SPARES_MIN": (False, "at least this many spare nodes"),
     "SITE_FAILOVER_PATTERNS": (True, "failure-pattern sets for the failover classifier"),
+    "SITE_SWEEP": (False, "health sweep after an unexplained failure: full | probe | off"),
+    "SITE_SWEEP_CHECK": (False, "a per-host health command the sweep's probe runs (empty: none)"),
+    "SITE_SWEEP_MOUNTS": (True, "directories every node must have readable (the run dir is always checked)"),
 }
 SCHEDULERS = ("pbs", "slurm", "none")
 LAUNCHERS = ("pals", "hydra", "openmpi", "srun")
@@ -460,6 +464,8 @@ def _check_values(prof: Profile) -> None:
             prof.errors.append(f"{where}: '{v}' is not a number of TFLOPS")
         elif key in NUM_KEYS and not re.fullmatch(r"[0-9]+(\.[0-9]+)?", v):
             prof.errors.append(f"{where}: '{v}' is not a number >= 0")
+        elif key == "SITE_SWEEP" and v not in SWEEP_MODES:
+            prof.errors.append(f"{where}: '{v}' is not one of {' | '.join(SWEEP_MODES)}")
         elif key == "SITE_VENV_STAGE" and v not in ("0", "1"):
             prof.errors.append(f"{where}: '{v}' is not 0 or 1")
         elif key == "SITE_RANKS_PER_NODE" and v == "0":

@@ -129,7 +129,8 @@ show_job() {  # for a failing test's output
 }
 
 @test "cluster: a silent hang: the watchdog fires, blind swaps reach the guilty host within 4 attempts" {
-  write_job <<<'export FAKE_TRAINER_FAULTS=hang@3:n4; FAILOVER_IDLE_TIMEOUT=5 FAILOVER_STARTUP_TIMEOUT=10'
+  # The last resort when no evidence can be had (heartbeats and the health sweep off): the blind rotation.
+  write_job <<<'export FAKE_TRAINER_FAULTS=hang@3:n4 AGPT_HEARTBEAT=0; FAILOVER_SWEEP=off FAILOVER_IDLE_TIMEOUT=5 FAILOVER_STARTUP_TIMEOUT=10'
   id="$(submit)"
   rc="$(wait_job "$id" 240)"
   show_job

@@ -153,8 +153,8 @@ show_job() {
   assert_output --regexp 'straggler: n5 computes .* -> swap'
 }
 
-@test "(d) heartbeat cluster: heartbeats off: the hang is found by the blind rotation as before" {
-  write_job <<<'export AGPT_HEARTBEAT=0 FAKE_TRAINER_FAULTS=sleep@3:n2'
+@test "(d) heartbeat cluster: heartbeats and the sweep off: the hang is found by the blind rotation as before" {
+  write_job <<<'export AGPT_HEARTBEAT=0 FAKE_TRAINER_FAULTS=sleep@3:n2; FAILOVER_SWEEP=off'
   id="$(submit)"
   rc="$(wait_job "$id" 300)"
   show_job

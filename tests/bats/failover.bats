@@ -246,7 +246,8 @@ FAILOVER_BACKOFF=60; FAULTS=die@3:h2')"
 
 @test "a silent hang: the watchdog fires, blind swaps reach the guilty host, recorded as blind" {
   first_pass_only
-  run bash "$(job <<<'FAULTS=hang@3:h3; FAILOVER_IDLE_TIMEOUT=3 FAILOVER_STARTUP_TIMEOUT=6')"
+  # The last resort, when no evidence can be had: the health sweep off.
+  run bash "$(job <<<'FAULTS=hang@3:h3; FAILOVER_IDLE_TIMEOUT=3 FAILOVER_STARTUP_TIMEOUT=6 FAILOVER_SWEEP=off')"
   assert_success
   run ev attempt class swapped
   assert_line --index 0 --regexp '^"hang" \{"out":\["h[1-4]"\],"in":\["h5"\],"blind":true'
@@ -257,6 +258,51 @@ FAILOVER_BACKOFF=60; FAULTS=die@3:h2')"
   assert_output --regexp $'\tblind$'
   run grep -vP '\tblind$' "$RUN/hosts/bad"
   assert_output ""
+}
+
+# The health sweep through the fake launcher: fake_probe.sh answers for each host (PROBE_FAIL_HOSTS fail).
+sweep_job() {
+  job <<SH
+export FAKE_LAUNCH_NAME_HOSTS=1 AGPT_SWEEP_PROGRAM='$AGPT_ROOT/tests/fixtures/fake_probe.sh'
+export AGPT_PREFLIGHT_PROGRAM='$AGPT_ROOT/tests/fixtures/fake_collective.sh'
+FAILOVER_SWEEP_LAUNCH='$AGPT_ROOT/tests/fixtures/fake_launch.sh' FAILOVER_SWEEP_TIMEOUT=10
+$(cat)
+SH
+}
+
+@test "a crash naming nobody: the sweep evicts the host whose probe fails, on its evidence, in one attempt" {
+  first_pass_only
+  run bash "$(sweep_job <<<'FAULTS=crash@3:h3:once; export PROBE_FAIL_HOSTS=h3')"
+  assert_success
+  run ev attempt class swapped
+  assert_line --index 0 '"node" {"out":["h3"],"in":["h5"],"blind":false,"returned":[]}'
+  assert_line --index 1 --regexp '^"success" '
+  run cut -f1,4 "$RUN/hosts/bad"
+  assert_output $'h3	sweep: h3: agpt-probe: h3 FAILED: /dev/shm /dev/shm: 3 MiB free, less than 1024 MiB'
+  run grep -c . "$RUN/attempts/j1.1.sweep.log"
+  assert_success
+}
+
+@test "the same crash with every host healthy: the sweep evicts nobody and the relaunch keeps the hosts" {
+  first_pass_only
+  run bash "$(sweep_job <<<'FAULTS=crash@3:h3:once')"
+  assert_success
+  run ev attempt class swapped hosts
+  assert_line --index 0 '"crash" {"out":[],"in":[],"blind":false,"returned":[]} ["h1","h2","h3","h4"]'
+  assert_line --index 1 '"success" {"out":[],"in":[],"blind":false,"returned":[]} ["h1","h2","h3","h4"]'
+  assert [ ! -e "$RUN/hosts/bad" ]
+  run ev attempt reason
+  assert_line --index 0 --partial "the health sweep passed every host: no node to blame"
+}
+
+@test "a probe program that does not exist is one configuration error: blind rotation, said once" {
+  first_pass_only
+  run bash "$(sweep_job <<<'FAULTS=crash@3:h3:once; export AGPT_SWEEP_PROGRAM=/no/such/probe')"
+  assert_success
+  run ev attempt reason
+  assert_line --index 0 --partial "(the health sweep could not run: configuration error: the probe: /no/such/probe: not found)"
+  run grep -c "could not run" "$RUN/events.jsonl"
+  assert_output 1
 }
 
 @test "cleanup hook runs on each host of the next attempt before the relaunch; preflight evicts a bad host" {
