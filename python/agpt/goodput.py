@@ -239,9 +239,8 @@ def recovery(attempts: list[Any], events: list[dict[str, Any]]) -> list[dict[str
         }
         sw = sweeps.get((a.jobid, a.attempt))
         cost = sw.get("cost_s") if sw else None
-        row["sweep_s"] = (
-            round(float(cost), 1) if isinstance(cost, int | float) and sw and sw.get("ran") else None
-        )
+        if sw and sw.get("ran") and isinstance(cost, int | float):
+            row["sweep_s"] = round(float(cost), 1)  # the health sweep, between the end and the relaunch
         c = clocks.get((b.jobid, b.attempt))
         for key in ("started", "built", "loaded", "first_step"):
             v = c.get(key) if c else None

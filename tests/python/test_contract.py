@@ -99,3 +99,14 @@ def test_no_reference_to_a_contract_outside_the_repository() -> None:
             ):
                 assert outside not in f.read_text(errors="replace"), f
     assert outside not in (ROOT / "README.md").read_text()
+
+
+def test_health_sweep_settings_are_the_code_defaults() -> None:
+    from agpt.failover import sweep
+
+    rows = {r[0]: r[1] for r in _table("### Settings (lib/failover.sh; `agpt failover plan --sweep* ...`)")}
+    d = sweep.SweepSettings()
+    assert rows["FAILOVER_SWEEP_TIMEOUT"] == f"{d.timeout:g}"
+    assert rows["FAILOVER_SWEEP_MAX_EVICT"] == str(d.max_evict)
+    assert rows["FAILOVER_SWEEP_MIN_FREE_MIB"] == f"{d.min_free_mib:g}"
+    assert rows["FAILOVER_SWEEP"].endswith(d.mode) and " | ".join(sweep.MODES) in DOC

@@ -11,6 +11,7 @@ import argparse
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -235,6 +236,43 @@ def test_only_a_sweep_that_could_not_run_leaves_the_blind_rotation() -> None:
     p = decide(policy.apply_sweep(crash(), r, active=HOSTS[:4]))
     assert p.blind and p.swap_out == ["h1"]
     assert p.reason.endswith("(the health sweep could not run: configuration error: the probe: x: not found)")
+
+
+def test_no_time_for_the_sweep_before_the_deadline_is_no_guess_either(tmp_path: Path) -> None:
+    seen: list[str] = []
+    r = S.for_attempt(tmp_path / "x.log", HOSTS[:4], S.SweepSettings(timeout=60), ident="j.1", time_left=100,
+                      min_attempt_s=60, prober=lambda h, s: seen.append("ran") or S.SweepResult(ran=True, mode="full"))  # type: ignore[func-returns-value]  # fmt: skip
+    assert (
+        r.deferred
+        and not r.ran
+        and not seen
+        and r.note.startswith("100 s left before the deadline, 120 s needed")
+    )
+    p = decide(policy.apply_sweep(crash(), r, active=HOSTS[:4]))
+    assert (p.action, p.swap_out, p.blind) == ("relaunch", [], False) and "no guess, same hosts" in p.reason
+
+
+class SlowGroups:
+    """A collective that takes 0.3 s a round and fails with h6 in it (the launcher boundary, timed)."""
+
+    def probe(self, hosts: list[str]) -> tuple[str, int, bool]:
+        raise AssertionError("bisect only runs groups")
+
+    def group(self, hosts: list[str], tag: str) -> tuple[str, int, bool]:
+        time.sleep(0.3)
+        return ("preflight: FAILED: h6 timed out", 1, False) if "h6" in hosts else ("ok", 0, False)
+
+
+def test_a_bisection_the_deadline_cuts_short_evicts_nobody_it_did_not_isolate() -> None:
+    logs: list[str] = []
+    bad, link, rounds = S.bisect(HOSTS, SlowGroups(), logs, budget_s=1.2, round_s=1.0)
+    assert (
+        bad == {}
+        and rounds == 1
+        and link.startswith("not localised before the deadline (the bisection stopped at")
+    )
+    bad, link, rounds = S.bisect(HOSTS, SlowGroups(), logs)
+    assert list(bad) == ["h6"] and rounds == S.max_rounds(8) and link == ""
 
 
 def test_a_site_wide_sweep_is_a_system_fault_nobody_evicted() -> None:

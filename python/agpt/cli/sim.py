@@ -118,14 +118,20 @@ def run_cmd(
 @click.option("--days", type=float, help="simulated days per row (default: the model's horizon_days)")
 @click.option("--seeds", default="1", show_default=True, help="comma list of seeds, averaged")
 @click.option(
+    "--variants",
+    default="",
+    help="comma list of the variants to run (default all: " + ", ".join(n for n, _ in sweep.VARIANTS) + ")",
+)
+@click.option(
     "--out",
     type=click.Path(path_type=Path),
     default=Path("."),
     show_default=True,
     help="folder for goodput.md and goodput.png",
 )
-def table_cmd(spec: str, nodes: str, days: float | None, seeds: str, out: Path) -> None:
-    """The README's table and figure: every node count with and without spares, heartbeats, async saves."""
+def table_cmd(spec: str, nodes: str, days: float | None, seeds: str, variants: str, out: Path) -> None:
+    """The README's table and figure: every node count with and without spares, heartbeats, the health sweep
+    (as shipped, against the blind rotation), async saves."""
     m = _load(spec, None, None, days)
     try:
         ns = [int(x) for x in nodes.split(",") if x.strip()]
@@ -138,7 +144,12 @@ def table_cmd(spec: str, nodes: str, days: float | None, seeds: str, out: Path) 
         raise ConfigError(f"--nodes: node counts of at least 1, got {nodes!r}")
     if not ss:
         raise ConfigError("--seeds: at least one seed")
-    rows = sweep.sweep(m, nodes=ns, seeds=ss, progress=lambda s: click.echo(s, err=True))
+    chosen = (
+        sweep.pick([v.strip() for v in variants.split(",") if v.strip()])
+        if variants.strip()
+        else sweep.VARIANTS
+    )
+    rows = sweep.sweep(m, nodes=ns, seeds=ss, variants=chosen, progress=lambda s: click.echo(s, err=True))
     out.mkdir(parents=True, exist_ok=True)
     text = sweep.table(rows, m) + "\n\n" + sweep.headline(rows, nodes=ns[0]) + "\n"
     (out / "goodput.md").write_text(text)

@@ -98,7 +98,7 @@ class Attempt:
     first_step: int | None = None
     last_step: int | None = None
     ckpt_step: int | None = None
-    swept: bool = False  # the health sweep ran and every host passed: no node to blame
+    swept: bool = False  # the health sweep ran and every host passed (or had no time to): nobody to evict
     sweep_note: str = ""  # why the sweep could not run (the blind rotation is then the last resort)
 
     @property
@@ -315,8 +315,13 @@ def apply_sweep(att: Attempt, result: SweepResult, *, active: Sequence[str]) -> 
     Hosts that failed are proven bad: `node`, their failing lines first in the evidence.  Most hosts failing (or
     more than FAILOVER_SWEEP_MAX_EVICT) is a site-wide fault: `system`, nobody evicted.  Every host passing: the
     failure is not a node's; `swept`, so no blind eviction follows.  A sweep that could not run leaves the class
-    and says why (`sweep_note`): the blind rotation is the last resort."""
+    and says why (`sweep_note`): the blind rotation is the last resort.  A sweep deferred for want of time before
+    the deadline guesses nobody either: same hosts (the next job, with time, sweeps)."""
     new = Attempt(**{f: getattr(att, f) for f in att.__slots__})  # type: ignore[attr-defined]
+    if result.deferred:  # no time for evidence before the deadline: no guess either, the next job sweeps
+        new.swept = True
+        new.sweep_note = result.note
+        return new
     if not result.ran:
         new.sweep_note = result.note or "the sweep did not run"
         return new
@@ -418,7 +423,9 @@ def _swap(
         plan.reason = f"'{cls}': the log names {','.join(named)}"
     elif (cls in BLIND_CLASSES or cls == "node") and att.swept:
         plan.reason = (
-            f"'{cls}' names no host and the health sweep passed every host: no node to blame, same hosts"
+            f"'{cls}' names no host and no time for the health sweep ({att.sweep_note}): no guess, same hosts"
+            if att.sweep_note
+            else f"'{cls}' names no host and the health sweep passed every host: no node to blame, same hosts"
         )
     elif cls in BLIND_CLASSES or cls == "node":
         out, inn, returned, why = _blind_swap(att, active=active, spare=spare, history=history)

@@ -472,6 +472,8 @@ def _sweep_line(a: AttemptRow) -> str:
     """One line: what the health sweep after this attempt found (docs/contract.md, `agpt failover report`)."""
     sw = a.sweep or {}
     head = f"  sweep after {a.jobid}.{a.attempt}: "
+    if sw.get("deferred"):
+        return head + f"deferred, no guess: {sw.get('note') or '?'}"
     if not sw.get("ran"):
         return head + f"did not run: {sw.get('note') or '?'}"
     failed = sw.get("failed") if isinstance(sw.get("failed"), dict) else {}

@@ -99,6 +99,9 @@ class SweepResult:
     failed: dict[str, str] = field(default_factory=dict)
     config: list[str] = field(default_factory=list)
     site_wide: bool = False
+    deferred: bool = (
+        False  # no time before the deadline for the sweep and an attempt after it: nobody guessed
+    )
     link: str = ""
     note: str = ""
     rounds: int = 0
@@ -117,6 +120,7 @@ class SweepResult:
             "failed": dict(self.failed),
             "config": list(self.config),
             "site_wide": self.site_wide,
+            "deferred": self.deferred,
             "link": self.link,
             "note": self.note,
             "rounds": self.rounds,
@@ -189,9 +193,12 @@ def _named_by_launcher(hosts: Sequence[str], output: str) -> dict[str, str]:
 
 
 # ---------------------------------------------------------------------------------------------------- the sweep
-def run_sweep(hosts: Sequence[str], settings: SweepSettings, runner: Runner) -> SweepResult:
+def run_sweep(
+    hosts: Sequence[str], settings: SweepSettings, runner: Runner, *, budget_s: float | None = None
+) -> SweepResult:
     """Probe every host, then (mode `full`) localise a bad host or link by bisection; never raises on what the hosts
-    answer.  The caller checks mode `off` and the deadline before calling."""
+    answer.  `budget_s`: the time the deadline leaves it; a collective round that might not fit is not started.
+    The caller checks mode `off` and that the probe fits before calling."""
     t0 = time.monotonic()
     res = SweepResult(ran=True, mode=settings.mode, hosts=list(hosts))
     logs: list[str] = []
@@ -227,11 +234,12 @@ def run_sweep(hosts: Sequence[str], settings: SweepSettings, runner: Runner) -> 
             res.note = f"configuration error on every host, named once: {res.config[0]}"
     passed = [h for h in hosts if h not in res.failed]
     if res.ran and settings.mode == "full" and len(passed) >= 2 and not _too_many(res, settings):
-        bad, link, rounds = bisect(passed, runner, logs)
+        left = None if budget_s is None else budget_s - (time.monotonic() - t0)
+        bad, link, rounds = bisect(passed, runner, logs, budget_s=left, round_s=settings.timeout)
         res.rounds += rounds
         res.failed.update(bad)
         res.link = link
-    _guard(res, settings)
+    guard(res, settings)
     res.cost_s = time.monotonic() - t0
     res.log = "\n".join(logs)[-OUTPUT_CHARS:]
     return res
@@ -242,7 +250,7 @@ def _too_many(res: SweepResult, settings: SweepSettings) -> bool:
     return n > settings.max_evict or (n >= 2 and n > len(res.hosts) / 2)
 
 
-def _guard(res: SweepResult, settings: SweepSettings) -> None:
+def guard(res: SweepResult, settings: SweepSettings) -> None:
     """More hosts failing than the loop may evict at once, or most of them, is one shared cause: say so, evict none."""
     if res.ran and res.failed and _too_many(res, settings):
         res.site_wide = True
@@ -254,11 +262,23 @@ def _guard(res: SweepResult, settings: SweepSettings) -> None:
         )
 
 
-def bisect(hosts: Sequence[str], runner: Runner, logs: list[str]) -> tuple[dict[str, str], str, int]:
+def bisect(
+    hosts: Sequence[str],
+    runner: Runner,
+    logs: list[str],
+    *,
+    budget_s: float | None = None,
+    round_s: float = DEFAULT_TIMEOUT_S,
+) -> tuple[dict[str, str], str, int]:
     """(bad host -> line, a link between two halves or '', rounds) of the collective over `hosts`.
 
     Round 1 runs all of them; each failing group is split in two halves that run at once in the next round.  A
-    single host that fails alone is bad; two halves that both pass while their union failed point at a link."""
+    single host that fails alone is bad; two halves that both pass while their union failed point at a link.  With
+    `budget_s`, a round that might not end (`round_s`, the timeout) before the budget does is not started: the
+    groups still failing are then named in the link note, and nobody in them is evicted."""
+    t0 = time.monotonic()
+    if budget_s is not None and budget_s < round_s:
+        return {}, "", 0
     rounds = 1
     ok, line = _group(runner, list(hosts), "r1g0", logs)
     if ok:
@@ -278,6 +298,11 @@ def bisect(hosts: Sequence[str], runner: Runner, logs: list[str]) -> tuple[dict[
         if not tests:
             rounds -= 1
             break
+        if budget_s is not None and budget_s - (time.monotonic() - t0) < round_s:
+            rounds -= 1
+            left = "; ".join(_span(t) for t in tests)
+            links.append(f"not localised before the deadline (the bisection stopped at {left})")
+            break
         tags = [f"r{rounds}g{i}" for i in range(len(tests))]
         with ThreadPoolExecutor(max_workers=min(len(tests), 32)) as pool:
             found = list(pool.map(lambda g, t: _group(runner, g, t, logs), tests, tags))
@@ -290,9 +315,13 @@ def bisect(hosts: Sequence[str], runner: Runner, logs: list[str]) -> tuple[dict[
                 pending.append((tests[i + 1], line_b))
             if ok_a and ok_b:
                 links.append(f"{_span(tests[i])} <-> {_span(tests[i + 1])}")
+    cut = [lk for lk in links if lk.startswith("not localised")]
+    pairs = [lk for lk in links if not lk.startswith("not localised")]
     link = ""
-    if links:
-        link = "a link between " + "; ".join(links[:4]) + ": each half passes alone, together they fail"
+    if pairs:
+        link = "a link between " + "; ".join(pairs[:4]) + ": each half passes alone, together they fail"
+    if cut:
+        link = "; ".join([*([link] if link else []), *cut])
     return bad, link, rounds
 
 
@@ -427,7 +456,12 @@ def _kill_group(pid: int, sig: signal.Signals) -> None:
 
 
 def sweep_hosts(
-    hosts: Sequence[str], settings: SweepSettings, *, ident: str = "", runner: Runner | None = None
+    hosts: Sequence[str],
+    settings: SweepSettings,
+    *,
+    ident: str = "",
+    runner: Runner | None = None,
+    budget_s: float | None = None,
 ) -> SweepResult:
     """The sweep as the loop runs it: off, or a probe program that cannot run here, is `ran: false` with the reason;
     else run_sweep with the real launcher (or `runner`)."""
@@ -449,7 +483,7 @@ def sweep_hosts(
                     note=f"configuration error: the probe: {why}",
                 )
         runner = real
-    return run_sweep(hosts, settings, runner)
+    return run_sweep(hosts, settings, runner, budget_s=budget_s)
 
 
 Prober = Callable[[Sequence[str], SweepSettings], SweepResult]
@@ -530,16 +564,18 @@ def for_attempt(
     min_attempt_s: float,
     prober: Prober | None = None,
 ) -> SweepResult:
-    """The sweep after an attempt: skipped (`ran: false`) when the deadline leaves no time for it and an attempt
-    after it; else `prober` (the simulator's) or the real one.  Its output goes to `log`, named in `result.log`."""
-    need = min_attempt_s + settings.timeout * max_rounds(len(active))
+    """The sweep after an attempt: deferred (`ran: false, deferred: true`) when the deadline leaves no time for its
+    probe and an attempt after it, its collective rounds bounded by what is left; else `prober` (the simulator's) or
+    the real one.  Its output goes to `log`, named in `result.log`."""
+    need = min_attempt_s + settings.timeout
     if settings.mode != "off" and time_left is not None and time_left < need:
-        note = f"{time_left:.0f} s left before the deadline, {need:.0f} s needed for the sweep and an attempt"
-        return SweepResult(ran=False, mode=settings.mode, hosts=list(active), note=note)
+        note = f"{time_left:.0f} s left before the deadline, {need:.0f} s needed for the probe and an attempt"
+        return SweepResult(ran=False, mode=settings.mode, hosts=list(active), note=note, deferred=True)
+    budget = None if time_left is None else time_left - min_attempt_s
     if prober is not None and settings.mode != "off":
         result = prober(active, settings)
     else:
-        result = sweep_hosts(active, settings, ident=ident)
+        result = sweep_hosts(active, settings, ident=ident, budget_s=budget)
     if result.log:
         with contextlib.suppress(OSError):
             log.parent.mkdir(parents=True, exist_ok=True)

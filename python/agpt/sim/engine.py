@@ -17,8 +17,16 @@ lib/chain.sh call it, on a real run directory in a temporary folder:
 A stop that the chain does not continue from (stuck, repeat, no progress, the job limit) waits for a person
 (`costs.person_response_h`), who removes what broke and starts the chain again.
 
-Heartbeats: the hung host is handed to the planner as the classifier's first suspect (what per-rank heartbeat
-evidence adds to a hang), and a hang is detected after `heartbeat_timeout_s` instead of the idle watchdog.
+Heartbeats: the hung host is named as the classifier's heartbeat evidence names it (`node`, that host: what
+agpt.failover.classify.apply_heartbeats does), and a hang is detected after `heartbeat_timeout_s` instead of the
+idle watchdog.
+
+Misreads: a share of each class's failures (`misread`, from the held-out score) gets a log the classifier cannot
+read: the loop sees a crash that names nobody, and what it does then is the real planner's decision: the health
+sweep (agpt.failover.sweep, run through `Sim._probe`, which sees what the model lets it see: a failed node with
+`probe.finds_node`, a host that hangs every attempt with `probe.finds_hung`, every host failing during a site
+outage; its cost on the clock as detection), a blind swap when the sweep is off, or the same hosts again.  A node
+left in the allocation fails the next launch (the launcher names it, read or misread the same way).
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ import random
 import re
 import shutil
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,6 +53,7 @@ from agpt.failover import classify as classifylib
 from agpt.failover import hosts as hostlib
 from agpt.failover import patterns as patlib
 from agpt.failover import plan as planlib
+from agpt.failover import sweep as sweeplib
 from agpt.sim import logs
 from agpt.sim.model import FaultModel, ScriptedFault
 from agpt.train import ckpt_policy
@@ -227,6 +237,9 @@ class Sim:
         self.person: dict[str, int] = {}
         self.jobs = 0
         self.attempts = 0
+        self.sweep_s = 0.0  # the health sweep's time after the attempt just planned
+        self.probe_now = 0.0  # the sweep's moment on the virtual clock (the attempt's end)
+        self.sweeps = 0
         self.verdict = ""
         self.first_start: float | None = None
         self.done = False
@@ -283,6 +296,8 @@ class Sim:
             "backoff": " ".join(f"{b:g}" for b in fo.backoff),
             "apply": True,
             "shell": False,
+            "sweep": "full" if self.m.sweep else "off",
+            "sweep_timeout": f"{self.m.probe.timeout_s:g}",
         }
         base.update(kw)
         return argparse.Namespace(**base)
@@ -427,6 +442,8 @@ class Sim:
             if before.action == "stop":
                 return before.exit or 0
             _rc, plan = self._attempt(jobid, n, deadline)
+            self.t += self.sweep_s  # the sweep ran between the attempt's end and the decision
+            self.time["detection"] += self.sweep_s
             if plan.action == "stop":
                 return plan.exit or 0
             wait = self.m.costs.classify_s + plan.backoff_s
@@ -439,6 +456,7 @@ class Sim:
         m, c, tr = self.m, self.m.costs, self.m.train
         self.attempts += 1
         self.attempt_serial += 1
+        self.sweep_s = 0.0
         active = hostlib.read_hosts(self.run_dir / "hosts" / "active")
         launch = self.t
         for f in self.open:
@@ -484,10 +502,12 @@ class Sim:
             return 75, planlib.Plan(action="stop", verdict="resubmit", exit=75)
         log = self.run_dir / "attempts" / f"{jobid}.{n}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
+        cls_of = {"node": "node", "hang": "hang", "system": "system", "app": "app"}.get(kind)
+        misread = cls_of is not None and self.rng.random() < m.misread.get(cls_of, 0.0)
         rc = logs.write(
             log,
             launcher=m.launcher,
-            kind=kind,
+            kind="unreadable" if misread else kind,
             hosts=active,
             bad=bad,
             resumed=resumed or None,
@@ -498,11 +518,14 @@ class Sim:
             log, rc, active, None, EPOCH + deadline, EPOCH + end, None,
             margin_s=m.failover.walltime_margin_s,
         ).to_json()  # fmt: skip
-        if kind == "hang" and m.heartbeats and bad:
-            cls["suspect_hosts"] = [bad, *[h for h in cls.get("suspect_hosts", []) if h != bad]]
+        if kind == "hang" and m.heartbeats and bad and not misread:
+            cls.update({"class": "node", "bad_hosts": [bad]})  # what apply_heartbeats makes of a hang
+            cls["evidence"] = [f"heartbeat: {bad} stopped", *cls.get("evidence", [])]
         self.classes[cls["class"]] = self.classes.get(cls["class"], 0) + 1
         cls_path = log.with_suffix(".class.json")
         cls_path.write_text(json.dumps(cls))
+        self.sweep_s = 0.0
+        self.probe_now = end
         plan = planlib.run(
             self._args(
                 jobid=jobid,
@@ -514,12 +537,42 @@ class Sim:
                 ended=EPOCH + end,
                 now=EPOCH + end,
                 deadline=str(EPOCH + deadline),
-            )
+            ),
+            prober=self._probe,
         )
         for h in plan.swap_out:
             if not plan.blind:
                 self.down_until[h] = end + m.failures.repair_h * 3600.0
         return rc, plan
+
+    def _probe(self, hosts: Sequence[str], settings: sweeplib.SweepSettings) -> sweeplib.SweepResult:
+        """The health sweep as the model sees it: a failed node fails its probe with `finds_node`, a host that
+        hangs every attempt fails it (or the collective) with `finds_hung`, every host fails during a site outage.
+        Its cost: the probe launch (the whole timeout when a host does not answer), then one collective round, or
+        ceil(log2 N) + 1 of them when the collective has a bad host to localise."""
+        p, now = self.m.probe, self.probe_now
+        self.sweeps += 1
+        res = sweeplib.SweepResult(ran=True, mode=settings.mode, hosts=list(hosts), rounds=1)
+        if now < self.outage_until:
+            res.failed = {h: "mount: the shared filesystem does not answer" for h in hosts}
+        else:
+            for h in hosts:
+                if self.down_until.get(h, 0.0) > now and self.rng.random() < p.finds_node:
+                    res.failed[h] = "agpt-probe: no answer within the timeout"
+                elif self.hung_until.get(h, 0.0) > now and self.rng.random() < p.finds_hung:
+                    res.failed[h] = "collective: timed out"
+        silent = any(
+            v.startswith("agpt-probe: no answer") or v.startswith("mount") for v in res.failed.values()
+        )
+        cost = p.timeout_s if silent else p.probe_s
+        by_collective = sum(1 for v in res.failed.values() if v.startswith("collective"))
+        if settings.mode == "full":
+            res.rounds += sweeplib.max_rounds(len(hosts)) if by_collective else 1
+            cost += p.round_s * (res.rounds - 1)
+        sweeplib.guard(res, settings)
+        res.cost_s = cost
+        self.sweep_s = cost
+        return res
 
     def _train(
         self, active: list[str], launch: float, ready: float, resumed: int, deadline: float
@@ -529,6 +582,9 @@ class Sim:
         m, c, tr = self.m, self.m.costs, self.m.train
         if launch < self.outage_until:
             return "system", None, launch + c.launcher_start_s, None, None, resumed, None
+        dead = [h for h in active if self.down_until.get(h, 0.0) > launch]
+        if dead:  # a failed node left in the allocation: the launcher cannot start there, and says so
+            return "node", dead[0], launch + c.launcher_start_s, None, None, resumed, None
         hung = [h for h in active if self.hung_until.get(h, 0.0) > launch]
         if hung:
             return "hang", hung[0], ready, None, None, resumed, None

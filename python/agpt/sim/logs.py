@@ -39,7 +39,8 @@ def write(
 
     kind: node (a crash that names its host), hang (silence, then the watchdog), crash (a rank killed, no host
     named), system (the filesystem fails), app (NaN loss on every rank), deadline (the trainer saved before the
-    deadline and asked to be resubmitted), done.
+    deadline and asked to be resubmitted), done, unreadable (a failure whose lines the classifier does not know:
+    only the launcher tearing the others down is legible, so it reads as a crash that names nobody).
     """
     srun = launcher == "srun"
     h0 = hosts[0]
@@ -101,6 +102,9 @@ def write(
             if srun
             else f"{h0}: rank 0 exited with code 1"
         )
+    elif kind == "unreadable":
+        out.append(f"{lab}worker {rank}: fatal: unexpected condition 0x1f in the step loop")
+        out.append(f"srun: error: {h0}: task 0: Terminated" if srun else f"{h0}: rank 0 died from signal 15")
     elif kind == "deadline":
         rc = 75
         out.append(f"{lab}agpt: stopped at step {last} on SIGUSR1 or the deadline, checkpoint saved")

@@ -1,4 +1,5 @@
-"""The goodput table: one fault model at 512-4,096 nodes, with and without spares, heartbeats and async saves.
+"""The goodput table: one fault model at 512-4,096 nodes, with and without spares, heartbeats, the health sweep
+(as shipped) against the blind rotation, and async saves.
 
 `sweep()` runs the simulations, `table()` writes the Markdown the README holds, `plot()` the PNG.
 """
@@ -9,6 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from agpt.errors import ConfigError
 from agpt.sim import engine, model
 from agpt.sim.engine import Result
 
@@ -17,6 +19,7 @@ NODES = (512, 1024, 2048, 4096)
 VARIANTS: tuple[tuple[str, dict[str, object]], ...] = (
     ("as shipped", {}),
     ("+ heartbeats", {"heartbeats": True}),
+    ("blind rotation", {"sweep": False}),  # FAILOVER_SWEEP=off: a misread failure evicts a host blind
     ("no spares", {"spares": 0}),
     ("sync saves", {"async_save": False}),
 )
@@ -37,6 +40,15 @@ class Row:
     def share(self, bucket: str) -> float:
         """The bucket's share of the allocated time."""
         return sum(r.time[bucket] / r.allocated_s for r in self.results if r.allocated_s) / len(self.results)
+
+
+def pick(names: Sequence[str]) -> list[tuple[str, dict[str, object]]]:
+    """The variants named (`agpt sim table --variants`), in the table's order; an unknown name is ConfigError."""
+    known = {n: kw for n, kw in VARIANTS}
+    bad = [n for n in names if n not in known]
+    if bad:
+        raise ConfigError(f"--variants: unknown variant {bad[0]!r} (known: {', '.join(known)})")
+    return [(n, kw) for n, kw in VARIANTS if n in names]
 
 
 def sweep(
