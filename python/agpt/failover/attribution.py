@@ -6,7 +6,8 @@ launcher: agpt.failover.labels), and `rank_map` places a rank on its host.  So e
 hydra, Open MPI and torchrun alike, and a new structural rule belongs here, beside these:
 - `place_node_ranks`: node evidence that named only a rank lands on that rank's host, learnt from the whole log;
 - `app_verdict`: an app error counts when enough ranks or hosts printed it; one rank alone crashed, and so did
-  the ranks of one host alone when the job has others (an application bug does not pick a node);
+  the ranks of one host alone when the job has others (an application bug does not pick a node), and so did
+  reporters whose error names another host of the job (they lost that host: `timed out reaching (nid5, 29500)`);
 - `everywhere`: the same fault printed by most of the job's hosts is the application or the site, not a node;
 - `peer_culprit`: the far end of failed connections that several reporters name is the host at fault, and its
   reporters are its victims; so is a host of the job that failure lines name in their text (`connect to (GPU03,
@@ -59,6 +60,10 @@ def app_verdict(ev: Evidence, job: int = 1) -> tuple[list[Hit], list[Hit]]:
         several = entry.min_reporters >= 2 and job >= 2 and not entry.unlabeled
         if enough and several and len(_hosts_of(ev, entry.reporters)) == 1:
             enough = False  # the ranks that must agree all run on one host: that host, not the code
+        if enough and entry.names_peer and not entry.unlabeled:
+            enough = (
+                False  # its lines name another host of the job: the reporters lost it, the code did not fail
+            )
         if enough:
             qualified.append(entry.first)
         else:
@@ -154,6 +159,35 @@ def _named_by_connections(ev: Evidence) -> tuple[str, set[str], int] | None:
             host = next(iter(common))
             return host, reporters - {host}, len(conns)
     return None
+
+
+def _host(ev: Evidence, hit: Hit) -> str | None:
+    return ev.host_of(hit.reporter, hit.reporter_rank) or (hit.hosts[0] if len(hit.hosts) == 1 else None)
+
+
+def before(ev: Evidence, a: list[Hit], b: list[Hit]) -> bool:
+    """Whether the earliest of `a` happened before the earliest of `b`: by their time stamps when every line of
+    both carries one of the same kind, else by their order in the log."""
+    both = [*a, *b]
+    stamps = [ev.stamps.get(h.lineno) for h in both]
+    if all(st is not None for st in stamps) and len({st[0] for st in stamps if st is not None}) == 1:
+        first_a = min(ev.stamps[h.lineno][1] for h in a)
+        first_b = min(ev.stamps[h.lineno][1] for h in b)
+        return first_a < first_b
+    return min(h.lineno for h in a) < min(h.lineno for h in b)
+
+
+def consequences_of_a_crash(ev: Evidence) -> bool:
+    """Whether the system hits followed a crash on one host and came from other hosts only: a rank died first, and
+    the ranks that lost it report the launcher's service (PMI) or their peers unreachable.  The same error block on
+    every host (a PMI fence failing everywhere, its MPI header a crash line) is not."""
+    crash, system = ev.hits["crash"], ev.hits["system"]
+    if not crash or not system or not before(ev, crash, system):
+        return False
+    first = min(crash, key=lambda h: h.lineno)
+    host = _host(ev, first)
+    reporters = {_host(ev, h) for h in system}
+    return host is not None and None not in reporters and host not in reporters
 
 
 def suspect_hosts(ev: Evidence) -> list[str]:

@@ -82,6 +82,7 @@ class AppSig:
     reporters: set[str] = field(default_factory=set)
     unlabeled: bool = False
     min_reporters: int = 1
+    names_peer: bool = False  # a line of it names another host of the job: its reporters lost that host
 
 
 def _kind(p: pat.Pattern) -> str:
@@ -217,12 +218,13 @@ class Evidence:
             self._record_node(p, hit, raw_host, named_hosts, lhost, lrank)
             return
         hit.hosts = named_hosts
+        peer_named = False
         if kind in MENTION_KINDS and not p.peer and (lhost is not None or lrank is not None):
-            self._mention(body, named_hosts, lhost, lrank, lineno)
+            peer_named = self._mention(body, named_hosts, lhost, lrank, lineno)
         if p.peer and len(named_hosts) == 1 and len(self.peer_hits) < MAX_RANKS:
             self.peer_hits.append((named_hosts[0], lhost, lrank, lineno))
         if kind == "app":
-            self._app(p, hit, body, lhost, lrank)
+            self._app(p, hit, body, lhost, lrank, peer_named)
             return
         if kind in ("crash", "weak") and not (p.peer and not named_hosts):
             # a lost peer that names no host of the job says nothing against the host that reported it
@@ -276,13 +278,17 @@ class Evidence:
 
     def _mention(
         self, body: str, named: list[str], lhost: str | None, lrank: int | None, lineno: int
-    ) -> None:
-        """Hosts of the job a failure line names in its text, other than its own: who the reporter blames."""
+    ) -> bool:
+        """Hosts of the job a failure line names in its text, other than its own: who the reporter blames.
+        True when the line names one."""
         if len(self.mentions) >= MAX_MENTIONS:
-            return
+            return False
+        found = False
         for h in self.matcher.find(body):
             if h != lhost and h not in named:
                 self.mentions.append((h, lhost, lrank, lineno))
+                found = True
+        return found
 
     def keep(self, kind: str, hit: Hit) -> None:
         self.counts[kind] += 1
@@ -302,7 +308,15 @@ class Evidence:
         elif lhost is not None or lrank is not None:
             self.suspects.append((strength, hit.lineno, lhost, lrank))
 
-    def _app(self, p: pat.Pattern, hit: Hit, body: str, lhost: str | None, lrank: int | None) -> None:
+    def _app(
+        self,
+        p: pat.Pattern,
+        hit: Hit,
+        body: str,
+        lhost: str | None,
+        lrank: int | None,
+        peer_named: bool = False,
+    ) -> None:
         sig = p.id + ":" + re.sub(r"0x[0-9a-fA-F]+|\d+", "N", body.strip())[:200]
         entry = self.app.get(sig)
         if entry is None:
@@ -310,6 +324,7 @@ class Evidence:
                 self.keep("app", hit)
                 return
             entry = self.app[sig] = AppSig(first=hit, min_reporters=p.min_reporters)
+        entry.names_peer = entry.names_peer or peer_named
         who = lhost if lhost is not None else (f"rank {lrank}" if lrank is not None else None)
         if who is None:
             entry.unlabeled = True
