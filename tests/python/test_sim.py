@@ -92,7 +92,9 @@ def test_heartbeats_find_a_hung_host_in_one_attempt_where_blind_rotation_cannot(
     assert not named.person_stops
 
 
-def test_a_misread_node_failure_is_evicted_on_the_sweeps_evidence_and_blind_without_it(tmp_path: Path) -> None:
+def test_a_misread_node_failure_is_evicted_on_the_sweeps_evidence_and_blind_without_it(
+    tmp_path: Path,
+) -> None:
     """The planner decides what a log it cannot read leads to: the real sweep path (evidence), or blind swaps."""
     m = small(mix={"node": 1.0}, misread={"node": 1.0}, probe={"finds_node": 1.0})
     swept = engine.simulate(m, seed=2, workdir=tmp_path / "sweep")
