@@ -20,7 +20,8 @@
 # words {hostfile} {hosts} {nhosts} in CMD are replaced.  The decisions live in `agpt failover plan` (Python,
 # unit-tested), called once per attempt: it classifies the attempt's log in-process, swaps hosts, appends
 # events.jsonl and answers `ACTION EXIT BACKOFF_S ATTEMPT`; this file is the glue.  Files written:
-# RUN_DIR/hosts/*, attempts/JOBID.N.log and .class.json, events.jsonl; at every stop the run's timeline
+# RUN_DIR/hosts/*, attempts/JOBID.N.log and .class.json, events.jsonl, metrics.prom (Prometheus text, rewritten
+# after every attempt, so its counters move while no trainer runs); at every stop the run's timeline
 # (`agpt failover report`) goes to the log.  Host names are only [A-Za-z0-9._-] (a hostile allocation line is
 # refused, exit 2) and are shell-quoted where a hook's command text is built.  Works under any caller's IFS.
 #
@@ -125,6 +126,11 @@ _failover_say() {
 
 _failover_py() {
   _failover_logged "$_failover_root/bin/agpt-failover" "$@"
+}
+
+# Rewrites RUN_DIR/metrics.prom from the run directory (standard-library Python); a failure is only logged.
+_failover_metrics() {
+  _failover_logged "$_failover_root/bin/agpt" --run-module agpt.observe.prom "$AGPT_RUN_DIR" || true
 }
 
 # Sets FAILOVER_JOBID (names attempts/JOBID.N.log) once, when unset: the scheduler's job id, else local-EPOCH.
@@ -349,6 +355,7 @@ failover_run() {
   # Once, before the first attempt: its number (a requeued job id continues its count) and whether it may start.
   prc=0
   decision="$(_failover_py "${plan[@]}" --before)" || prc=$?
+  _failover_metrics
   _failover_act "$decision" "$prc" "before the first attempt" || return "$_failover_rc"
   n="$_failover_attempt"
   while :; do
@@ -364,6 +371,7 @@ failover_run() {
     prc=0
     decision="$(_failover_py "${plan[@]}" --attempt "$n" --rc "$rc" --log "$log" --started "$started" \
       --ended "$ended" -- "${cls[@]}")" || prc=$?
+    _failover_metrics
     _failover_act "$decision" "$prc" "after attempt $n" || return "$_failover_rc"
     n=$((n + 1))
   done

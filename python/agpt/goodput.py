@@ -132,6 +132,11 @@ STALL_RE = re.compile(rb"\bstall_ms=([0-9.]+)")
 TAIL_BYTES = 256 * 1024
 
 
+def is_failure(cls: str, rc: int | None) -> bool:
+    """An attempt that ended in a failure: not success or walltime, nor the trainer's own stop (rc 0 or 75)."""
+    return cls not in NOT_FAILURES and rc not in (0, 75)
+
+
 def _stall_s(run_dir: Path, logs: list[str]) -> float | None:
     for rel in reversed(logs):
         p = Path(rel) if Path(rel).is_absolute() else run_dir / rel
@@ -185,7 +190,7 @@ def figures(
         d = a.duration_s or 0.0
         node_h += d * max(n, 1) / 3600.0
         job_h += d / 3600.0
-        if a.cls not in NOT_FAILURES and a.rc not in (0, 75):
+        if is_failure(a.cls, a.rc):
             failures += 1
     starts = [a.started for a in attempts if a.started is not None]
     ends = [a.ended for a in attempts if a.ended is not None]
@@ -230,7 +235,7 @@ def recovery(attempts: list[Any], events: list[dict[str, Any]]) -> list[dict[str
     }
     out = []
     for a, b in itertools.pairwise(attempts):
-        if a.cls in NOT_FAILURES or a.rc in (0, 75) or a.ended is None or b.started is None:
+        if not is_failure(a.cls, a.rc) or a.ended is None or b.started is None:
             continue
         row: dict[str, Any] = {
             "failed": f"{a.jobid}.{a.attempt}",

@@ -29,12 +29,15 @@ PKG = ROOT / "python" / "agpt"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("entry points", ("agpt.__main__", "agpt.failover.__main__", "agpt.watch.__main__")),
     ("commands", ("agpt.cli", "agpt.watch.cli")),
-    ("tools over the trainer", ("agpt.sim", "agpt.check", "agpt.preflight", "agpt.probe", "agpt.runplot", "agpt.ckpt")),
+    ("tools over the trainer", ("agpt.sim", "agpt.check", "agpt.preflight", "agpt.probe", "agpt.runplot", "agpt.ckpt",
+                                "agpt.observe.html", "agpt.observe.monitor",
+                                "agpt.evals.cost", "agpt.evals.export", "agpt.evals.offline")),
     ("trainer", ("agpt.train",)),
     ("job chain and sites", ("agpt.chain", "agpt.site")),
-    ("subsystems", ("agpt.failover", "agpt.watch", "agpt.yeet", "agpt.data")),
+    ("subsystems", ("agpt.failover", "agpt.watch", "agpt.yeet", "agpt.data", "agpt.observe", "agpt.evals")),
     ("heartbeats", ("agpt.heartbeat",)),
-    ("run directory and shared formats", ("agpt.rundir", "agpt.goodput", "agpt.hostlist", "agpt.jobconf", "agpt.yamlio")),
+    ("run directory and shared formats", ("agpt.rundir", "agpt.goodput", "agpt.hostlist", "agpt.jobconf", "agpt.yamlio",
+                                          "agpt.progress", "agpt.evals.records", "agpt.evals.alarm", "agpt.evals.due")),
     ("base", ("agpt.errors", "agpt")),
 ]  # fmt: skip
 
@@ -48,6 +51,7 @@ RECOVERY_ROOTS = (
     "agpt.errors",
     "agpt.goodput",
     "agpt.hostlist",
+    "agpt.observe.prom",  # lib/failover.sh rewrites metrics.prom after every attempt
 )
 
 # Arrows that point up today and are being moved (each names where its target goes); none may be added.

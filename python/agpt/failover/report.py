@@ -21,6 +21,7 @@ from typing import Any, NoReturn
 from agpt import goodput as gp
 from agpt import rundir
 from agpt.errors import BadInput
+from agpt.evals import records
 from agpt.failover import hosts
 from agpt.heartbeat.format import STACKS_SUFFIX
 
@@ -99,6 +100,9 @@ class Report:
     )
     stragglers: list[dict[str, Any]] = field(default_factory=list)  # heartbeat monitor events
     stacks: list[str] = field(default_factory=list)  # attempts/JOBID.N.stacks/: where each rank was
+    evaluation: dict[str, Any] | None = (
+        None  # eval.jsonl: newest record per scorer, bests (agpt.evals.records)
+    )
 
     def totals(self) -> dict[str, Any]:
         proven = sum(len(a.swapped_out) for a in self.attempts if a.swapped_out and not a.blind)
@@ -144,6 +148,7 @@ class Report:
             "notes": self.notes,
             "stragglers": self.stragglers,
             "stacks": self.stacks,
+            "evaluation": self.evaluation,
         }
 
 
@@ -320,6 +325,7 @@ def build(run_dir: str | Path) -> Report:
         goodput=goodput,
         stragglers=stragglers,
         stacks=[f"{p}/" for p in sorted((d / rundir.ATTEMPTS).glob(f"*{STACKS_SUFFIX}")) if p.is_dir()],
+        evaluation=records.summary(d, notes=notes),
     )
 
 
@@ -372,32 +378,25 @@ def render(rep: Report) -> str:
     lines = [f"failover report: {rep.run_dir}", f"{t['jobs']} job(s), {t['attempts']} attempt(s)", ""]
     lines += _timeline(rep)
     lines += _records(rep)
-    lines += _summary(t)
-    if rep.goodput is not None:
-        lines += gp.render_figures(rep.goodput)
+    lines += ["", *summary_lines(rep)]
     for n in rep.notes:
         lines.append(f"note: {n}")
     return "\n".join(lines) + "\n"
 
 
+HEADER = ("JOB", "#", "START (UTC)", "DURATION", "RC", "CLASS", "STEPS", "LOST", "SWAP")
+
+
+def row_cells(a: AttemptRow) -> tuple[str, ...]:
+    """One attempt's cells of the timeline (also the table of `agpt report --html`)."""
+    return (a.jobid, str(a.attempt), fmt_time(a.started), fmt_duration(a.duration_s),
+            "-" if a.rc is None else str(a.rc), a.cls, _steps(a), fmt_duration(a.lost_s), _swap(a))  # fmt: skip
+
+
 def _timeline(rep: Report) -> list[str]:
     """One row per attempt, aligned; each stop event after the attempt it ended, the others at the end."""
-    header = ("JOB", "#", "START (UTC)", "DURATION", "RC", "CLASS", "STEPS", "LOST", "SWAP")
-    table = [header]
-    for a in rep.attempts:
-        table.append(
-            (
-                a.jobid,
-                str(a.attempt),
-                fmt_time(a.started),
-                fmt_duration(a.duration_s),
-                "-" if a.rc is None else str(a.rc),
-                a.cls,
-                _steps(a),
-                fmt_duration(a.lost_s),
-                _swap(a),
-            )
-        )
+    header = HEADER
+    table = [header] + [row_cells(a) for a in rep.attempts]
     widths = [max(len(row[i]) for row in table) for i in range(len(header) - 1)]
     stops = list(rep.stops)
     lines = []
@@ -445,12 +444,18 @@ def _records(rep: Report) -> list[str]:
         for h in read_jsonl(health, rep.notes):
             what = {k: v for k, v in h.items() if k not in ("event", "time")}
             lines.append(f"  {fmt_time(_num(h.get('time')))}  {h.get('event')}  {json.dumps(what)}")
+    if rep.evaluation is not None:
+        lines += ["", *records.render(rep.evaluation)]
     return lines
+
+
+def summary_lines(rep: Report) -> list[str]:
+    """The totals and goodput lines that end the report (`agpt monitor` prints the same lines)."""
+    return _summary(rep.totals()) + (gp.render_figures(rep.goodput) if rep.goodput is not None else [])
 
 
 def _summary(t: dict[str, Any]) -> list[str]:
     return [
-        "",
         f"attempts: {t['attempts']}  ({', '.join(f'{k} {v}' for k, v in t['classes'].items()) or 'none'})",
         f"swaps: {t['swaps_proven']} proven, {t['swaps_blind']} blind"
         + (f"; {t['preflight_evicted']} host(s) evicted by the preflight" if t["preflight_evicted"] else "")
