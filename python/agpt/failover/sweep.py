@@ -233,7 +233,7 @@ def run_sweep(
         if res.config and len(res.config) and all(answers.get(h, ("",))[0] == "config" for h in hosts):
             res.note = f"configuration error on every host, named once: {res.config[0]}"
     passed = [h for h in hosts if h not in res.failed]
-    if res.ran and settings.mode == "full" and len(passed) >= 2 and not _too_many(res, settings):
+    if res.ran and settings.mode == "full" and len(passed) >= 2 and not too_many(res, settings):
         left = None if budget_s is None else budget_s - (time.monotonic() - t0)
         bad, link, rounds = bisect(passed, runner, logs, budget_s=left, round_s=settings.timeout)
         res.rounds += rounds
@@ -245,14 +245,14 @@ def run_sweep(
     return res
 
 
-def _too_many(res: SweepResult, settings: SweepSettings) -> bool:
+def too_many(res: SweepResult, settings: SweepSettings) -> bool:
     n = len(res.failed)
     return n > settings.max_evict or (n >= 2 and n > len(res.hosts) / 2)
 
 
 def guard(res: SweepResult, settings: SweepSettings) -> None:
     """More hosts failing than the loop may evict at once, or most of them, is one shared cause: say so, evict none."""
-    if res.ran and res.failed and _too_many(res, settings):
+    if res.ran and res.failed and too_many(res, settings):
         res.site_wide = True
         first = next(iter(res.failed.values()))
         res.note = (

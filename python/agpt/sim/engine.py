@@ -547,12 +547,15 @@ class Sim:
 
     def _probe(self, hosts: Sequence[str], settings: sweeplib.SweepSettings) -> sweeplib.SweepResult:
         """The health sweep as the model sees it: a failed node fails its probe with `finds_node`, a host that
-        hangs every attempt fails it (or the collective) with `finds_hung`, every host fails during a site outage.
-        Its cost: the probe launch (the whole timeout when a host does not answer), then one collective round, or
-        ceil(log2 N) + 1 of them when the collective has a bad host to localise."""
+        hangs every attempt fails the probe or the collective with `finds_hung`, every host fails during a site
+        outage. Its cost: the probe launch (the whole timeout when a host does not answer), then, as the real
+        sweep does, a collective only among two or more hosts that passed and only when the probe did not already
+        fail more hosts than the loop may evict: one round, or ceil(log2 N) + 1 of them when it has a bad host to
+        localise."""
         p, now = self.m.probe, self.probe_now
         self.sweeps += 1
         res = sweeplib.SweepResult(ran=True, mode=settings.mode, hosts=list(hosts), rounds=1)
+        hung: list[str] = []
         if now < self.outage_until:
             res.failed = {h: "mount: the shared filesystem does not answer" for h in hosts}
         else:
@@ -560,15 +563,16 @@ class Sim:
                 if self.down_until.get(h, 0.0) > now and self.rng.random() < p.finds_node:
                     res.failed[h] = "agpt-probe: no answer within the timeout"
                 elif self.hung_until.get(h, 0.0) > now and self.rng.random() < p.finds_hung:
-                    res.failed[h] = "collective: timed out"
-        silent = any(
-            v.startswith("agpt-probe: no answer") or v.startswith("mount") for v in res.failed.values()
-        )
-        cost = p.timeout_s if silent else p.probe_s
-        by_collective = sum(1 for v in res.failed.values() if v.startswith("collective"))
-        if settings.mode == "full":
-            res.rounds += sweeplib.max_rounds(len(hosts)) if by_collective else 1
-            cost += p.round_s * (res.rounds - 1)
+                    hung.append(h)
+        cost = p.timeout_s if res.failed else p.probe_s
+        passed = len(hosts) - len(res.failed)
+        if settings.mode == "full" and passed >= 2 and not sweeplib.too_many(res, settings):
+            res.rounds += sweeplib.max_rounds(passed) if hung else 1
+            res.failed.update({h: "collective: timed out" for h in hung})
+        elif hung:  # no collective: only a probe that hangs on that host names it
+            res.failed.update({h: "agpt-probe: no answer within the timeout" for h in hung})
+            cost = p.timeout_s
+        cost += p.round_s * (res.rounds - 1)
         sweeplib.guard(res, settings)
         res.cost_s = cost
         self.sweep_s = cost
