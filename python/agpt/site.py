@@ -24,6 +24,7 @@ from typing import Any
 from agpt.errors import BadInput, ConfigError
 from agpt.failover.patterns import DEFAULT_SETS
 from agpt.failover.sweep import MODES as SWEEP_MODES
+from agpt.rundir import LAUNCH_NAMES
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -60,7 +61,7 @@ KEYS: dict[str, tuple[bool, str]] = {
     "SITE_SWEEP_MOUNTS": (True, "directories every node must have readable (the run dir is always checked)"),
 }
 SCHEDULERS = ("pbs", "slurm", "none")
-LAUNCHERS = ("pals", "hydra", "openmpi", "srun")
+LAUNCHERS = LAUNCH_NAMES
 PATTERN_SETS = DEFAULT_SETS  # the classifier's built-in sets (agpt.failover.patterns)
 INT_KEYS = ("SITE_GPUS_PER_NODE", "SITE_RANKS_PER_NODE", "SITE_SPARES_PERCENT", "SITE_SPARES_MIN")
 
