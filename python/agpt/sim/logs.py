@@ -67,7 +67,8 @@ def write(
 
 
 # The exit status the launcher gives for each way an attempt ends.
-ENDINGS = {"node": 1, "hang": 124, "crash": 137, "system": 1, "app": 1, "unreadable": 1, "deadline": 75, "done": 0}
+ENDINGS = {"node": 1, "hang": 124, "crash": 137, "system": 1, "app": 1, "unreadable": 1, "deadline": 75,
+           "done": 0}  # fmt: skip
 
 
 def _app_lines(lab: str, last: int | None) -> list[str]:

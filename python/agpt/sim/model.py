@@ -100,7 +100,7 @@ class Probe:
 
     probe_s: float = 60.0  # the per-host probe launch on every host, all answering
     round_s: float = 30.0  # one round of the cross-host collective
-    timeout_s: float = SWEEP_TIMEOUT_S  # FAILOVER_SWEEP_TIMEOUT: a host that does not answer costs the whole timeout
+    timeout_s: float = SWEEP_TIMEOUT_S  # FAILOVER_SWEEP_TIMEOUT: a silent host costs the whole timeout
     finds_node: float = 0.9  # a failed node fails its probe (down, or its device or backend does not start)
     finds_hung: float = 0.5  # a host that hangs every attempt fails the probe or the collective
 
