@@ -9,6 +9,7 @@
 #   (b) every host healthy: the same crash evicts nobody, and the relaunch keeps the same hosts.
 # shellcheck disable=SC2016  # single-quoted job lines expand in the job, not here
 load helpers
+load loop_jobs
 # The real scheduler's timing varies on 2 loaded cores: one retry; twice in a row is still a failure.
 # shellcheck disable=SC2034  # read by bats
 BATS_TEST_RETRIES=1
@@ -20,12 +21,6 @@ setup_file() {
 
 teardown_file() {
   cluster_teardown_file
-}
-
-local_setup() {
-  RUN="$BATS_TEST_TMPDIR/run"
-  JOB="$BATS_TEST_TMPDIR/job.sh"
-  OUT="$BATS_TEST_TMPDIR/job.out"
 }
 
 # Writes the batch script; extra settings come from stdin.
@@ -51,38 +46,9 @@ exit "\$rc"
 SH
 }
 
-# Submits the job and waits until it has left the queue (at most 600 s); prints its exit code from scontrol.
+# Submits the job and waits until it has left the queue (at most 600 s); prints its exit code.
 run_job() {
-  local id i state
-  id="$(sbatch --parsable -N 6 -t 15:00 --no-kill -o "$OUT" "$JOB")"
-  for ((i = 0; i < 3000; i++)); do
-    state="$(scontrol show job "$id" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p')"
-    case "$state" in
-      COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL) break ;;
-    esac
-    sleep 0.2
-  done
-  scontrol show job "$id" | sed -n 's/.*ExitCode=\([0-9]*\):.*/\1/p'
-}
-
-ev() {  # ev attempt|stop [FIELD...]: the events of a kind, fields as compact JSON
-  python3 - "$RUN/events.jsonl" "$@" <<'PY'
-import json, sys
-path, kind, *fields = sys.argv[1:]
-for line in open(path):
-    e = json.loads(line)
-    if e.get("event") == kind:
-        print(" ".join(json.dumps(e.get(f), separators=(",", ":")) for f in fields) if fields else line.strip())
-PY
-}
-
-show_job() {  # for a failing test's output
-  echo "--- job output"
-  cat "$OUT" 2>/dev/null || true
-  echo "--- events"
-  cat "$RUN/events.jsonl" 2>/dev/null || true
-  echo "--- sweep log"
-  cat "$RUN"/attempts/*.sweep.log 2>/dev/null || true
+  wait_job "$(sbatch --parsable -N 6 -t 15:00 --no-kill -o "$OUT" "$JOB")" 600
 }
 
 @test "(a) sweep cluster: a crash naming nobody on a host whose backend cannot start: exactly that host evicted on evidence" {

@@ -3,6 +3,7 @@
 # with tests/fixtures/fake_launch.sh starting one fake trainer per host of a fake allocation (h1..h6).
 # shellcheck disable=SC2016  # single-quoted job lines expand in the job, not here
 load helpers
+load loop_jobs
 
 # The loop scenarios' job scripts set -euo pipefail themselves, so the second pass of the suite (BASH_ENV with
 # set -u) would only repeat them; it runs the sourcing tests and one loop.
@@ -35,18 +36,6 @@ job() {
     echo 'exit "$rc"'
   } >"$f"
   echo "$f"
-}
-
-# Prints the events of a kind as compact JSON lines: ev attempt|stop [FIELD...]
-ev() {
-  python3 - "$RUN/events.jsonl" "$@" <<'PY'
-import json, sys
-path, kind, *fields = sys.argv[1:]
-for line in open(path):
-    e = json.loads(line)
-    if e.get("event") == kind:
-        print(" ".join(json.dumps(e.get(f), separators=(",", ":")) for f in fields) if fields else line.strip())
-PY
 }
 
 # Snapshot of a shell's state: options, shopt, variables and functions (dynamic variables left out).
