@@ -12,7 +12,7 @@ import pytest
 from agpt.errors import ConfigError
 from agpt.failover import classify
 from agpt.failover import hosts as hostlib
-from agpt.sim import engine, logs, model, validate
+from agpt.sim import engine, logs, model, sweep, validate
 from agpt.train import ckpt_policy
 from conftest import BIN, agpt_env
 
@@ -286,3 +286,14 @@ def test_sim_table_runs_only_the_variants_asked_and_refuses_an_unknown_one(tmp_p
     assert r.returncode == 0, r.stderr
     rows = [ln for ln in (tmp_path / "goodput.md").read_text().splitlines() if ln.startswith("| 64 |")]
     assert [ln.split(" | ")[1] for ln in rows] == ["as shipped", "blind rotation"]
+
+
+def test_the_reads_every_log_variant_is_the_model_with_no_misread_and_nothing_else_changed() -> None:
+    # The table's "reads every log" row is what the goodput figures assumed before misreads were charged: the
+    # same model with every misread share at zero, so its gap to "as shipped" is what the classifier misses.
+    m = model.load("aurora-20b")
+    assert any(v > 0 for v in m.misread.values())
+    kw = dict(sweep.VARIANTS)["reads every log"]
+    mm = model.override(m, **kw)
+    assert mm.misread == dict.fromkeys(model.CLASSES, 0.0)
+    assert model.override(mm, misread=m.misread) == m
