@@ -31,12 +31,18 @@
 #                             `agpt failover hosts init --help` prints the fallback, agpt.rundir.SPARES_*)
 #   FAILOVER_ACTIVE           active hosts wanted; default "": all but the spares
 #   FAILOVER_DEGRADE          1: run on fewer hosts than FAILOVER_ACTIVE instead of refusing (exit 2); default 0
+#   FAILOVER_SHRINK           1: when named bad hosts outnumber the spares, relaunch on the healthy hosts left
+#                             if the global batch is kept (agpt.failover.shrink, RUN_DIR/layout.json from `agpt
+#                             check --run-dir`), attempts on fewer hosts get AGPT_TRAIN_UNEVEN_BATCH=true;
+#                             0: hand over (75) as without it; default "": SITE_FAILOVER_SHRINK, else 1
+#   FAILOVER_MIN_NODES        the least a shrunk job runs on, in nodes' worth of throughput: a count (3) or a
+#                             fraction of the job's nodes (0.5, the default)
 #   FAILOVER_MAX_ATTEMPTS     attempts per job (default 20)
 #   FAILOVER_MAX_REPEAT       same class at the same last step this many times in a row -> repeat, 4 (default 3)
 #   FAILOVER_MAX_BLIND        blind swaps a hang/crash rotation may try before it can be a repeat (default 8)
 #   FAILOVER_MIN_ATTEMPT_S    never start an attempt with less time left than this (default 600)
 #   FAILOVER_BACKOFF          seconds before relaunch 1, 2, ... the last repeated (default "5 10 20 40 60")
-#                             (these five defaults are agpt.failover.policy.Settings'; a test keeps them equal)
+#                             (these defaults are agpt.failover.policy.Settings'; a test keeps them equal)
 #   FAILOVER_IDLE_TIMEOUT     `agpt watch --timeout`: seconds of silence that mean a hang (default 900)
 #   FAILOVER_STARTUP_TIMEOUT  silence allowed before the first progress line (default 1800)
 #   FAILOVER_GRACE            SIGTERM to SIGKILL when the watchdog fires (default 30)
@@ -76,6 +82,8 @@
 : "${FAILOVER_SPARES:=}"
 : "${FAILOVER_ACTIVE:=}"
 : "${FAILOVER_DEGRADE:=0}"
+: "${FAILOVER_SHRINK:=}"
+: "${FAILOVER_MIN_NODES:=0.5}"
 : "${FAILOVER_MAX_ATTEMPTS:=20}"
 : "${FAILOVER_MAX_REPEAT:=3}"
 : "${FAILOVER_MAX_BLIND:=8}"
@@ -106,6 +114,7 @@ _failover_root="$(cd -P "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 _failover_inited=""
 _failover_attempt=""
 _failover_rc=""
+_failover_full=""
 
 # Usage: _failover_logged CMD... : runs CMD with its standard error (and its output, with --all) in FAILOVER_LOG.
 # Appending to /dev/stderr would reopen a redirected batch log and write over the job's own output.
@@ -288,7 +297,8 @@ _failover_setup() {
   local -n _failover_p="$1" _failover_w="$2" _failover_c="$3"
   _failover_p=(plan --run-dir "$AGPT_RUN_DIR" --jobid "$FAILOVER_JOBID" --deadline "$4" --apply --shell --report
     --max-attempts "$FAILOVER_MAX_ATTEMPTS" --max-repeat "$FAILOVER_MAX_REPEAT" --max-blind "$FAILOVER_MAX_BLIND"
-    --min-attempt-s "$FAILOVER_MIN_ATTEMPT_S" --backoff "$FAILOVER_BACKOFF" --progress-re "$FAILOVER_PROGRESS_RE")
+    --min-attempt-s "$FAILOVER_MIN_ATTEMPT_S" --backoff "$FAILOVER_BACKOFF" --progress-re "$FAILOVER_PROGRESS_RE"
+    --shrink "${FAILOVER_SHRINK:-${SITE_FAILOVER_SHRINK:-}}" --min-nodes "$FAILOVER_MIN_NODES")
   _failover_sweep_args _failover_p
   _failover_w=("$_failover_root/bin/agpt-watch" --timeout "$FAILOVER_IDLE_TIMEOUT"
     --startup-timeout "$FAILOVER_STARTUP_TIMEOUT" --grace "$FAILOVER_GRACE" --progress-re "$FAILOVER_PROGRESS_RE")
@@ -324,6 +334,8 @@ _failover_env() {
     FAILOVER_ATTEMPT="$2" AGPT_RUN_DIR="$AGPT_RUN_DIR" FAILOVER_JOBID="$FAILOVER_JOBID"
     AGPT_ATTEMPT_ID="$FAILOVER_JOBID.$2" FAILOVER_IDLE_TIMEOUT="$FAILOVER_IDLE_TIMEOUT")
   [[ -n "$3" ]] && _failover_e+=(AGPT_DEADLINE_EPOCH="$3")
+  # Fewer hosts than the job started with (a shrink): the trainer splits a batch they do not divide unevenly.
+  ((n >= ${_failover_full:-0})) || _failover_e+=(AGPT_TRAIN_UNEVEN_BATCH=true)
   return 0
 }
 
@@ -352,6 +364,7 @@ failover_run() {
   failover_preflight || rc=$?
   ((rc == 0)) || return "$rc"
   deadline="$(_failover_deadline)"
+  _failover_full="$(grep -c . "$AGPT_RUN_DIR/hosts/active")" || _failover_full=0
   _failover_setup plan watch cls "$deadline"
   # Once, before the first attempt: its number (a requeued job id continues its count) and whether it may start.
   prc=0

@@ -32,6 +32,7 @@ from typing import Any
 from agpt import ckptdir, rundir
 from agpt.errors import BadInput
 from agpt.evals import due
+from agpt.failover import shrink as shrinklib
 from agpt.failover.hosts import read_bad
 
 # rc -> (verdict, does the chain go on).  The exit codes of docs/contract.md; anything else is a failure that a
@@ -137,8 +138,28 @@ def read_lock(run_dir: Path) -> tuple[str, str]:
     return (words[0] if words else "", words[1] if len(words) > 1 else "")
 
 
+def job_nodes(run_dir: Path) -> dict[str, shrinklib.JobNodes]:
+    """Each job's node counts and shrinks (agpt.failover.shrink.history of events.jsonl)."""
+    return shrinklib.history(rundir.read_jsonl(run_dir / rundir.EVENTS))
+
+
+def _nodes_text(rec: dict[str, Any], nodes: dict[str, shrinklib.JobNodes]) -> str:
+    """`4`, `4->3 (1m35s at 0.75)`: the record's `nodes`, else events.jsonl's; `-` when neither knows."""
+    j = nodes.get(str(rec.get("jobid")))
+    n = rec.get("nodes") if isinstance(rec.get("nodes"), dict) else j.as_dict() if j else None
+    if not n or n.get("start") is None:
+        return "-"
+    start, end = n.get("start"), n.get("end")
+    text = str(start) if end in (None, start) else f"{start}->{end}"
+    shrunk = rundir.num(n.get("shrunk_s")) or 0.0
+    if shrunk:
+        text += f" ({shrunk:.0f} s shrunk, cost {rundir.num(n.get('cost_s')) or 0:.0f} s)"
+    return text
+
+
 def status_rows(run_dir: Path) -> list[list[str]]:
-    rows = [["JOB", "START", "END", "STEPS", "VERDICT", "NEXT"]]
+    rows = [["JOB", "START", "END", "STEPS", "NODES", "VERDICT", "NEXT"]]
+    nodes = job_nodes(run_dir)
     for r in read_chain(run_dir):
         s0, s1 = r.get("start_step"), r.get("end_step")
         steps = f"{'?' if s0 is None else s0}->{'?' if s1 is None else s1}"
@@ -154,6 +175,7 @@ def status_rows(run_dir: Path) -> list[list[str]]:
                 _fmt_time(r.get("started")),
                 _fmt_time(r.get("ended")),
                 steps,
+                _nodes_text(r, nodes),
                 verdict,
                 nxt,
             ]
@@ -168,10 +190,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 2
     records = read_chain(run_dir)
     pending, _ = read_lock(run_dir)
+    nodes = job_nodes(run_dir)
     if args.json:
-        json.dump(
-            {"jobs": records, "pending": pending or None, "step": latest_step(run_dir)}, sys.stdout, indent=2
-        )
+        json.dump({"jobs": records, "pending": pending or None, "step": latest_step(run_dir),
+                   "nodes": {j: n.as_dict() for j, n in nodes.items()}}, sys.stdout, indent=2)  # fmt: skip
         sys.stdout.write("\n")
         return 0
     rows = status_rows(run_dir)
@@ -184,6 +206,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     tail = (
         f", successor {pending} pending" if pending and (not records or records[-1].get("next_jobid")) else ""
     )
+    shrinks = sum(len(n.shrinks) for n in nodes.values())
+    if shrinks:
+        tail += (f", {shrinks} shrink(s): {sum(n.shrunk_s for n in nodes.values()):.0f} s on fewer nodes cost "
+                 f"{sum(n.cost_s for n in nodes.values()):.0f} s of full-speed training")  # fmt: skip
     sys.stdout.write(
         f"chain: {len(records)} job(s), last verdict {last}, checkpoint step {latest_step(run_dir)}{tail}\n"
     )
@@ -243,6 +269,9 @@ def cmd_end(args: argparse.Namespace) -> int:
         "excluded": exclude,
         "host": os.uname().nodename,
     }
+    nodes = job_nodes(run_dir).get(str(args.job))
+    if nodes is not None:  # what the job ran on, and what its shrinks cost (failover.shrink)
+        rec["nodes"] = nodes.as_dict()
     append_record(run_dir, rec)
     print(f"{'keep' if keep else 'stop'} {verdict} {reason or '-'} {','.join(exclude) or '-'}")
     return 0

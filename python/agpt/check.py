@@ -31,6 +31,7 @@ from typing import Any
 
 from agpt import ckptdir, rundir, yamlio
 from agpt.errors import BadInput, ConfigError
+from agpt.failover import shrink as shrinklib
 from agpt.train import config as tconfig
 
 GIB = 1024**3
@@ -80,6 +81,7 @@ class SiteFacts:
     device_mem_gib: float  # 0: unknown, memory not checked
     fs_bw_gbps: float  # 0: unknown, save time not estimated
     profile: str
+    shrink: str = ""  # SITE_FAILOVER_SHRINK: "0" forbids running on fewer nodes (failover.shrink)
 
 
 def _num(prof: Mapping[str, Any], key: str, path: str, default: float = 0.0) -> float:
@@ -106,6 +108,7 @@ def site_facts(name: str) -> SiteFacts:
         device_mem_gib=_num(prof, "SITE_DEVICE_MEM_GIB", shown),
         fs_bw_gbps=_num(prof, "SITE_FS_BW_GBPS", shown),
         profile=shown,
+        shrink=str(prof.get("SITE_FAILOVER_SHRINK", "")),
     )
 
 
@@ -414,6 +417,32 @@ def _memory_check(rep: Report, cfg: tconfig.Config, cfg_path: Path, facts: SiteF
     )
 
 
+def _shrink_info(rep: Report, cfg: tconfig.Config, cfg_path: Path, facts: SiteFacts, total: int, block: int,
+                 nodes: int, rpn: int, tp: int, environ: Mapping[str, str]) -> shrinklib.Layout:  # fmt: skip
+    """The node counts the failover loop can shrink this job to when its spares run out (FAILOVER_SHRINK),
+    from the same layout and memory model: the record `--run-dir` leaves for the loop."""
+    tc = cfg.train
+    world = nodes * rpn
+    mem = memory(cfg, total, block, world, tp, tc.micro_batch)
+    lay = shrinklib.Layout(
+        nodes=nodes, ranks_per_node=rpn, tp=tp, global_batch=tc.global_batch, micro_batch=tc.micro_batch,
+        state_bytes=mem.states * world, fixed_bytes=mem.total(tc.activation_checkpointing) - mem.states,
+        usable_bytes=facts.device_mem_gib * GIB * (1 - HEADROOM), config=str(cfg_path), site=facts.name,
+    )  # fmt: skip
+    switch = environ.get("FAILOVER_SHRINK") or facts.shrink or "1"
+    if switch == "0":
+        where = (
+            "FAILOVER_SHRINK=0"
+            if environ.get("FAILOVER_SHRINK")
+            else f"{facts.profile}: SITE_FAILOVER_SHRINK=0"
+        )
+        rep.info("shrink", f"off ({where}): a failure with no spare left hands over to the next job")
+    else:
+        for i, line in enumerate(shrinklib.summary(lay, environ.get("FAILOVER_MIN_NODES", ""))):
+            rep.info("" if i else "shrink", line)
+    return lay
+
+
 def _volume_info(rep: Report, cfg: tconfig.Config, facts: SiteFacts, total: int) -> None:
     """What a checkpoint weighs (model + AdamW moments in the master dtype) and the tokens the run reads."""
     tc = cfg.train
@@ -469,8 +498,12 @@ def check(
     rep.add("model", f"{_human(total)} parameters (meta device), {mc.n_layers} layers, dim {mc.dim}, "
             f"GQA {mc.n_heads}/{mc.n_kv_heads}")  # fmt: skip
     _memory_check(rep, cfg, cfg_path, facts, total, block, world, tp, dp, rpn)
+    env = os.environ if environ is None else environ
+    lay = _shrink_info(rep, cfg, cfg_path, facts, total, block, nodes, rpn, tp, env)
     _volume_info(rep, cfg, facts, total)
     _data_checks(rep, cfg, cfg_path, raw, data)
     if run_dir is not None:
         _run_dir_checks(rep, Path(run_dir))
+        if not rep.failures:  # the failover loop's facts for a shrink (failover.shrink)
+            shrinklib.write_layout(Path(run_dir), lay)
     return rep

@@ -59,6 +59,10 @@ KEYS: dict[str, tuple[bool, str]] = {
     "SITE_SWEEP": (False, "health sweep after an unexplained failure: full | probe | off"),
     "SITE_SWEEP_CHECK": (False, "a per-host health command the sweep's probe runs (empty: none)"),
     "SITE_SWEEP_MOUNTS": (True, "directories every node must have readable (the run dir is always checked)"),
+    "SITE_FAILOVER_SHRINK": (
+        False,
+        "0 | 1: may a job run on fewer nodes when its spares run out (FAILOVER_SHRINK)",
+    ),
 }
 SCHEDULERS = ("pbs", "slurm", "none")
 LAUNCHERS = LAUNCH_NAMES
@@ -467,7 +471,7 @@ def _check_values(prof: Profile) -> None:
             prof.errors.append(f"{where}: '{v}' is not a number >= 0")
         elif key == "SITE_SWEEP" and v not in SWEEP_MODES:
             prof.errors.append(f"{where}: '{v}' is not one of {' | '.join(SWEEP_MODES)}")
-        elif key == "SITE_VENV_STAGE" and v not in ("0", "1"):
+        elif key in ("SITE_VENV_STAGE", "SITE_FAILOVER_SHRINK") and v not in ("0", "1"):
             prof.errors.append(f"{where}: '{v}' is not 0 or 1")
         elif key == "SITE_RANKS_PER_NODE" and v == "0":
             prof.errors.append(f"{where}: must be at least 1")

@@ -85,3 +85,7 @@ SITE_SWEEP_CHECK=""
 # Directories every compute node must have readable (shared filesystems the job needs); the run directory is always
 # checked.  Empty: only the run directory.
 SITE_SWEEP_MOUNTS=(/lus/proj)
+# May a job go on with fewer nodes when a node fails and no spare is left (0 | 1)?  1: the failover loop
+# relaunches on the healthy nodes when the global batch is kept (FAILOVER_SHRINK, FAILOVER_MIN_NODES;
+# docs/recovery.md); 0 where the site's policy or accounting forbids a job that runs below its node count.
+SITE_FAILOVER_SHRINK=1

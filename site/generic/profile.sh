@@ -38,3 +38,4 @@ SITE_FAILOVER_PATTERNS=(pals hydra openmpi srun cuda level_zero rocm gloo oneccl
 SITE_SWEEP=full
 SITE_SWEEP_CHECK=""
 SITE_SWEEP_MOUNTS=()
+SITE_FAILOVER_SHRINK=1

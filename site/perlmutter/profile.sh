@@ -48,3 +48,4 @@ SITE_FAILOVER_PATTERNS=(srun cuda gloo torch system app cascade)
 SITE_SWEEP=full
 SITE_SWEEP_CHECK=""
 SITE_SWEEP_MOUNTS=()
+SITE_FAILOVER_SHRINK=1

@@ -279,3 +279,23 @@ def test_a_generated_job_script_refuses_missing_data_in_seconds_before_any_launc
     assert p.returncode == 2, p.stdout + p.stderr
     assert f"{path}: data.path: {tmp_path}/no-such-blend/manifest.json: missing" in p.stderr
     assert not list((tmp_path / "run" / "attempts").glob("*.log"))  # nothing was launched
+
+
+def test_check_shows_the_node_counts_a_job_can_shrink_to_and_writes_the_loops_layout(tmp_path: Path) -> None:
+    """FAILOVER_SHRINK: the counts the failover loop may run on once the spares are gone, at what throughput,
+    and RUN_DIR/layout.json, the facts it decides from; a site or job that turns shrink off is told so."""
+    r = run("check", "--site", "perlmutter", "--nodes", "32", "--no-data", "--run-dir", str(tmp_path),
+            "jobs/configs/20b.yaml")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert (
+        "one node lost with no spare: 28 node(s) at 0.86 of full throughput (7 micro-steps, uneven)"
+        in r.stdout
+    )
+    assert re.search(r"runs on 31-28: 0\.86u, .* 16: 0\.50 \(nodes: throughput", r.stdout), r.stdout
+    lay = json.loads((tmp_path / "layout.json").read_text())
+    assert {k: lay[k] for k in ("nodes", "ranks_per_node", "tp", "global_batch", "micro_batch")} == {
+        "nodes": 32, "ranks_per_node": 4, "tp": 1, "global_batch": 768, "micro_batch": 1
+    }  # fmt: skip
+    r = run("check", "--site", "perlmutter", "--nodes", "32", "--no-data", "jobs/configs/20b.yaml",
+            env={"FAILOVER_SHRINK": "0"})  # fmt: skip
+    assert "shrink      off (FAILOVER_SHRINK=0): a failure with no spare left hands over" in r.stdout

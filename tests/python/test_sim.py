@@ -110,12 +110,31 @@ def test_a_misread_node_failure_is_evicted_on_the_sweeps_evidence_and_blind_with
     assert blind.faults and swept.faults
 
 
-def test_without_spares_a_node_failure_ends_the_job() -> None:
+def test_without_spares_a_node_failure_ends_the_job_unless_the_job_shrinks(tmp_path: Path) -> None:
     m = small(mix={"node": 1.0})
     with_spares = engine.simulate(m, seed=1)
-    without = engine.simulate(model.override(m, spares=0), seed=1)
-    assert without.jobs > with_spares.jobs
+    without = engine.simulate(model.override(m, spares=0, shrink=False), seed=1)
+    assert without.jobs > with_spares.jobs and without.shrinks == 0
     assert without.time["queue"] > with_spares.time["queue"]
+    # FAILOVER_SHRINK (the model's batch: 2 micro-steps on 64 nodes): the real planner relaunches on 43 nodes
+    # (3 micro-steps, as on 63) and keeps 20 healthy ones as spares; the job goes on, slower.
+    shrunk = engine.simulate(model.override(m, spares=0), seed=1, workdir=tmp_path)
+    assert shrunk.shrinks > 0 and shrunk.jobs < without.jobs and shrunk.shrunk_s > 0
+    events = [json.loads(x) for x in (tmp_path / "run" / "events.jsonl").read_text().splitlines()]
+    first = next(e for e in events if e.get("event") == "shrink")
+    assert (first["nodes_before"], first["nodes_after"], first["throughput"]) == (64, 43, 0.6667)
+    inside = sum(v for k, v in shrunk.time.items() if k not in ("queue", "waiting_for_a_person"))
+    assert inside == pytest.approx(shrunk.allocated_s, rel=1e-6)
+    assert shrunk.time["slow_steps"] > 0  # the shrunk steps' extra time
+
+
+def test_the_simulator_asks_for_the_spares_job_generation_asks_for(tmp_path: Path) -> None:
+    """4,096 nodes: rundir.spares_for gives 82 (not the 81 of splitting 4,096 hosts), and the loop's split of
+    that allocation gives back 4,096 active and 82 spare."""
+    sim = engine.Sim(model.override(model.load("aurora-20b"), nodes=4096), seed=1, workdir=tmp_path)
+    assert sim.spares == 82
+    split = hostlib.init_run_hosts(sim.run_dir, sim._allocation(), resolve_timeout=0)
+    assert (len(split.active), len(split.spare)) == (4096, 82)
 
 
 def test_512_nodes_of_the_aurora_20b_model_train_at_least_95_percent_of_the_allocation() -> None:

@@ -62,6 +62,12 @@ def cli() -> None:
 @click.option("--async-save/--sync-save", default=None, help="async or blocking checkpoint saves")
 @click.option("--interval-s", type=float, help="checkpoint.interval_s: save by time instead of steps")
 @click.option("--days", type=float, help="simulated days (default: the model's horizon_days)")
+@click.option(
+    "--shrink/--no-shrink", default=None, help="FAILOVER_SHRINK: fewer nodes when the spares run out"
+)
+@click.option(
+    "--min-nodes", help="FAILOVER_MIN_NODES: a count, or a fraction of the nodes (default: the model's)"
+)
 @click.option("--seed", type=int, default=1, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="print the whole result as JSON")
 def run_cmd(
@@ -72,12 +78,18 @@ def run_cmd(
     async_save: bool | None,
     interval_s: float | None,
     days: float | None,
+    shrink: bool | None,
+    min_nodes: str | None,
     seed: int,
     as_json: bool,
 ) -> None:
     """One simulated run: effective ratio, where the time went, the stops that need a person."""
     m = _load(spec, nodes, spares, days)
     kw: dict[str, object] = {}
+    if shrink is not None:
+        kw["shrink"] = shrink
+    if min_nodes is not None:
+        kw["min_nodes"] = min_nodes
     if heartbeats is not None:
         kw["heartbeats"] = heartbeats
     if async_save is not None:
@@ -102,6 +114,11 @@ def run_cmd(
         f"steps per node-hour vs ideal {r.vs_ideal:.4f}; {r.steps} steps kept"
     )
     click.echo(f"failures {len(r.faults)} {d['failures_by_class']}; attempts {r.attempts}; jobs {r.jobs}")
+    if m.failover.shrink:
+        click.echo(f"shrinks {r.shrinks} (FAILOVER_MIN_NODES={m.failover.min_nodes}): {r.shrunk_s / 3600:.1f} h "
+                   "on fewer nodes")  # fmt: skip
+    else:
+        click.echo("shrinks: off (FAILOVER_SHRINK=0)")
     click.echo("time: " + ", ".join(f"{k.replace('_', ' ')} {v / 3600:.2f} h" for k, v in r.time.items()))
     clock = d["recovery_clock_s"]
     click.echo(

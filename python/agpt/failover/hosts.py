@@ -388,6 +388,36 @@ def swap(
         return SwapResult(swap_out=outs, swap_in=ins, returned=[h for h in returned if h not in active])
 
 
+def shrink(
+    run_dir: Path,
+    out: Sequence[str],
+    active_after: Sequence[str],
+    *,
+    jobid: str = "",
+    evidence: str = "",
+    now: float | None = None,
+) -> SwapResult:
+    """Run on fewer hosts (agpt.failover.shrink): hosts/active becomes `active_after` (active hosts and spares),
+    the hosts of `out` are appended to hosts/bad, and the active hosts neither kept nor out go to the end of
+    hosts/spare.  BadInput when a host of `active_after` is neither active nor a spare, or is also out."""
+    with rundir.locked(run_dir / rundir.HOSTS_LOCK):
+        rh = RunHosts(run_dir=run_dir)
+        active, spare = rh.active(), rh.spare()
+        outs = list(dict.fromkeys(out))
+        wrong = [h for h in active_after if h in outs or (h not in active and h not in spare)]
+        if wrong or len(set(active_after)) != len(active_after) or any(h not in active for h in outs):
+            raise BadInput(
+                f"failover hosts shrink: {','.join(wrong) or ','.join(outs)}: out, twice, or unknown"
+            )
+        keep = set(active_after)
+        to_spare = [h for h in active if h not in keep and h not in outs]
+        write_hosts(rh.path("spare"), [h for h in spare if h not in keep] + to_spare)  # first: see swap()
+        write_hosts(rh.path("active"), list(active_after))
+        if outs:
+            append_bad(rh.path("bad"), outs, jobid=jobid, evidence=evidence or "named", now=now)
+        return SwapResult(swap_out=outs, swap_in=[h for h in active_after if h in spare], returned=to_spare)
+
+
 def mark_bad(run_dir: Path, hosts: Sequence[str], *, jobid: str, evidence: str) -> None:
     """Record hosts as bad without swapping them (the job is stopping; the next one must avoid them)."""
     append_bad(RunHosts(run_dir=run_dir).path("bad"), hosts, jobid=jobid, evidence=evidence or "named")

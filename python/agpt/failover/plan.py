@@ -26,6 +26,7 @@ from typing import Any
 from agpt import ckptdir, rundir
 from agpt.errors import BadInput
 from agpt.failover import hosts as hostlib
+from agpt.failover import shrink as shrinklib
 from agpt.failover import sweep as sweeplib
 from agpt.failover.policy import (
     Attempt,
@@ -243,7 +244,18 @@ def _settings(args: argparse.Namespace) -> Settings:
             args.min_attempt_s, lambda v: rundir.seconds(v, "FAILOVER_MIN_ATTEMPT_S"), d.min_attempt_s
         ),
         backoff=_opt(args.backoff, backoff, d.backoff),
+        shrink=_opt(getattr(args, "shrink", None), _switch("FAILOVER_SHRINK"), d.shrink),
+        min_nodes=_opt(getattr(args, "min_nodes", None), str, d.min_nodes),
     )
+
+
+def _switch(name: str) -> Any:
+    def parse(v: str) -> bool:
+        if v.strip() not in ("0", "1"):
+            raise BadInput(f"{name}: 0 or 1, got {v!r}")
+        return v.strip() == "1"
+
+    return parse
 
 
 class _Parser(argparse.ArgumentParser):
@@ -282,6 +294,10 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--min-attempt-s", help=f"FAILOVER_MIN_ATTEMPT_S (default {d.min_attempt_s:g})")
     ap.add_argument("--backoff", help=f"FAILOVER_BACKOFF (default '{' '.join(f'{b:g}' for b in d.backoff)}')")
     sweeplib.add_options(ap)
+    ap.add_argument(
+        "--shrink", help=f"FAILOVER_SHRINK, 0 or 1 (default {int(d.shrink)}; '': SITE_FAILOVER_SHRINK)"
+    )
+    ap.add_argument("--min-nodes", help=f"FAILOVER_MIN_NODES: a count or a fraction (default {d.min_nodes})")
     ap.add_argument("--apply", action="store_true", help="do it: swap hosts, append events.jsonl")
     ap.add_argument(
         "--shell", action="store_true", help="print `ACTION EXIT BACKOFF_S ATTEMPT` instead of JSON"
@@ -357,15 +373,30 @@ def run(args: argparse.Namespace, extra: Sequence[str] = (), prober: sweeplib.Pr
         now += found.cost_s
         att = apply_sweep(att, found, active=active)
         record["sweep"] = found.as_event()
-    plan = decide(
-        att, active=active, spare=spare, history=history, settings=settings, now=now, deadline=deadline
-    )
+    plan = decide(att, active=active, spare=spare, history=history, settings=settings, now=now,
+                  deadline=deadline, layout=_layout(run_dir) if settings.shrink else None)  # fmt: skip
     if args.apply:
         swapped = _act(run_dir, args.jobid, att, plan)
         append_event(events_path, _attempt_event(args.jobid, att, record, swapped, plan, active))
+        if plan.shrink is not None:
+            append_event(events_path, _shrink_event(args.jobid, att, plan, now))
         if plan.action == "stop":
             append_event(events_path, _stop_event(args.jobid, args.attempt, plan, now))
     return plan
+
+
+def _layout(run_dir: Path) -> shrinklib.Layout | str:
+    """The job's layout.json for a shrink, or why there is none."""
+    try:
+        return shrinklib.read_layout(run_dir)
+    except BadInput as e:
+        return str(e)
+
+
+def _shrink_event(jobid: str, att: Attempt, plan: Plan, now: float) -> dict[str, Any]:
+    """The `shrink` line of events.jsonl (docs/contract.md): the node count before and after, and its cost."""
+    return {"event": "shrink", "jobid": jobid, "attempt": att.attempt, "time": round(now, 3), **(plan.shrink or {}),
+            "out": plan.swap_out, "in": plan.swap_in, "reason": plan.reason}  # fmt: skip
 
 
 def _ended_attempt(
@@ -419,7 +450,10 @@ def _act(run_dir: Path, jobid: str, att: Attempt, plan: Plan) -> dict[str, Any]:
     """Do what the plan says to the host lists (the swap, the hosts proven bad); what was swapped."""
     swapped: dict[str, Any] = {"out": [], "in": [], "blind": plan.blind, "returned": []}
     evidence = "; ".join(att.evidence[:2]) or att.cls
-    if plan.action == "relaunch" and plan.swap_out:
+    if plan.action == "relaunch" and plan.shrink is not None:
+        r = hostlib.shrink(run_dir, plan.swap_out, plan.shrink["hosts"], jobid=jobid, evidence=evidence)
+        swapped.update({"out": r.swap_out, "in": r.swap_in, "to_spare": r.returned})
+    elif plan.action == "relaunch" and plan.swap_out:
         r = hostlib.swap(
             run_dir,
             plan.swap_out,
@@ -475,7 +509,10 @@ def _summary(args: argparse.Namespace, plan: Plan) -> str:
     if plan.action == "stop":
         return f"{head}: stop, {plan.verdict} (exit {plan.exit}): {plan.reason}"
     swap = ""
-    if plan.swap_out:
+    if plan.shrink is not None:
+        swap = f"; out {','.join(plan.swap_out)}" + (f", in {','.join(plan.swap_in)}" if plan.swap_in else "") + (
+            f", back to the spares {','.join(plan.to_spare)}" if plan.to_spare else "")  # fmt: skip
+    elif plan.swap_out:
         swap = (
             f"; swap {','.join(plan.swap_out)} -> {','.join(plan.swap_in)}{' (blind)' if plan.blind else ''}"
         )

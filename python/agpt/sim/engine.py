@@ -7,8 +7,9 @@ trainer's checkpoint policy says so, an async save complete only once written).
 
 What decides is the code that runs on the machine, called in-process in the order lib/failover.sh and
 lib/chain.sh call it, on a real run directory in a temporary folder:
-  job start  agpt.failover.hosts.init_run_hosts (hosts/all, active, spare; proven-bad hosts left out),
-             agpt.chain.cmd_start
+  job start  an allocation of the nodes + agpt.rundir.spares_for (what job generation asks for),
+             agpt.failover.hosts.init_run_hosts (hosts/all, active, spare; proven-bad hosts left out),
+             layout.json as `agpt check --run-dir` writes it (the model's `layout`), agpt.chain.cmd_start
   attempt    agpt.failover.plan.run --before --apply;  the attempt (simulated: its log written in the
              launcher's format);  agpt.failover.classify.classify on that log;
              agpt.failover.plan.run --apply (swaps in hosts/active|spare, hosts/bad, events.jsonl)
@@ -16,6 +17,9 @@ lib/chain.sh call it, on a real run directory in a temporary folder:
   saves      agpt.train.ckpt_policy.next_save, markers ckpt/step-N/.complete as the trainer writes them
 A stop that the chain does not continue from (stuck, repeat, no progress, the job limit) waits for a person
 (`costs.person_response_h`), who removes what broke and starts the chain again.
+
+A shrink (FAILOVER_SHRINK, no spare left) runs the next attempts on fewer hosts, each step longer by
+micro-steps(n) / micro-steps(full) (agpt.failover.shrink's throughput); that extra time counts as slow steps.
 
 Heartbeats: the hung host is named as the classifier's heartbeat evidence names it (`node`, that host: what
 agpt.failover.classify.apply_heartbeats does), and a hang is detected after `heartbeat_timeout_s` instead of the
@@ -53,6 +57,7 @@ from agpt.failover import classify as classifylib
 from agpt.failover import hosts as hostlib
 from agpt.failover import patterns as patlib
 from agpt.failover import plan as planlib
+from agpt.failover import shrink as shrinklib
 from agpt.failover import sweep as sweeplib
 from agpt.sim import logs
 from agpt.sim.model import FaultModel, ScriptedFault
@@ -106,6 +111,8 @@ class Result:
     attempts: int = 0
     verdict: str = ""
     first_start_s: float = 0.0
+    shrinks: int = 0  # relaunches on fewer nodes (FAILOVER_SHRINK)
+    shrunk_s: float = 0.0  # of the allocated time, attempts on fewer nodes than the job started with
 
     @property
     def effective_ratio(self) -> float:
@@ -146,6 +153,8 @@ class Result:
             "person_stops": self.person_stops,
             "jobs": self.jobs,
             "attempts": self.attempts,
+            "shrinks": self.shrinks,
+            "shrunk_h": round(self.shrunk_s / 3600, 3),
             "verdict": self.verdict,
             "recovery_clock_s": _clock(self.faults),
             "faults": [
@@ -244,9 +253,17 @@ class Sim:
         self.run_dir = workdir / "run"
         self.run_dir.mkdir(parents=True)
         self.pool = logs.host_names(m.machine_nodes, m.launcher)
-        # FAILOVER_SPARES unset: the failover loop's split, with the fallback SITE_SPARES_* of agpt.rundir.
-        fallback = hostlib.default_spares(m.nodes, percent=rundir.SPARES_PERCENT, minimum=rundir.SPARES_MIN)
-        self.spares: int = fallback if m.spares is None else m.spares
+        # FAILOVER_SPARES unset: what job generation asks for (agpt.rundir.spares_for, the fallback SITE_SPARES_*),
+        # which the failover loop's split gives back.
+        asked = rundir.spares_for(m.nodes, percent=rundir.SPARES_PERCENT, minimum=rundir.SPARES_MIN)
+        self.spares: int = asked if m.spares is None else m.spares
+        lay = m.layout
+        self.layout = shrinklib.Layout(nodes=m.nodes, ranks_per_node=lay.ranks_per_node, tp=lay.tp,
+                                       global_batch=m.nodes * lay.ranks_per_node // lay.tp * lay.micro_batch * lay.accum,
+                                       micro_batch=lay.micro_batch, config=f"sim:{m.name}")  # fmt: skip
+        self.pace = 1.0  # step time on the attempt's nodes over the step time on the job's (a shrink)
+        self.shrinks = 0
+        self.shrunk_s = 0.0
         self.t = 0.0
         self.horizon = m.horizon_days * 86400.0
         self.next_fail: dict[str, float] = {}
@@ -326,6 +343,8 @@ class Sim:
             "max_blind": fo.max_blind,
             "min_attempt_s": fo.min_attempt_s,
             "backoff": " ".join(f"{b:g}" for b in fo.backoff),
+            "shrink": "1" if fo.shrink else "0",
+            "min_nodes": fo.min_nodes,
             "apply": True,
             "shell": False,
             "sweep": "full" if self.m.sweep else "off",
@@ -389,6 +408,8 @@ class Sim:
             attempts=self.attempts,
             verdict=self.verdict,
             first_start_s=self.first_start or 0.0,
+            shrinks=self.shrinks,
+            shrunk_s=self.shrunk_s,
         )
 
     def _allocation(self) -> list[str]:
@@ -413,9 +434,9 @@ class Sim:
             self.first_start = start
         deadline = start + m.costs.walltime_h * 3600.0
         self.slow = 1.0
-        hostlib.init_run_hosts(
-            self.run_dir, self._allocation(), active=m.nodes, spares=self.spares, resolve_timeout=0
-        )
+        # FAILOVER_SPARES unset: the loop splits the allocation itself; else the model's count.
+        hostlib.init_run_hosts(self.run_dir, self._allocation(), spares=m.spares, resolve_timeout=0)
+        shrinklib.write_layout(self.run_dir, self.layout)  # the job script's `agpt check --run-dir`
         self._chain(chainlib.cmd_start, job=jobid, predecessor="", max_jobs=m.chain.max_jobs)
         start_step = chainlib.latest_step(self.run_dir)
         rc = self._attempts(jobid, deadline)
@@ -493,6 +514,9 @@ class Sim:
         self.attempt_serial += 1
         self.sweep_s = 0.0
         active = hostlib.read_hosts(self.run_dir / "hosts" / "active")
+        self.pace = (
+            1.0 / shrinklib.fit(self.layout, len(active)).throughput if len(active) < self.m.nodes else 1.0
+        )
         launch = self.t
         for f in self.open:
             if f.relaunched_s is None:
@@ -503,6 +527,8 @@ class Sim:
         end = self._train(active, launch, ready, resumed, deadline)
         ended = self._detected(end, launch, ready, deadline)
         self._account(end, launch, ready, ended)
+        if self.pace > 1.0:
+            self.shrunk_s += ended - launch
         self.t = ended
         if end.kind == "horizon":
             self.done = True
@@ -545,9 +571,9 @@ class Sim:
             self.open = [f for f in self.open if f is fault]
         lost = end.step - self.ckpt  # steps past the newest complete checkpoint: done again
         if lost > 0 and end.kind not in ("done", "horizon"):
-            self.time["lost_work"] += lost * tr.step_s * self.slow
+            self.time["lost_work"] += lost * tr.step_s * self.slow * self.pace
             self.time["productive"] -= lost * tr.step_s
-            self.time["slow_steps"] -= lost * tr.step_s * (self.slow - 1.0)
+            self.time["slow_steps"] -= lost * tr.step_s * (self.slow * self.pace - 1.0)
 
     def _classify_and_plan(self, jobid: str, n: int, end: AttemptEnd, active: list[str], resumed: int,
                            launch: float, ended: float, deadline: float) -> tuple[int, planlib.Plan]:  # fmt: skip
@@ -579,6 +605,7 @@ class Sim:
         for h in plan.swap_out:
             if not plan.blind:
                 self.down_until[h] = ended + m.failures.repair_h * 3600.0
+        self.shrinks += plan.shrink is not None
         return rc, plan
 
     def _probe(self, hosts: Sequence[str], settings: sweeplib.SweepSettings) -> sweeplib.SweepResult:
@@ -632,7 +659,7 @@ class Sim:
         stop_at = deadline - tr.deadline_margin_s
         failer = min(active, key=self._fail_time) if self.random_failures else None
         while True:
-            st = tr.step_s * self.slow
+            st = tr.step_s * self.slow * self.pace
             nxt = ckpt_policy.next_save(
                 run.step, interval=tr.checkpoint_interval, interval_s=tr.checkpoint_interval_s, step_s=st
             )

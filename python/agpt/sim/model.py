@@ -16,8 +16,9 @@ import yaml
 
 from agpt import rundir
 from agpt.chain import Limits
-from agpt.errors import ConfigError
+from agpt.errors import BadInput, ConfigError
 from agpt.failover.policy import Settings
+from agpt.failover.shrink import min_nodes as shrink_floor
 from agpt.failover.sweep import DEFAULT_TIMEOUT_S as SWEEP_TIMEOUT_S
 
 MODELS_DIR = Path(__file__).resolve().parent / "models"
@@ -92,6 +93,20 @@ class Failover:
     min_attempt_s: float = _LOOP.min_attempt_s
     backoff: list[float] = field(default_factory=lambda: list(_LOOP.backoff))
     walltime_margin_s: float = rundir.WALLTIME_MARGIN_S
+    shrink: bool = _LOOP.shrink
+    min_nodes: str = _LOOP.min_nodes
+
+
+@dataclass(kw_only=True, slots=True)
+class Layout:
+    """What `agpt check --run-dir` writes to layout.json for a shrink (agpt.failover.shrink): the batch at the
+    model's node count is nodes x ranks_per_node / tp x micro_batch x accum (it grows with the nodes, as the
+    step time is held fixed)."""
+
+    ranks_per_node: int = 12
+    tp: int = 1
+    micro_batch: int = 1
+    accum: int = 2
 
 
 @dataclass(kw_only=True, slots=True)
@@ -143,6 +158,7 @@ class FaultModel:
     train: Train = field(default_factory=Train)
     failover: Failover = field(default_factory=Failover)
     chain: Chain = field(default_factory=Chain)
+    layout: Layout = field(default_factory=Layout)
     faults: list[ScriptedFault] = field(default_factory=list)
 
     @property
@@ -158,6 +174,7 @@ _SECTIONS: dict[str, type] = {
     "failover": Failover,
     "chain": Chain,
     "probe": Probe,
+    "layout": Layout,
 }
 
 
@@ -188,6 +205,10 @@ _POSITIVE = {
     "train.step_s",
     "behaviour.straggler_slowdown",
     "failover.max_attempts",
+    "layout.ranks_per_node",
+    "layout.tp",
+    "layout.micro_batch",
+    "layout.accum",
     "chain.max_jobs",
     "chain.max_no_progress",
 }
@@ -217,6 +238,8 @@ def _section(cls: type, raw: Any, name: str) -> Any:
                 raise ConfigError(f"{key}: must be true or false, got {v!r}")
             kw[k] = v
         elif isinstance(default, str):
+            if k == "min_nodes" and isinstance(v, int | float) and not isinstance(v, bool):
+                v = str(v)  # FAILOVER_MIN_NODES: a count or a fraction, as the loop reads it
             if not isinstance(v, str):
                 raise ConfigError(f"{key}: must be a string, got {v!r}")
             kw[k] = v
@@ -323,6 +346,10 @@ def validate(m: FaultModel) -> None:
         raise ConfigError("failover.max_repeat: must be at least 2")
     if m.failover.max_blind < 1:
         raise ConfigError("failover.max_blind: must be at least 1")
+    try:
+        shrink_floor(m.failover.min_nodes, m.nodes)
+    except BadInput as e:
+        raise ConfigError(f"failover.min_nodes: {e}") from None
 
 
 def preset_names() -> list[str]:
@@ -359,6 +386,8 @@ def override(m: FaultModel, **kw: Any) -> FaultModel:
             out.train.async_save = bool(v)
         elif k == "checkpoint_interval_s":
             out.train.checkpoint_interval_s = float(v)
+        elif k in ("shrink", "min_nodes"):  # FAILOVER_SHRINK, FAILOVER_MIN_NODES
+            setattr(out.failover, k, v)
         else:
             setattr(out, k, v)
     validate(out)

@@ -1,5 +1,6 @@
-"""The goodput table: one fault model at 512-4,096 nodes, with and without spares, heartbeats, the health sweep
-(as shipped) against the blind rotation, a classifier that misreads nothing, and async saves.
+"""The goodput table: one fault model at 512-4,096 nodes, with and without spares, heartbeats, a shrink when the
+spares run out (FAILOVER_SHRINK), the health sweep (as shipped) against the blind rotation, a classifier that
+misreads nothing, and async saves.
 
 `sweep()` runs the simulations, `table()` writes the Markdown of docs/sim/goodput.md, `plot()` the PNG.
 """
@@ -23,6 +24,7 @@ VARIANTS: tuple[tuple[str, dict[str, object]], ...] = (
     # What the table showed before it charged for misreads: every log read (the gap is the classifier's misses).
     ("reads every log", {"misread": dict.fromkeys(model.CLASSES, 0.0)}),
     ("no spares", {"spares": 0}),
+    ("no spares, no shrink", {"spares": 0, "shrink": False}),  # the loop before FAILOVER_SHRINK
     ("sync saves", {"async_save": False}),
 )
 SHOWN = ("lost_work", "restarts", "detection", "backoff", "checkpoint_stalls", "slow_steps")

@@ -79,6 +79,9 @@ class TrainConfig:
     seq_len: int = 2048
     global_batch: int = 256  # samples per optimizer step over all ranks (fixed when ranks change)
     micro_batch: int = 1  # samples per rank per forward; accumulation makes up the rest
+    uneven_batch: bool = (
+        False  # true: data ranks that do not divide global_batch split it unevenly (a shrink)
+    )
     seed: int = 1234
     log_interval: int = 1
     run_dir: str = ""
@@ -379,7 +382,11 @@ class Config:
             )
         dp = world // tp
         tc = self.train
-        if tc.global_batch % (tc.micro_batch * dp):
+        if tc.uneven_batch and dp > tc.global_batch:
+            raise ConfigError(
+                f"train.global_batch: {tc.global_batch} samples cannot feed {dp} data-parallel ranks"
+            )
+        if tc.global_batch % (tc.micro_batch * dp) and not tc.uneven_batch:
             raise ConfigError(
                 f"train.micro_batch: global batch {tc.global_batch} is not a multiple of "
                 f"micro_batch {tc.micro_batch} × {dp} data-parallel ranks"

@@ -12,6 +12,9 @@ The trainer calls each hook where its fault would strike; each is a no-op unless
   AGPT_TEST_CKPT_WRITE_DELAY=S | STEP:S[,STEP:S...]
                                          a checkpoint writer sleeps S seconds before writing (tests kill
                                          ranks in the middle of a save)
+  AGPT_TEST_SAMPLE_LOG=PATH              every micro batch appends `ATTEMPT STEP DP_RANK MICRO FIRST COUNT WEIGHT`
+                                         to PATH (tp rank 0 only): the samples a run consumed, in order (the
+                                         shrink drill compares them with an unfaulted run's)
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ EVAL_AT = "AGPT_FAULT_EVAL_AT"
 SLEEP_AT = "AGPT_FAULT_SLEEP_AT"
 SLOW_HOST = "AGPT_FAULT_SLOW_HOST"
 CKPT_WRITE_DELAY = "AGPT_TEST_CKPT_WRITE_DELAY"
+SAMPLE_LOG = "AGPT_TEST_SAMPLE_LOG"
 SPIKE_SCALE = 1000.0  # an injected spike multiplies the step's loss by this
 
 
@@ -76,6 +80,18 @@ class Faults:
         bad["bpb"] = {k: 10 * v for k, v in (out.get("bpb") or {}).items()}
         bad["tasks"] = {k: {**v, "acc": 0.0, "acc_norm": 0.0} for k, v in (out.get("tasks") or {}).items()}
         return bad
+
+    def samples(self, step: int, dp_rank: int, micro: int, indices: range, weight: float) -> None:
+        """Record the samples of one micro batch of STEP (AGPT_TEST_SAMPLE_LOG; one O_APPEND write a line)."""
+        path = self.env.get(SAMPLE_LOG, "")
+        if path:
+            attempt = self.env.get("AGPT_ATTEMPT_ID", "-")
+            line = f"{attempt} {step} {dp_rank} {micro} {indices.start} {len(indices)} {weight:g}\n"
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, line.encode())
+            finally:
+                os.close(fd)
 
     def forward(self, step: int, compute_s: float) -> None:
         """Right after the forward pass of STEP, which took COMPUTE_S: hang alive, or be the slow host."""

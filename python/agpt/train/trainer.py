@@ -75,7 +75,9 @@ class Trainer:
         tc = cfg.train
         self.layout = tpar.layout(cfg, self.rank, self.world, self.info.local_world_size)
         self.dp = self.layout.dp
-        self.accum = tc.global_batch // (tc.micro_batch * self.dp)
+        self.accum = tdata.micro_steps(
+            world=self.dp, global_batch=tc.global_batch, micro_batch=tc.micro_batch
+        )
         if tc.deterministic:
             os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
             torch.use_deterministic_algorithms(True, warn_only=True)
@@ -303,6 +305,11 @@ class Trainer:
             idx = tdata.sample_indices(consumed=self.consumed, rank=self.layout.dp_rank, world=self.dp,
                                        global_batch=tc.global_batch, micro_batch=tc.micro_batch,
                                        micro_step=micro)  # fmt: skip
+            # Past the end of an uneven share: a micro batch of weight 0 keeps this rank's collectives in step.
+            weight = 1.0 if len(idx) else 0.0
+            idx = idx or range(idx.start - 1, idx.start)
+            if self.layout.tp_rank == 0:
+                self.faults.samples(self.step + 1, self.layout.dp_rank, micro, idx, weight)
             batch = torch.from_numpy(tdata.micro_batch(self.source, idx)).to(self.device)
             wait += time.perf_counter() - t_data
             inputs, targets = batch[:, :-1], batch[:, 1:]
@@ -315,8 +322,8 @@ class Trainer:
                 logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="sum"
             )
             self._phase("backward")
-            (loss_sum * scale).backward()
-            local_sum += loss_sum.detach()
+            (loss_sum * (scale * weight)).backward()
+            local_sum += loss_sum.detach() * weight
         return local_sum, wait
 
     def _clip_gradients(self) -> torch.Tensor:
@@ -376,9 +383,15 @@ class Trainer:
         split = "" if tp == 1 else f" as dp {self.dp} x tp {tp}"
         if tp > 1 and self.cfg.parallel.sequence_parallel:
             split += " (sequence parallel)"
+        batch = f"{self.dp} dp ranks x micro {tc.micro_batch} x accum {self.accum}"
+        if tc.global_batch % (tc.micro_batch * self.dp):
+            hi = tdata.share(rank=0, world=self.dp, global_batch=tc.global_batch)[1]
+            lo = tdata.share(rank=self.dp - 1, world=self.dp, global_batch=tc.global_batch)[1]
+            batch = (f"{self.dp} dp ranks x {lo}-{hi} samples in {self.accum} micro-steps of at most "
+                     f"{tc.micro_batch} (uneven: train.uneven_batch)")  # fmt: skip
         return (
             f"agpt: train: {params / 1e6:.1f}M parameters on {self.world} ranks ({self.device.type}){split}, "
-            f"global batch {tc.global_batch} = {self.dp} dp ranks x micro {tc.micro_batch} x accum {self.accum}, "
+            f"global batch {tc.global_batch} = {batch}, "
             f"seq {tc.seq_len}, params {tc.param_dtype} over {tc.master_dtype} masters, "
             f"run dir {self.run_dir or '(none)'}"
         ) + ("\nagpt: train: WARNING: SYNTHETIC DATA (data.synthetic: true): generated tokens, no real data; "
