@@ -58,6 +58,16 @@
 #   FAILOVER_PREFLIGHT        a short smoke command with {host}, run on every host (spares too) before the first
 #                             attempt; a host where it fails is evicted and recorded in hosts/bad (default none)
 #   FAILOVER_PREFLIGHT_TIMEOUT seconds per host (default 120)
+#   FAILOVER_SWEEP            after an attempt whose log proves no host guilty: `full` probes every active host at
+#                             once (agpt.probe) then bisects a cross-host collective, evicting the hosts that fail
+#                             on that evidence; `probe` only the first half; `off` leaves the blind rotation
+#                             (default: SITE_SWEEP, else full)
+#   FAILOVER_SWEEP_TIMEOUT    seconds for the probe launch and for each collective round (default 120)
+#   FAILOVER_SWEEP_CHECK      a site health command each probe runs on its host (default: SITE_SWEEP_CHECK)
+#   FAILOVER_SWEEP_MAX_EVICT  more hosts failing at once is a site-wide fault: none evicted (default 8)
+#   FAILOVER_SWEEP_MIN_FREE_MIB  memory, /dev/shm and SITE_LOCAL_DIR must have this much free (default 1024)
+#   FAILOVER_SWEEP_LAUNCH     the launcher the sweep runs its programs with, shell words (default: agpt launch)
+#                             (these four defaults are agpt.failover.sweep's; a test keeps them equal)
 #   FAILOVER_HOSTS_FROM       a file with the allocation, one host per line (default: sched_hosts from
 #                             lib/sched.sh when sourced, else PBS_NODEFILE / SLURM_JOB_NODELIST, else hostname)
 #   FAILOVER_RESOLVE_TIMEOUT  seconds to resolve every host's addresses into hosts/ip (default 10)
@@ -90,6 +100,12 @@
 : "${FAILOVER_CLEANUP_TIMEOUT:=60}"
 : "${FAILOVER_PREFLIGHT:=}"
 : "${FAILOVER_PREFLIGHT_TIMEOUT:=120}"
+: "${FAILOVER_SWEEP:=}"
+: "${FAILOVER_SWEEP_TIMEOUT:=120}"
+: "${FAILOVER_SWEEP_CHECK:=}"
+: "${FAILOVER_SWEEP_MAX_EVICT:=8}"
+: "${FAILOVER_SWEEP_MIN_FREE_MIB:=1024}"
+: "${FAILOVER_SWEEP_LAUNCH:=}"
 : "${FAILOVER_HOSTS_FROM:=}"
 : "${FAILOVER_RESOLVE_TIMEOUT:=10}"
 : "${FAILOVER_JOBID:=}"
@@ -273,6 +289,7 @@ _failover_setup() {
     --max-attempts "$FAILOVER_MAX_ATTEMPTS" --max-repeat "$FAILOVER_MAX_REPEAT" --max-blind "$FAILOVER_MAX_BLIND"
     --min-attempt-s "$FAILOVER_MIN_ATTEMPT_S" --backoff "$FAILOVER_BACKOFF" --progress-re "$FAILOVER_PROGRESS_RE"
     --shrink "${FAILOVER_SHRINK:-${SITE_FAILOVER_SHRINK:-}}" --min-nodes "$FAILOVER_MIN_NODES")
+  _failover_sweep_args _failover_p
   _failover_w=("$_failover_root/bin/agpt-watch" --timeout "$FAILOVER_IDLE_TIMEOUT"
     --startup-timeout "$FAILOVER_STARTUP_TIMEOUT" --grace "$FAILOVER_GRACE" --progress-re "$FAILOVER_PROGRESS_RE")
   [[ -n "$FAILOVER_PROGRESS_FILE" ]] && _failover_w+=(--progress-file "$FAILOVER_PROGRESS_FILE")
@@ -282,6 +299,20 @@ _failover_setup() {
   elif declare -p SITE_FAILOVER_PATTERNS >/dev/null 2>&1; then
     _failover_c+=(--patterns "$(IFS=,; printf '%s' "${SITE_FAILOVER_PATTERNS[*]}")")
   fi
+}
+
+# Usage: _failover_sweep_args OUTVAR : appends the health sweep's settings (FAILOVER_SWEEP*, else the site keys
+# SITE_SWEEP, SITE_SWEEP_CHECK, SITE_SWEEP_MOUNTS, SITE_LOCAL_DIR, SITE_GPUS_PER_NODE) to the array OUTVAR.
+_failover_sweep_args() {
+  local -n _failover_s="$1"
+  local mounts=""
+  if declare -p SITE_SWEEP_MOUNTS >/dev/null 2>&1; then
+    mounts="$(IFS=:; printf '%s' "${SITE_SWEEP_MOUNTS[*]}")"
+  fi
+  _failover_s+=(--sweep "${FAILOVER_SWEEP:-${SITE_SWEEP:-}}" --sweep-timeout "$FAILOVER_SWEEP_TIMEOUT"
+    --sweep-check "${FAILOVER_SWEEP_CHECK:-${SITE_SWEEP_CHECK:-}}" --sweep-max-evict "$FAILOVER_SWEEP_MAX_EVICT"
+    --sweep-min-free-mib "$FAILOVER_SWEEP_MIN_FREE_MIB" --sweep-mounts "$mounts"
+    --sweep-local-dir "${SITE_LOCAL_DIR:-}" --sweep-gpus "${SITE_GPUS_PER_NODE:-}" --sweep-launch "$FAILOVER_SWEEP_LAUNCH")
 }
 
 # Usage: _failover_env OUTVAR ATTEMPT DEADLINE : OUTVAR=(NAME=VALUE... of the attempt's environment)

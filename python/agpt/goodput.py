@@ -264,6 +264,10 @@ def recovery(attempts: list[Any], events: list[dict[str, Any]]) -> list[dict[str
         zero = _num(ev.get("last_progress"))
         row: dict[str, Any] = {"failed": f"{a.jobid}.{a.attempt}", "class": a.cls,
                                "relaunched_s": round(b.started - a.ended, 1)}  # fmt: skip
+        sw = ev.get("sweep") if isinstance(ev.get("sweep"), dict) else None
+        cost = sw.get("cost_s") if sw else None
+        if sw and sw.get("ran") and isinstance(cost, int | float):
+            row["sweep_s"] = round(float(cost), 1)  # the health sweep, between the end and the relaunch
         for key in ("started", "built", "loaded", "first_step"):
             v = marks[key]
             row[f"{key}_s"] = round(v - a.ended, 1) if v is not None else None
@@ -299,6 +303,8 @@ def _clock_line(r: dict[str, Any]) -> str:
     stages = r.get("stages") or {}
     parts = []
     for name, _ in STAGES:
+        if name == "relaunch" and r.get("sweep_s") is not None:  # the relaunch waited for it
+            parts.append(f"health sweep {r['sweep_s']} s")
         if stages.get(name) is not None:
             tier = f" ({r['tier']} tier)" if name == "state restore" and r.get("tier") else ""
             parts.append(f"{name} {stages[name]} s{tier}")

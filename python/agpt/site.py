@@ -24,6 +24,7 @@ from typing import Any
 from agpt import numeric, shellword
 from agpt.errors import BadInput, ConfigError
 from agpt.failover.patterns import DEFAULT_SETS
+from agpt.failover.sweep import MODES as SWEEP_MODES
 from agpt.rundir import LAUNCH_NAMES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,6 +66,9 @@ KEYS: dict[str, tuple[bool, str]] = {
     "SITE_SPARES_PERCENT": (False, "spare nodes as a percentage of the job's nodes"),
     "SITE_SPARES_MIN": (False, "at least this many spare nodes"),
     "SITE_FAILOVER_PATTERNS": (True, "failure-pattern sets for the failover classifier"),
+    "SITE_SWEEP": (False, "health sweep after an unexplained failure: full | probe | off"),
+    "SITE_SWEEP_CHECK": (False, "a per-host health command the sweep's probe runs (empty: none)"),
+    "SITE_SWEEP_MOUNTS": (True, "directories every node must have readable (the run dir is always checked)"),
     "SITE_FAILOVER_SHRINK": (
         False,
         "0 | 1: may a job run on fewer nodes when its spares run out (FAILOVER_SHRINK)",
@@ -512,6 +516,8 @@ def _value_problem(key: str, v: Value, p: Path) -> str:
         return f"'{v}' is not a number of TFLOPS"
     if key in NUM_KEYS and not re.fullmatch(r"[0-9]+(\.[0-9]+)?", v):
         return f"'{v}' is not a number >= 0"
+    if key == "SITE_SWEEP" and v not in SWEEP_MODES:
+        return f"'{v}' is not one of {' | '.join(SWEEP_MODES)}"
     if key in ("SITE_VENV_STAGE", "SITE_FAILOVER_SHRINK") and v not in ("0", "1"):
         return f"'{v}' is not 0 or 1"
     if key in ("SITE_HOSTNAME_RE", "SITE_FAILURE_DOMAIN_RE"):

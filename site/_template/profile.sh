@@ -84,6 +84,19 @@ SITE_SPARES_MIN=0
 # sources): launchers pals hydra openmpi srun; vendor stacks cuda level_zero rocm gloo oneccl; PyTorch's
 # own (torch: c10d, elastic); system app cascade.
 SITE_FAILOVER_PATTERNS=(pals cuda torch system app cascade)
+
+# Health sweep after a failure whose log proves no host guilty (lib/failover.sh FAILOVER_SWEEP overrides): `full`
+# probes every active host at once (memory, /dev/shm and SITE_LOCAL_DIR free space, these mounts and the run
+# directory, the accelerator driver, device and backend initialisation) then bisects a cross-host collective;
+# `probe` only the first half; `off` leaves the blind rotation.  The failing hosts are evicted on that evidence.
+SITE_SWEEP=full
+# A command each probe runs on its own host (`bash -c`), e.g. the site's node health check; a non-zero exit fails the
+# host, with its last line as the evidence; exit 126/127 (not executable, not found) is a configuration error named
+# once, never a reason to evict.  Empty: none.
+SITE_SWEEP_CHECK=""
+# Directories every compute node must have readable (shared filesystems the job needs); the run directory is always
+# checked.  Empty: only the run directory.
+SITE_SWEEP_MOUNTS=(/lus/proj)
 # May a job go on with fewer nodes when a node fails and no spare is left (0 | 1)?  1: the failover loop
 # relaunches on the healthy nodes when the global batch is kept (FAILOVER_SHRINK, FAILOVER_MIN_NODES;
 # docs/recovery.md); 0 where the site's policy or accounting forbids a job that runs below its node count.

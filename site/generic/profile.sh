@@ -41,4 +41,8 @@ SITE_VENV_STAGE=0
 SITE_SPARES_PERCENT=0
 SITE_SPARES_MIN=0
 SITE_FAILOVER_PATTERNS=(pals hydra openmpi srun cuda level_zero rocm gloo oneccl torch system app cascade)
+# Health sweep after an unexplained failure (site/_template/profile.sh documents these keys).
+SITE_SWEEP=full
+SITE_SWEEP_CHECK=""
+SITE_SWEEP_MOUNTS=()
 SITE_FAILOVER_SHRINK=1

@@ -51,4 +51,8 @@ SITE_VENV_STAGE=1
 SITE_SPARES_PERCENT=2
 SITE_SPARES_MIN=2
 SITE_FAILOVER_PATTERNS=(srun cuda gloo torch system app cascade)
+# Health sweep after an unexplained failure (site/_template/profile.sh documents these keys).
+SITE_SWEEP=full
+SITE_SWEEP_CHECK=""
+SITE_SWEEP_MOUNTS=()
 SITE_FAILOVER_SHRINK=1

@@ -5,6 +5,7 @@
 # Each asserts the swaps, the verdict and events.jsonl.
 # shellcheck disable=SC2016  # single-quoted job lines expand in the job, not here
 load helpers
+load loop_jobs
 # The real scheduler's timing varies on 2 loaded cores: one retry; twice in a row is still a failure.
 # shellcheck disable=SC2034  # read by bats
 BATS_TEST_RETRIES=1
@@ -16,12 +17,6 @@ setup_file() {
 
 teardown_file() {
   cluster_teardown_file
-}
-
-local_setup() {
-  RUN="$BATS_TEST_TMPDIR/run"
-  JOB="$BATS_TEST_TMPDIR/job.sh"
-  OUT="$BATS_TEST_TMPDIR/job.out"
 }
 
 # Writes the batch script; settings lines come from stdin.  LAUNCH: the launcher words before the trainer
@@ -50,37 +45,6 @@ SH
 # Submits the job (-N 6, 10 min, --no-kill so a failed node does not end the allocation); prints its id.
 submit() {
   sbatch --parsable -N 6 -t 10:00 --no-kill -o "$OUT" "$JOB"
-}
-
-# Waits until the job has left the queue (at most $1 seconds); prints its exit code from scontrol.
-wait_job() {
-  local id="$1" secs="${2:-120}" i state
-  for ((i = 0; i < secs * 5; i++)); do
-    state="$(scontrol show job "$id" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p')"
-    case "$state" in
-      COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL) break ;;
-    esac
-    sleep 0.2
-  done
-  scontrol show job "$id" | sed -n 's/.*ExitCode=\([0-9]*\):.*/\1/p'
-}
-
-ev() {  # ev attempt|stop [FIELD...]: the events of a kind, fields as compact JSON
-  python3 - "$RUN/events.jsonl" "$@" <<'PY'
-import json, sys
-path, kind, *fields = sys.argv[1:]
-for line in open(path):
-    e = json.loads(line)
-    if e.get("event") == kind:
-        print(" ".join(json.dumps(e.get(f), separators=(",", ":")) for f in fields) if fields else line.strip())
-PY
-}
-
-show_job() {  # for a failing test's output
-  echo "--- job output"
-  cat "$OUT" 2>/dev/null || true
-  echo "--- events"
-  cat "$RUN/events.jsonl" 2>/dev/null || true
 }
 
 @test "cluster: a rank dies naming its host: that host is swapped, training resumes and finishes" {
@@ -129,7 +93,8 @@ show_job() {  # for a failing test's output
 }
 
 @test "cluster: a silent hang: the watchdog fires, blind swaps reach the guilty host within 4 attempts" {
-  write_job <<<'export FAKE_TRAINER_FAULTS=hang@3:n4; FAILOVER_IDLE_TIMEOUT=5 FAILOVER_STARTUP_TIMEOUT=10'
+  # The last resort when no evidence can be had (heartbeats and the health sweep off): the blind rotation.
+  write_job <<<'export FAKE_TRAINER_FAULTS=hang@3:n4 AGPT_HEARTBEAT=0; FAILOVER_SWEEP=off FAILOVER_IDLE_TIMEOUT=5 FAILOVER_STARTUP_TIMEOUT=10'
   id="$(submit)"
   rc="$(wait_job "$id" 240)"
   show_job

@@ -6,6 +6,7 @@
 # rotation still finds the hang.
 # shellcheck disable=SC2016  # single-quoted job lines expand in the job, not here
 load helpers
+load loop_jobs
 # The real scheduler's timing varies on 2 loaded cores: one retry; twice in a row is still a failure.
 # shellcheck disable=SC2034  # read by bats
 BATS_TEST_RETRIES=1
@@ -17,12 +18,6 @@ setup_file() {
 
 teardown_file() {
   cluster_teardown_file
-}
-
-local_setup() {
-  RUN="$BATS_TEST_TMPDIR/run"
-  JOB="$BATS_TEST_TMPDIR/job.sh"
-  OUT="$BATS_TEST_TMPDIR/job.out"
 }
 
 # Writes the batch script; settings lines come from stdin.
@@ -53,18 +48,6 @@ submit() {
   sbatch --parsable -N 9 --ntasks-per-node=2 -t 10:00 --no-kill -o "$OUT" "$JOB"
 }
 
-wait_job() {  # wait_job ID [SECONDS]: prints the job's exit code once it left the queue
-  local id="$1" secs="${2:-180}" i state
-  for ((i = 0; i < secs * 5; i++)); do
-    state="$(scontrol show job "$id" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p')"
-    case "$state" in
-      COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL) break ;;
-    esac
-    sleep 0.2
-  done
-  scontrol show job "$id" | sed -n 's/.*ExitCode=\([0-9]*\):.*/\1/p'
-}
-
 wait_step() {  # wait_step LOG STEP: until rank 0 logged STEP (at most 60 s)
   local i
   for ((i = 0; i < 600; i++)); do
@@ -72,26 +55,6 @@ wait_step() {  # wait_step LOG STEP: until rank 0 logged STEP (at most 60 s)
     sleep 0.1
   done
   return 1
-}
-
-ev() {  # ev KIND [FIELD...]: the events of a kind, fields as compact JSON
-  python3 - "$RUN/events.jsonl" "$@" <<'PY'
-import json, sys
-path, kind, *fields = sys.argv[1:]
-for line in open(path):
-    e = json.loads(line)
-    if e.get("event") == kind:
-        print(" ".join(json.dumps(e.get(f), separators=(",", ":")) for f in fields) if fields else line.strip())
-PY
-}
-
-show_job() {
-  echo "--- job output"
-  cat "$OUT" 2>/dev/null || true
-  echo "--- events"
-  cat "$RUN/events.jsonl" 2>/dev/null || true
-  echo "--- classifications"
-  cat "$RUN"/attempts/*.class.json 2>/dev/null || true
 }
 
 @test "(a) heartbeat cluster: a rank frozen with SIGSTOP on n3: the first relaunch swaps exactly n3, on evidence" {
@@ -153,8 +116,8 @@ show_job() {
   assert_output --regexp 'straggler: n5 computes .* -> swap'
 }
 
-@test "(d) heartbeat cluster: heartbeats off: the hang is found by the blind rotation as before" {
-  write_job <<<'export AGPT_HEARTBEAT=0 FAKE_TRAINER_FAULTS=sleep@3:n2'
+@test "(d) heartbeat cluster: heartbeats and the sweep off: the hang is found by the blind rotation as before" {
+  write_job <<<'export AGPT_HEARTBEAT=0 FAKE_TRAINER_FAULTS=sleep@3:n2; FAILOVER_SWEEP=off'
   id="$(submit)"
   rc="$(wait_job "$id" 300)"
   show_job

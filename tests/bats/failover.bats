@@ -3,6 +3,7 @@
 # with tests/fixtures/fake_launch.sh starting one fake trainer per host of a fake allocation (h1..h6).
 # shellcheck disable=SC2016  # single-quoted job lines expand in the job, not here
 load helpers
+load loop_jobs
 
 # The loop scenarios' job scripts set -euo pipefail themselves, so the second pass of the suite (BASH_ENV with
 # set -u) would only repeat them; it runs the sourcing tests and one loop.
@@ -35,18 +36,6 @@ job() {
     echo 'exit "$rc"'
   } >"$f"
   echo "$f"
-}
-
-# Prints the events of a kind as compact JSON lines: ev attempt|stop [FIELD...]
-ev() {
-  python3 - "$RUN/events.jsonl" "$@" <<'PY'
-import json, sys
-path, kind, *fields = sys.argv[1:]
-for line in open(path):
-    e = json.loads(line)
-    if e.get("event") == kind:
-        print(" ".join(json.dumps(e.get(f), separators=(",", ":")) for f in fields) if fields else line.strip())
-PY
 }
 
 # Snapshot of a shell's state: options, shopt, variables and functions (dynamic variables left out).
@@ -276,7 +265,8 @@ FAILOVER_BACKOFF=60; FAULTS=die@3:h2')"
 
 @test "a silent hang: the watchdog fires, blind swaps reach the guilty host, recorded as blind" {
   first_pass_only
-  run bash "$(job <<<'FAULTS=hang@3:h3; FAILOVER_IDLE_TIMEOUT=3 FAILOVER_STARTUP_TIMEOUT=6')"
+  # The last resort, when no evidence can be had: the health sweep off.
+  run bash "$(job <<<'FAULTS=hang@3:h3; FAILOVER_IDLE_TIMEOUT=3 FAILOVER_STARTUP_TIMEOUT=6 FAILOVER_SWEEP=off')"
   assert_success
   run ev attempt class swapped
   assert_line --index 0 --regexp '^"hang" \{"out":\["h[1-4]"\],"in":\["h5"\],"blind":true'
@@ -287,6 +277,51 @@ FAILOVER_BACKOFF=60; FAULTS=die@3:h2')"
   assert_output --regexp $'\tblind$'
   run grep -vP '\tblind$' "$RUN/hosts/bad"
   assert_output ""
+}
+
+# The health sweep through the fake launcher: fake_probe.sh answers for each host (PROBE_FAIL_HOSTS fail).
+sweep_job() {
+  job <<SH
+export FAKE_LAUNCH_NAME_HOSTS=1 AGPT_SWEEP_PROGRAM='$AGPT_ROOT/tests/fixtures/fake_probe.sh'
+export AGPT_PREFLIGHT_PROGRAM='$AGPT_ROOT/tests/fixtures/fake_collective.sh'
+FAILOVER_SWEEP_LAUNCH='$AGPT_ROOT/tests/fixtures/fake_launch.sh' FAILOVER_SWEEP_TIMEOUT=10
+$(cat)
+SH
+}
+
+@test "a crash naming nobody: the sweep evicts the host whose probe fails, on its evidence, in one attempt" {
+  first_pass_only
+  run bash "$(sweep_job <<<'FAULTS=crash@3:h3:once; export PROBE_FAIL_HOSTS=h3')"
+  assert_success
+  run ev attempt class swapped
+  assert_line --index 0 '"node" {"out":["h3"],"in":["h5"],"blind":false,"returned":[]}'
+  assert_line --index 1 --regexp '^"success" '
+  run cut -f1,4 "$RUN/hosts/bad"
+  assert_output $'h3	sweep: h3: agpt-probe: h3 FAILED: /dev/shm /dev/shm: 3 MiB free, less than 1024 MiB'
+  run grep -c . "$RUN/attempts/j1.1.sweep.log"
+  assert_success
+}
+
+@test "the same crash with every host healthy: the sweep evicts nobody and the relaunch keeps the hosts" {
+  first_pass_only
+  run bash "$(sweep_job <<<'FAULTS=crash@3:h3:once')"
+  assert_success
+  run ev attempt class swapped hosts
+  assert_line --index 0 '"crash" {"out":[],"in":[],"blind":false,"returned":[]} ["h1","h2","h3","h4"]'
+  assert_line --index 1 '"success" {"out":[],"in":[],"blind":false,"returned":[]} ["h1","h2","h3","h4"]'
+  assert [ ! -e "$RUN/hosts/bad" ]
+  run ev attempt reason
+  assert_line --index 0 --partial "the health sweep passed every host: no node to blame"
+}
+
+@test "a probe program that does not exist is one configuration error: blind rotation, said once" {
+  first_pass_only
+  run bash "$(sweep_job <<<'FAULTS=crash@3:h3:once; export AGPT_SWEEP_PROGRAM=/no/such/probe')"
+  assert_success
+  run ev attempt reason
+  assert_line --index 0 --partial "(the health sweep could not run: configuration error: the probe: /no/such/probe: not found)"
+  run grep -c "could not run" "$RUN/events.jsonl"
+  assert_output 1
 }
 
 @test "cleanup hook runs on each host of the next attempt before the relaunch; preflight evicts a bad host" {

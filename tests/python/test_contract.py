@@ -12,7 +12,7 @@ import yaml
 
 from agpt import errors, rundir
 from agpt.chain import Limits, verdict_of
-from agpt.failover import classify, plan, policy
+from agpt.failover import classify, plan, policy, sweep
 from agpt.sim import model as sim_model
 from agpt.watch import settings as watch
 
@@ -153,8 +153,11 @@ def test_the_simulators_models_hold_the_values_they_cite(path: Path) -> None:
             assert spares is not None, where
             fallback = {"percent": rundir.SPARES_PERCENT, "minimum": rundir.SPARES_MIN}
             assert rundir.spares_for(int(spares[2]), **fallback) == int(spares[1]), where  # type: ignore[arg-type]
+        elif c["setting"] == "FAILOVER_SWEEP":  # a model's `sweep: true` is the loop's default mode, on
+            assert yaml.safe_load(c["value"]) is (sweep.SweepSettings().mode != "off"), where
         elif c["setting"]:
-            assert f"{float(c['value']):g}" == WATCHDOG[c["setting"]], where
+            cites = {**WATCHDOG, "FAILOVER_SWEEP_TIMEOUT": f"{sweep.DEFAULT_TIMEOUT_S:g}"}
+            assert f"{float(c['value']):g}" == cites[c["setting"]], where
         else:
             assert yaml.safe_load(c["value"]) == _config_value(c["config"], c["field"]), where
     for q in _QUOTED.finditer(text):
@@ -176,6 +179,18 @@ def test_no_reference_to_a_contract_outside_the_repository() -> None:
             ):
                 assert outside not in f.read_text(errors="replace"), f
     assert outside not in (ROOT / "README.md").read_text()
+
+
+def test_health_sweep_settings_are_the_code_defaults() -> None:
+    rows = {r[0]: r[1] for r in _table("### Settings (lib/failover.sh; `agpt failover plan --sweep* ...`)")}
+    d = sweep.SweepSettings()
+    assert rows["FAILOVER_SWEEP_TIMEOUT"] == f"{d.timeout:g}"
+    assert rows["FAILOVER_SWEEP_MAX_EVICT"] == str(d.max_evict)
+    assert rows["FAILOVER_SWEEP_MIN_FREE_MIB"] == f"{d.min_free_mib:g}"
+    assert rows["FAILOVER_SWEEP"].endswith(d.mode) and " | ".join(sweep.MODES) in DOC
+    bash = {"FAILOVER_SWEEP_TIMEOUT": f"{d.timeout:g}", "FAILOVER_SWEEP_MAX_EVICT": str(d.max_evict),
+            "FAILOVER_SWEEP_MIN_FREE_MIB": f"{d.min_free_mib:g}"}  # fmt: skip
+    assert _bash_defaults("failover.sh", list(bash)) == bash
 
 
 def test_observability_settings_files_and_metrics_are_the_code() -> None:

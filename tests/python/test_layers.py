@@ -29,8 +29,8 @@ PKG = ROOT / "python" / "agpt"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("entry points", ("agpt.__main__", "agpt.failover.__main__", "agpt.watch.__main__")),
     ("commands", ("agpt.cli", "agpt.watch.cli")),
-    ("tools over the trainer", ("agpt.sim", "agpt.check", "agpt.preflight", "agpt.runplot", "agpt.ckpt",
-                                "agpt.views", "agpt.evalexport")),
+    ("tools over the trainer", ("agpt.sim", "agpt.check", "agpt.preflight", "agpt.probe", "agpt.runplot",
+                                "agpt.ckpt", "agpt.views", "agpt.evalexport")),
     ("trainer", ("agpt.train",)),
     ("job chain and sites", ("agpt.chain", "agpt.site")),
     ("subsystems", ("agpt.failover", "agpt.watch", "agpt.yeet", "agpt.data", "agpt.observe", "agpt.evals")),

@@ -12,7 +12,7 @@ import pytest
 from agpt.errors import ConfigError
 from agpt.failover import classify
 from agpt.failover import hosts as hostlib
-from agpt.sim import engine, logs, model, validate
+from agpt.sim import engine, logs, model, sweep, validate
 from agpt.train import ckpt_policy
 from conftest import BIN, agpt_env
 
@@ -31,7 +31,7 @@ def small(**kw: object) -> model.FaultModel:
 
 
 @pytest.mark.parametrize("launcher", ["pals", "srun"])
-@pytest.mark.parametrize("kind", ["node", "hang", "crash", "system", "app"])
+@pytest.mark.parametrize("kind", ["node", "hang", "crash", "system", "app", "unreadable"])
 def test_generated_logs_read_as_their_class_by_the_real_classifier(
     tmp_path: Path, launcher: str, kind: str
 ) -> None:
@@ -41,10 +41,12 @@ def test_generated_logs_read_as_their_class_by_the_real_classifier(
         log, launcher=launcher, kind=kind, hosts=hosts, bad=hosts[17], resumed=500, first=501, last=640
     )
     c = classify.classify(log, rc, hosts, None, None, 1e9, None)
-    assert c.cls == kind
+    assert c.cls == ("crash" if kind == "unreadable" else kind)
     assert c.bad_hosts == ([hosts[17]] if kind == "node" else [])
     if kind == "crash":
         assert c.suspect_hosts[0] == hosts[17]
+    if kind == "unreadable":  # a misread: nothing in it points at the host that failed
+        assert hosts[17] not in c.suspect_hosts[:1]
 
 
 def test_the_simulation_is_deterministic_for_a_seed() -> None:
@@ -88,6 +90,24 @@ def test_heartbeats_find_a_hung_host_in_one_attempt_where_blind_rotation_cannot(
     assert sum(f.attempts for f in blind.faults) > sum(f.attempts for f in named.faults)
     assert named.effective_ratio > blind.effective_ratio
     assert not named.person_stops
+
+
+def test_a_misread_node_failure_is_evicted_on_the_sweeps_evidence_and_blind_without_it(
+    tmp_path: Path,
+) -> None:
+    """The planner decides what a log it cannot read leads to: the real sweep path (evidence), or blind swaps."""
+    m = small(mix={"node": 1.0}, misread={"node": 1.0}, probe={"finds_node": 1.0})
+    swept = engine.simulate(m, seed=2, workdir=tmp_path / "sweep")
+    events = [json.loads(x) for x in (tmp_path / "sweep" / "run" / "events.jsonl").read_text().splitlines()]
+    found = [e for e in events if e.get("sweep", {}).get("failed")]
+    assert found and all(e["class"] == "node" and not e["swapped"]["blind"] for e in found)
+    bad = hostlib.read_bad(tmp_path / "sweep" / "run" / "hosts" / "bad")
+    assert bad and not any(b.blind for b in bad) and all(b.evidence.startswith("sweep: ") for b in bad)
+    assert swept.time["detection"] > 0
+    blind = engine.simulate(model.override(m, sweep=False), seed=2, workdir=tmp_path / "blind")
+    bad = hostlib.read_bad(tmp_path / "blind" / "run" / "hosts" / "bad")
+    assert any(b.blind for b in bad)
+    assert blind.faults and swept.faults
 
 
 def test_without_spares_a_node_failure_ends_the_job_unless_the_job_shrinks(tmp_path: Path) -> None:
@@ -160,6 +180,10 @@ def test_the_checkpoint_policy_saves_at_the_step_the_simulator_expects() -> None
         ({"behaviour": {"hang_persists": 1.5}}, "behaviour.hang_persists"),
         ({"costs": {"walltime": 6}}, "costs.walltime"),
         ({"failures": {"distribution": "gamma"}}, "failures.distribution"),
+        ({"misread": {"node": 1.5}}, "misread.node"),
+        ({"misread": {"gpu": 0.1}}, "misread.gpu"),
+        ({"probe": {"finds_node": 2}}, "probe.finds_node"),
+        ({"sweep": "yes"}, "sweep"),
     ],
 )
 def test_a_bad_fault_model_names_its_key(data: dict[str, object], key: str) -> None:
@@ -296,3 +320,25 @@ def test_the_local_tier_restores_in_the_job_from_memory_and_loses_fewer_steps() 
     clock = loc.as_dict()["recovery_clock_s"]
     assert list(clock["stages"]) == ["detection", "relaunch", "process start", "model build", "state restore",
                                      "first step"]  # fmt: skip
+
+
+def test_sim_table_runs_only_the_variants_asked_and_refuses_an_unknown_one(tmp_path: Path) -> None:
+    r = subprocess.run([str(BIN / "agpt"), "sim", "table", "--variants", "as shipped,fast", "--out", str(tmp_path)],
+                       env=agpt_env(), capture_output=True, text=True)  # fmt: skip
+    assert r.returncode == 2 and "--variants: unknown variant 'fast'" in r.stderr
+    r = subprocess.run([str(BIN / "agpt"), "sim", "table", "--nodes", "64", "--days", "1", "--out", str(tmp_path),
+                        "--variants", "as shipped,blind rotation"], env=agpt_env(), capture_output=True, text=True)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    rows = [ln for ln in (tmp_path / "goodput.md").read_text().splitlines() if ln.startswith("| 64 |")]
+    assert [ln.split(" | ")[1] for ln in rows] == ["as shipped", "blind rotation"]
+
+
+def test_the_reads_every_log_variant_is_the_model_with_no_misread_and_nothing_else_changed() -> None:
+    # The table's "reads every log" row is what the goodput figures assumed before misreads were charged: the
+    # same model with every misread share at zero, so its gap to "as shipped" is what the classifier misses.
+    m = model.load("aurora-20b")
+    assert any(v > 0 for v in m.misread.values())
+    kw = dict(sweep.VARIANTS)["reads every log"]
+    mm = model.override(m, **kw)
+    assert mm.misread == dict.fromkeys(model.CLASSES, 0.0)
+    assert model.override(mm, misread=m.misread) == m

@@ -14,6 +14,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "Classify an attempt (in-process) and decide the failover loop's next step (JSON or --shell).",
     ),
     "hosts": ("agpt.failover.hosts", "Split an allocation into active and spare hosts, resolve addresses."),
+    "score": (
+        "agpt.failover.score",
+        "Score the classifier on corpora of logs with expectations (right class and host, by class).",
+    ),
     "patterns": (
         "agpt.failover.patterns",
         "List every pattern with its class and source; check their examples (site sets included).",

@@ -5,12 +5,15 @@ pattern named, the rank it named, and its reporter (the host and rank the line's
 launcher: agpt.failover.labels), and `rank_map` places a rank on its host.  So each rule holds for srun, PALS,
 hydra, Open MPI and torchrun alike, and a new structural rule belongs here, beside these:
 - `place_node_ranks`: node evidence that named only a rank lands on that rank's host, learnt from the whole log;
-- `app_verdict`: an app error counts when enough ranks or hosts printed it; one rank alone crashed;
+- `app_verdict`: an app error counts when enough ranks or hosts printed it; one rank alone crashed, and so did
+  the ranks of one host alone when the job has others (an application bug does not pick a node), and so did
+  reporters whose error names another host of the job (they lost that host: `timed out reaching (nid5, 29500)`);
 - `everywhere`: the same fault printed by most of the job's hosts is the application or the site, not a node;
 - `peer_culprit`: the far end of failed connections that several reporters name is the host at fault, and its
-  reporters are its victims;
-- `suspect_hosts`: the hosts nearest the evidence, strongest first, then first in the log (a first cause comes
-  before its consequences);
+  reporters are its victims; so is a host of the job that failure lines name in their text (`connect to (GPU03,
+  29500)`) while it blames no one itself (a silent host named by others);
+- `suspect_hosts`: the hosts nearest the evidence, strongest first, then the first cause first: by the time
+  stamps in front of the lines where they all carry one of the same kind, else by their order in the log;
 - `last_heard`: the host of the last labelled line.
 
 Standard library only.
@@ -47,16 +50,36 @@ def place_node_ranks(ev: Evidence) -> None:
     ev.hits["crash"].sort(key=lambda h: h.lineno)
 
 
-def app_verdict(ev: Evidence) -> tuple[list[Hit], list[Hit]]:
-    """(qualified app hits, app hits that only one rank printed: a crash of that rank, not a bug of all)."""
+def app_verdict(ev: Evidence, job: int = 1) -> tuple[list[Hit], list[Hit]]:
+    """(qualified app hits, app hits that only one rank printed, or, for an error that several ranks must print to
+    count, only the ranks of one host of a job of several: a crash there, not a bug of all)."""
     qualified: list[Hit] = []
     lone: list[Hit] = []
     for entry in ev.app.values():
-        if entry.unlabeled or len(entry.reporters) >= entry.min_reporters:
+        enough = entry.unlabeled or len(entry.reporters) >= entry.min_reporters
+        several = entry.min_reporters >= 2 and job >= 2 and not entry.unlabeled
+        if enough and several and len(_hosts_of(ev, entry.reporters)) == 1:
+            enough = False  # the ranks that must agree all run on one host: that host, not the code
+        if enough and entry.names_peer and not entry.unlabeled:
+            enough = (
+                False  # its lines name another host of the job: the reporters lost it, the code did not fail
+            )
+        if enough:
             qualified.append(entry.first)
         else:
             lone.append(entry.first)
     return sorted(qualified, key=lambda h: h.lineno), sorted(lone, key=lambda h: h.lineno)
+
+
+def _hosts_of(ev: Evidence, reporters: set[str]) -> set[str]:
+    """The hosts a set of reporters (`host` or `rank N`) ran on; a rank the map cannot place counts as itself."""
+    out: set[str] = set()
+    for who in reporters:
+        if who.startswith("rank "):
+            out.add(ev.rank_map.get(int(who[5:]), who))
+        else:
+            out.add(who)
+    return out
 
 
 def everywhere(hits: list[Hit], ev: Evidence, job: int) -> list[Hit]:
@@ -83,10 +106,36 @@ def everywhere(hits: list[Hit], ev: Evidence, job: int) -> list[Hit]:
 
 
 def peer_culprit(ev: Evidence) -> tuple[str, set[str], int] | None:
-    """The one host that failed connections point at: named by two or more reporters, or present in every one.
+    """The one host that failed connections point at: named by two or more reporters, or present in every one;
+    else the one host that failure lines name in their text while it blames no one itself.
 
     Returns (host, the reporters' hosts, how many reporters); None when the evidence does not single one out.
     """
+    found = _named_by_connections(ev)
+    return found if found is not None else _named_and_silent(ev)
+
+
+def _named_and_silent(ev: Evidence) -> tuple[str, set[str], int] | None:
+    """A host of the job that failure lines of other hosts name in their text, while no line of its own names
+    anyone: the reporters lost it; it did not lose them.  Two hosts naming each other single out neither."""
+    blamers: dict[str, set[str]] = {}
+    for named, rhost, rrank, _ in ev.mentions:
+        who = ev.host_of(rhost, rrank)
+        if who is not None and who != named:
+            blamers.setdefault(named, set()).add(who)
+    accusers = {w for ws in blamers.values() for w in ws}
+    silent = {h: ws for h, ws in blamers.items() if h not in accusers}
+    if not silent:
+        return None
+    top = max(len(ws) for ws in silent.values())
+    best = [h for h, ws in silent.items() if len(ws) == top]
+    if len(best) != 1:
+        return None
+    return best[0], silent[best[0]], top
+
+
+def _named_by_connections(ev: Evidence) -> tuple[str, set[str], int] | None:
+    """The far end of failed connections (a pattern's `peer` group) that several reporters name."""
     if not ev.peer_hits:
         return None
     blamers: dict[str, set[str]] = {}
@@ -112,10 +161,48 @@ def peer_culprit(ev: Evidence) -> tuple[str, set[str], int] | None:
     return None
 
 
+def _host(ev: Evidence, hit: Hit) -> str | None:
+    return ev.host_of(hit.reporter, hit.reporter_rank) or (hit.hosts[0] if len(hit.hosts) == 1 else None)
+
+
+def before(ev: Evidence, a: list[Hit], b: list[Hit]) -> bool:
+    """Whether the earliest of `a` happened before the earliest of `b`: by their time stamps when every line of
+    both carries one of the same kind, else by their order in the log."""
+    both = [*a, *b]
+    stamps = [ev.stamps.get(h.lineno) for h in both]
+    if all(st is not None for st in stamps) and len({st[0] for st in stamps if st is not None}) == 1:
+        first_a = min(ev.stamps[h.lineno][1] for h in a)
+        first_b = min(ev.stamps[h.lineno][1] for h in b)
+        return first_a < first_b
+    return min(h.lineno for h in a) < min(h.lineno for h in b)
+
+
+def consequences_of_a_crash(ev: Evidence) -> bool:
+    """Whether the system hits followed a crash on one host and came from other hosts only: a rank died first, and
+    the ranks that lost it report the launcher's service (PMI) or their peers unreachable.  The same error block on
+    every host (a PMI fence failing everywhere, its MPI header a crash line) is not."""
+    crash, system = ev.hits["crash"], ev.hits["system"]
+    if not crash or not system or not before(ev, crash, system):
+        return False
+    first = min(crash, key=lambda h: h.lineno)
+    host = _host(ev, first)
+    reporters = {_host(ev, h) for h in system}
+    return host is not None and None not in reporters and host not in reporters
+
+
 def suspect_hosts(ev: Evidence) -> list[str]:
-    """The hosts the evidence points nearest to: strongest first, then in log order; each once."""
+    """The hosts the evidence points nearest to: strongest first, then the first cause first (by time stamp where
+    every suspect line carries one of the same kind, else in log order); each once."""
     out: list[str] = []
-    for _, _, host, rank in sorted(ev.suspects, key=lambda s: (-s[0], s[1])):
+    stamps = [ev.stamps.get(s[1]) for s in ev.suspects]
+    kinds = {st[0] for st in stamps if st is not None}
+    timed = bool(stamps) and all(st is not None for st in stamps) and len(kinds) == 1
+
+    def when(s: tuple[int, int, str | None, int | None]) -> float:
+        st = ev.stamps.get(s[1])
+        return st[1] if timed and st is not None else float(s[1])
+
+    for _, _, host, rank in sorted(ev.suspects, key=lambda s: (-s[0], when(s), s[1])):
         h = ev.host_of(host, rank)
         if h is not None and h not in out:
             out.append(h)

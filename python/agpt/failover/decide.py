@@ -3,10 +3,14 @@
 Evidence first, exit codes last.  The rules run in the order of RULES; the first that holds decides:
   success            rc 0
   walltime           killed within the margin of the deadline (the clock decides, never a signal number)
+  preempted          the scheduler says it took the allocation back (preemption, requeue): walltime's action,
+                     stop and resubmit, whatever the nodes said while they were being killed
   most_of_job_named  hosts of the job named by node patterns, but most of them: system when the scheduler named
                      them (a site outage), app when every rank saw the same device error (the environment)
   node               hosts of the job named by node patterns (the innocent cascade never counts)
-  system             a system pattern (a site-wide fault no swap fixes)
+  system             a system pattern (a site-wide fault no swap fixes), unless a crash on one host came first (by
+                     time stamp where the lines carry one, else by line) and only other hosts then reported
+                     system errors: those are its consequences (attribution.consequences_of_a_crash)
   watchdog           rc 124 (the idle watchdog): app if every rank raised the same error, else hang
   crash_everywhere   one crash pattern printed by most of the job's hosts: app (nodes do not fail together)
   crash              a crash pattern
@@ -88,6 +92,7 @@ class Case:
     margin_s: float
     qualified: list[Hit]  # app errors enough ranks raised
     weak: list[Hit]  # launcher exit notices and lone exceptions, in log order
+    notes: list[str] = field(default_factory=list)  # what a rule that did not decide saw
 
     @property
     def node(self) -> list[str]:
@@ -120,6 +125,14 @@ def _walltime(c: Case) -> Verdict | None:
     return Verdict(cls="walltime", notes=notes)
 
 
+def _preempted(c: Case) -> Verdict | None:
+    hits = c.ev.hits["preempt"]
+    if not hits:
+        return None
+    note = "the scheduler preempted or requeued the job: no host to blame, nothing to relaunch in this allocation"
+    return Verdict(cls="walltime", decisive=hits[:1], notes=[note])
+
+
 def _most_of_job_named(c: Case) -> Verdict | None:
     node = c.node
     if not (len(node) >= 2 and len(node) > c.job / 2):
@@ -142,7 +155,14 @@ def _node(c: Case) -> Verdict | None:
 
 
 def _system(c: Case) -> Verdict | None:
-    return Verdict(cls="system", decisive=c.ev.hits["system"]) if c.ev.hits["system"] else None
+    """A site-wide fault, unless a crash came first: then the PMI, peer or I/O errors after it are its consequences
+    (ranks that lost a dead peer report the launcher's service unreachable), and the crash rule decides."""
+    if not c.ev.hits["system"]:
+        return None
+    if attr.consequences_of_a_crash(c.ev):
+        c.notes.append("system errors on other hosts after the first crash are taken as its consequences")
+        return None
+    return Verdict(cls="system", decisive=c.ev.hits["system"])
 
 
 def _watchdog(c: Case) -> Verdict | None:
@@ -198,6 +218,7 @@ def _weak(c: Case) -> Verdict | None:
 RULES: tuple[Callable[[Case], Verdict | None], ...] = (
     _success,
     _walltime,
+    _preempted,
     _most_of_job_named,
     _node,
     _system,
@@ -215,7 +236,7 @@ def decide(
     rc: int, ev: Evidence, *, job: int, deadline: float | None, now: float, margin_s: float
 ) -> Classification:
     """The class of an attempt that ended with `rc` at `now`, on a job of `job` hosts, from its evidence."""
-    qualified, lone = attr.app_verdict(ev)
+    qualified, lone = attr.app_verdict(ev, job)
     for h in lone:  # an exception only one rank raised: that rank crashed; its host is the nearest suspect
         ev.suspects.append((STRENGTH["weak"], h.lineno, h.reporter, h.reporter_rank))
     weak = sorted(ev.hits["weak"] + lone, key=lambda h: h.lineno)
@@ -225,7 +246,7 @@ def decide(
     verdict = next((v for rule in RULES if (v := rule(case)) is not None), None)
     if verdict is None:
         verdict = Verdict(cls="crash", notes=[f"no failure line in the log: classified by exit code {rc}"])
-    notes = verdict.notes
+    notes = case.notes + verdict.notes
     suspects = [] if verdict.cls in ("success", "walltime") else attr.suspect_hosts(ev)
     culprit = attr.peer_culprit(ev)
     if culprit is not None and verdict.cls not in ("success", "walltime"):

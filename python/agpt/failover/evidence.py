@@ -7,7 +7,10 @@ match.  What it names goes to the store it belongs in:
   once the whole log has taught where the ranks ran: agpt.failover.attribution.place_node_ranks);
 - app errors -> `app`, one entry per message signature, with the hosts or ranks that printed it;
 - crash-like lines -> `suspects`, the hosts (or ranks) the evidence points nearest to;
-- a failed connection's far end -> `peer_hits`;
+- a failed connection's far end -> `peer_hits`; a host of the job a failure line names in its text, other than
+  the host that printed it -> `mentions` (whatever the wording: `connect to (GPU03, 29500)`);
+- the time stamp in front of a failure line (agpt.failover.labels.stamp) -> `stamps`, so a first cause can be
+  told from its consequences by time;
 - every rank->host pair a label or a launcher's line names -> `rank_map`.
 Every store is bounded (a log may hold millions of matching lines); the counts go on.
 
@@ -22,16 +25,28 @@ from typing import Any
 
 from agpt.failover import patterns as pat
 from agpt.failover.hostmatch import HostMatcher
-from agpt.failover.labels import split_labels
+from agpt.failover.labels import split_labels, stamp
 
 MAX_KEEP = 32  # hits kept per kind (the counts go on)
 MAX_RANKS = 65536
 MAX_SIGNATURES = 256
 MAX_REPORTERS = 16
 MAX_NOTED = 16  # hosts outside the job that get a note
+MAX_MENTIONS = 4096  # (named host, reporter) pairs kept; a host named in a failure line's own text
+# Kinds whose lines may name a peer in their text (an exit notice names its own host; a node hit is already placed).
+MENTION_KINDS = ("crash", "weak", "app", "hang-hint", "system")
 
 # Strength of one line's evidence: a line counts once, as its strongest match.
-STRENGTH = {"node": 6, "system": 5, "crash": 4, "app": 3, "hang-hint": 2, "weak": 1, "cascade-ignore": 0}
+STRENGTH = {
+    "preempt": 7,
+    "node": 6,
+    "system": 5,
+    "crash": 4,
+    "app": 3,
+    "hang-hint": 2,
+    "weak": 1,
+    "cascade-ignore": 0,
+}
 
 
 @dataclass(kw_only=True, slots=True)
@@ -67,6 +82,7 @@ class AppSig:
     reporters: set[str] = field(default_factory=set)
     unlabeled: bool = False
     min_reporters: int = 1
+    names_peer: bool = False  # a line of it names another host of the job: its reporters lost that host
 
 
 def _kind(p: pat.Pattern) -> str:
@@ -94,6 +110,10 @@ class Evidence:
         self.peer_hits: list[
             tuple[str, str | None, int | None, int]
         ] = []  # (peer, reporter host, rank, line)
+        self.mentions: list[
+            tuple[str, str | None, int | None, int]
+        ] = []  # (named host, reporter host, rank, line)
+        self.stamps: dict[int, tuple[str, float]] = {}  # line -> (date spelling, seconds into it)
         self.notes: list[str] = []
         self._outside: set[str] = set()
         self._cascade_seen = False
@@ -190,14 +210,21 @@ class Evidence:
         if raw_host and not named_hosts and raw_host not in self._outside and len(self._outside) < MAX_NOTED:
             self._outside.add(raw_host)
             self.notes.append(f"line {lineno}: '{raw_host}' is not a host of this job: not reported")
+        if len(self.stamps) < MAX_RANKS:
+            st = stamp(text)
+            if st is not None:
+                self.stamps[lineno] = st
         if kind == "node":
             self._record_node(p, hit, raw_host, named_hosts, lhost, lrank)
             return
         hit.hosts = named_hosts
+        peer_named = False
+        if kind in MENTION_KINDS and not p.peer and (lhost is not None or lrank is not None):
+            peer_named = self._mention(body, named_hosts, lhost, lrank, lineno)
         if p.peer and len(named_hosts) == 1 and len(self.peer_hits) < MAX_RANKS:
             self.peer_hits.append((named_hosts[0], lhost, lrank, lineno))
         if kind == "app":
-            self._app(p, hit, body, lhost, lrank)
+            self._app(p, hit, body, lhost, lrank, peer_named)
             return
         if kind in ("crash", "weak") and not (p.peer and not named_hosts):
             # a lost peer that names no host of the job says nothing against the host that reported it
@@ -249,6 +276,20 @@ class Evidence:
             self.node_hosts.setdefault(h, hit)
         self.keep("node", hit)
 
+    def _mention(
+        self, body: str, named: list[str], lhost: str | None, lrank: int | None, lineno: int
+    ) -> bool:
+        """Hosts of the job a failure line names in its text, other than its own: who the reporter blames.
+        True when the line names one."""
+        if len(self.mentions) >= MAX_MENTIONS:
+            return False
+        found = False
+        for h in self.matcher.find(body):
+            if h != lhost and h not in named:
+                self.mentions.append((h, lhost, lrank, lineno))
+                found = True
+        return found
+
     def keep(self, kind: str, hit: Hit) -> None:
         self.counts[kind] += 1
         if len(self.hits[kind]) < MAX_KEEP:
@@ -267,7 +308,15 @@ class Evidence:
         elif lhost is not None or lrank is not None:
             self.suspects.append((strength, hit.lineno, lhost, lrank))
 
-    def _app(self, p: pat.Pattern, hit: Hit, body: str, lhost: str | None, lrank: int | None) -> None:
+    def _app(
+        self,
+        p: pat.Pattern,
+        hit: Hit,
+        body: str,
+        lhost: str | None,
+        lrank: int | None,
+        peer_named: bool = False,
+    ) -> None:
         sig = p.id + ":" + re.sub(r"0x[0-9a-fA-F]+|\d+", "N", body.strip())[:200]
         entry = self.app.get(sig)
         if entry is None:
@@ -275,6 +324,7 @@ class Evidence:
                 self.keep("app", hit)
                 return
             entry = self.app[sig] = AppSig(first=hit, min_reporters=p.min_reporters)
+        entry.names_peer = entry.names_peer or peer_named
         who = lhost if lhost is not None else (f"rank {lrank}" if lrank is not None else None)
         if who is None:
             entry.unlabeled = True

@@ -24,6 +24,9 @@ _IFACE_SUFFIX = re.compile(r"-(?:hsn|nmn|hmn|can|chn|ib|eth|opa|mgmt)\d*$")
 # A Cray EX NIC xname (`x1000c0s0b0n0h0`) names the node `x1000c0s0b0n0`.
 _XNAME_NIC = re.compile(r"^(x\d+c\d+s\d+b\d+n\d+)h\d+$")
 _STRIP = " \t[]()<>{}'\"`,;:!?"
+# A word of free text that may spell a host or an address (with a port): `nid001234`, `10.1.3.201`, `h:29500`.
+_WORD = re.compile(r"[A-Za-z0-9][\w.:-]*")
+MAX_FIND_CHARS = 2048  # a line's head is where a message names its peer
 
 
 def host_key(name: str) -> str:
@@ -139,6 +142,21 @@ class HostMatcher:
         if rundir.is_ip(bare):
             return self._by_ip.get(bare.lower())
         return self._name(bare.strip("[]:"))
+
+    def find(self, text: str, *, limit: int = 4) -> list[str]:
+        """The job's hosts a line of free text names (by name or address, any spelling), in order, at most
+        `limit`: `connect to (GPU03, 29500)`, `peer 10.1.3.201<33057>`.  Nothing outside the job is returned."""
+        out: list[str] = []
+        for m in _WORD.finditer(text[:MAX_FIND_CHARS]):
+            word = m.group(0).rstrip(".:-")
+            if len(word) < 2 or word.isdigit():
+                continue
+            h = self.match(word)
+            if h is not None and h not in out:
+                out.append(h)
+                if len(out) >= limit:
+                    break
+        return out
 
     def match_all(self, token: str) -> list[str]:
         """Hostfile spellings named by a token that may be a Slurm hostlist (`nid[001-004]`), in order, unique."""

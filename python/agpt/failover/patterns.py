@@ -5,10 +5,11 @@ not) and a test proves it; no code changes, and no machine's knowledge leaks int
 
 A set file `NAME.json` holds `{"set": NAME, "description": ..., "patterns": [PATTERN, ...]}`; a pattern is
     id           unique, `SET.name`
-    class        node | crash | system | app | hang-hint | cascade-ignore | info
+    class        node | crash | system | app | hang-hint | preempt | cascade-ignore | info
                  node: this host is faulty (swap it); crash: something died, no proof of which host;
                  system: a site-wide fault no swap fixes; app: a bug every rank hits; hang-hint: a collective
-                 timed out; cascade-ignore: an innocent rank killed after the first death (never evidence);
+                 timed out; preempt: the scheduler took the allocation back (preemption, requeue): stop and
+                 resubmit; cascade-ignore: an innocent rank killed after the first death (never evidence);
                  info: not a failure, only feeds the rank->host map
     source       the URL of a public upstream source file, user guide or issue thread where the message is
                  printed (`agpt failover patterns` lists them and counts the patterns without one)
@@ -54,7 +55,7 @@ from agpt.failover.hostmatch import HostMatcher
 from agpt.failover.labels import split_labels
 
 BUILTIN_DIR = Path(__file__).resolve().parent / "patterns"
-PATTERN_CLASSES = ("node", "crash", "system", "app", "hang-hint", "cascade-ignore", "info")
+PATTERN_CLASSES = ("node", "crash", "system", "app", "hang-hint", "preempt", "cascade-ignore", "info")
 DEFAULT_SETS = (
     "pals",
     "hydra",

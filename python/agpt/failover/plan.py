@@ -4,7 +4,9 @@ Standard library only.  The Bash loop stays glue: run the attempt, ask `plan` (w
 in-process and writes attempts/JOBID.N.class.json), act, repeat.  One call per attempt; `--before` runs once,
 before the first.  This module reads the run directory (hosts/active and spare, events.jsonl, the checkpoints),
 hands the attempt to the policy's pure functions (agpt.failover.policy: the rules, in order), and with --apply
-does what they decide (swaps in hosts/, hosts/bad, events.jsonl).
+does what they decide (swaps in hosts/, hosts/bad, events.jsonl).  When the attempt names no host proven bad
+(policy.wants_sweep), the health sweep (agpt.failover.sweep) runs first and its evidence decides
+(policy.apply_sweep); its output goes to attempts/JOBID.N.sweep.log and its summary to the attempt's event.
 """
 
 from __future__ import annotations
@@ -25,7 +27,17 @@ from agpt import ckptdir, numeric, rundir
 from agpt.errors import BadInput
 from agpt.failover import hosts as hostlib
 from agpt.failover import shrink as shrinklib
-from agpt.failover.policy import Attempt, Plan, Settings, before_attempt, decide, effective_class
+from agpt.failover import sweep as sweeplib
+from agpt.failover.policy import (
+    Attempt,
+    Plan,
+    Settings,
+    apply_sweep,
+    before_attempt,
+    decide,
+    effective_class,
+    wants_sweep,
+)
 from agpt.rundir import CLASSES
 
 DEFAULT_PROGRESS_RE = rundir.PROGRESS_RE
@@ -282,6 +294,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--max-blind", help=f"FAILOVER_MAX_BLIND (default {d.max_blind})")
     ap.add_argument("--min-attempt-s", help=f"FAILOVER_MIN_ATTEMPT_S (default {d.min_attempt_s:g})")
     ap.add_argument("--backoff", help=f"FAILOVER_BACKOFF (default '{' '.join(f'{b:g}' for b in d.backoff)}')")
+    sweeplib.add_options(ap)
     ap.add_argument(
         "--shrink", help=f"FAILOVER_SHRINK, 0 or 1 (default {int(d.shrink)}; '': SITE_FAILOVER_SHRINK)"
     )
@@ -292,6 +305,22 @@ def _parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--report", action="store_true", help="on a stop, print `agpt failover report` to stderr")
     return ap
+
+
+def _sweep(
+    args: argparse.Namespace, run_dir: Path, att: Attempt, active: list[str], *, now: float,
+    deadline: float | None, settings: Settings, prober: sweeplib.Prober | None,
+) -> sweeplib.SweepResult:  # fmt: skip
+    """The health sweep on the active hosts, its settings from the command line, its output to JOBID.N.sweep.log."""
+    return sweeplib.for_attempt(
+        run_dir / rundir.ATTEMPTS / f"{args.jobid}.{att.attempt}.sweep.log",
+        active,
+        sweeplib.settings_from(args, run_dir),
+        ident=f"{args.jobid}.{att.attempt}",
+        time_left=None if deadline is None else deadline - now,
+        min_attempt_s=settings.min_attempt_s,
+        prober=prober,
+    )
 
 
 def _stop_event(jobid: str, attempt: int, plan: Plan, now: float) -> dict[str, Any]:
@@ -313,9 +342,10 @@ def _rc(text: str | None) -> int:
     return 128 - rc if rc < 0 else rc
 
 
-def run(args: argparse.Namespace, extra: Sequence[str] = ()) -> Plan:
+def run(args: argparse.Namespace, extra: Sequence[str] = (), prober: sweeplib.Prober | None = None) -> Plan:
     """`agpt failover plan` on a run directory: --before the first attempt, else after one (classified here
-    unless --classification names the classifier's JSON); with --apply the swaps and events are written."""
+    unless --classification names the classifier's JSON); with --apply the swaps and events are written.
+    `prober`: the health sweep's stand-in (the simulator's); None runs the real one when the attempt needs it."""
     settings = _settings(args)
     run_dir = Path(args.run_dir)
     now = time.time() if args.now is None else numeric.number(args.now, "--now", lo=0, hi=numeric.MAX_EPOCH)
@@ -336,6 +366,13 @@ def run(args: argparse.Namespace, extra: Sequence[str] = ()) -> Plan:
         return plan
 
     att, record = _ended_attempt(args, run_dir, now=now, deadline=deadline, extra=extra)
+    if wants_sweep(att, active=active, history=history, settings=settings):
+        found = _sweep(
+            args, run_dir, att, active, now=now, deadline=deadline, settings=settings, prober=prober
+        )
+        now += found.cost_s
+        att = apply_sweep(att, found, active=active)
+        record["sweep"] = found.as_event()
     plan = decide(att, active=active, spare=spare, history=history, settings=settings, now=now,
                   deadline=deadline, layout=_layout(run_dir) if settings.shrink else None)  # fmt: skip
     if args.apply:
@@ -463,6 +500,7 @@ def _attempt_event(
         "action": plan.action,
         "backoff_s": plan.backoff_s,
         "reason": plan.reason,
+        **({"sweep": record["sweep"]} if "sweep" in record else {}),
     }
 
 

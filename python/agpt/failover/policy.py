@@ -24,7 +24,10 @@ The rules, in order (why in brackets):
    FAILOVER_MAX_BLIND) + 1): a bad host that hangs the first collective after a resume looks the same.
 4. FAILOVER_MAX_ATTEMPTS reached -> stop: `resubmit` (75) after progress in this job, or when the attempt is a
    `system` fault (a later job retries after its queue wait; CHAIN_MAX_NO_PROGRESS bounds it), else `failed` (1).
-5. `node`: swap exactly the named active hosts.  `hang`/`crash`: a rotating blind swap of one host: never a
+5. `node`: swap exactly the named active hosts.  `hang`/`crash` that the health sweep (agpt.failover.sweep, run by
+   agpt.failover.plan before deciding, read by `apply_sweep`) passed on every host: relaunch on the same hosts, no
+   blind eviction.  A sweep that found hosts failing made the attempt `node` (evicted on that evidence), one that
+   found most of them failing made it `system`.  Only when the sweep could not run: a rotating blind swap of one host: never a
    spare this rotation added, the hosts the evidence points at first (the classifier's `suspect_hosts`, then
    `last_heard`), then in rank order; when the failure recurs unchanged, the host evicted last time is
    cleared and goes back to the end of the spare list, so a rotation needs one spare, not one per host.
@@ -46,6 +49,7 @@ from typing import Any
 from agpt import rundir
 from agpt.errors import EXIT_RESUBMIT, EXIT_USAGE, BadInput
 from agpt.failover import shrink as shrinklib
+from agpt.failover.sweep import SweepResult
 from agpt.rundir import BLIND_CLASSES, CLASSES
 
 NO_SUCH_COMMAND = (
@@ -100,6 +104,8 @@ class Attempt:
     first_step: int | None = None
     last_step: int | None = None
     ckpt_step: int | None = None
+    swept: bool = False  # the health sweep ran and every host passed (or had no time to): nobody to evict
+    sweep_note: str = ""  # why the sweep could not run (the blind rotation is then the last resort)
 
     @property
     def progress(self) -> bool:
@@ -250,14 +256,9 @@ def decide(
     """
     progressed = att.progress or any(_progress(e) for e in history)
     cls = effective_class(att.cls, att.rc)
-    # Only a `node` verdict makes a named host bad; other classes may name hosts only as context.
-    named = [h for h in dict.fromkeys(att.bad_hosts) if h in active] if cls == "node" else []
-    rotation = min(len(active), settings.max_blind) + 1  # attempts a blind rotation needs to try every host
-    stop = (
-        _ended(att, cls, named)
-        or _repeated(att, cls, history, settings, rotation)
-        or _stuck(att, cls, history, rotation)
-        or _out_of_attempts(att, cls, settings, progressed, named)
+    named = _named(att, cls, active)
+    stop = _early_stop(
+        att, cls, named, active=active, history=history, settings=settings, progressed=progressed
     )
     if stop is not None:
         return stop
@@ -276,6 +277,78 @@ def decide(
             mark_bad=named,
         )
     return plan
+
+
+def _named(att: Attempt, cls: str, active: Sequence[str]) -> list[str]:
+    """Only a `node` verdict makes a named host bad; other classes may name hosts only as context."""
+    return [h for h in dict.fromkeys(att.bad_hosts) if h in active] if cls == "node" else []
+
+
+def _early_stop(
+    att: Attempt,
+    cls: str,
+    named: list[str],
+    *,
+    active: Sequence[str],
+    history: Sequence[dict[str, Any]],
+    settings: Settings,
+    progressed: bool,
+) -> Plan | None:
+    """Rules 1-4, in order; None when the attempt goes on to a swap."""
+    # attempts a blind rotation needs to try every host; none when the sweep passed every host (no rotation follows)
+    rotation = 0 if att.swept else min(len(active), settings.max_blind) + 1
+    return (
+        _ended(att, cls, named)
+        or _repeated(att, cls, history, settings, rotation)
+        or _stuck(att, cls, history, rotation)
+        or _out_of_attempts(att, cls, settings, progressed, named)
+    )
+
+
+def wants_sweep(
+    att: Attempt, *, active: Sequence[str], history: Sequence[dict[str, Any]], settings: Settings
+) -> bool:
+    """Whether this attempt needs evidence the log does not hold: it names no host proven bad and its end does not
+    already stop the loop.  Then agpt.failover.plan runs the health sweep before deciding."""
+    cls = effective_class(att.cls, att.rc)
+    named = _named(att, cls, active)
+    if named or (cls not in BLIND_CLASSES and cls != "node"):
+        return False
+    progressed = att.progress or any(_progress(e) for e in history)
+    stop = _early_stop(
+        att, cls, named, active=active, history=history, settings=settings, progressed=progressed
+    )
+    return stop is None
+
+
+def apply_sweep(att: Attempt, result: SweepResult, *, active: Sequence[str]) -> Attempt:
+    """The attempt as the sweep's evidence leaves it (a new Attempt; pure).
+
+    Hosts that failed are proven bad: `node`, their failing lines first in the evidence.  Most hosts failing (or
+    more than FAILOVER_SWEEP_MAX_EVICT) is a site-wide fault: `system`, nobody evicted.  Every host passing: the
+    failure is not a node's; `swept`, so no blind eviction follows.  A sweep that could not run leaves the class
+    and says why (`sweep_note`): the blind rotation is the last resort.  A sweep deferred for want of time before
+    the deadline guesses nobody either: same hosts (the next job, with time, sweeps)."""
+    new = Attempt(**{f: getattr(att, f) for f in att.__slots__})  # type: ignore[attr-defined]
+    if result.deferred:  # no time for evidence before the deadline: no guess either, the next job sweeps
+        new.swept = True
+        new.sweep_note = result.note
+        return new
+    if not result.ran:
+        new.sweep_note = result.note or "the sweep did not run"
+        return new
+    if result.site_wide:
+        new.cls, new.bad_hosts = "system", []
+        new.evidence = [f"sweep: {result.note}", *att.evidence][:5]
+        return new
+    failed = [h for h in result.evict() if h in active]
+    if failed:
+        new.cls, new.bad_hosts = "node", failed
+        new.evidence = [f"sweep: {h}: {result.failed[h]}" for h in failed][:5] + att.evidence
+        new.evidence = new.evidence[:5]
+        return new
+    new.swept = True
+    return new
 
 
 def _ended(att: Attempt, cls: str, named: list[str]) -> Plan | None:
@@ -322,7 +395,7 @@ def _stuck(att: Attempt, cls: str, history: Sequence[dict[str, Any]], rotation: 
         if _progress(ev) or ev.get("class") in ("node", "system"):
             break
         row.append(str(ev.get("class")))
-    limit = rotation if all(c in BLIND_CLASSES for c in row) else 2
+    limit = max(rotation, 2) if all(c in BLIND_CLASSES for c in row) else 2
     if len(row) >= limit:
         return _stop("stuck", f"{len(row)} attempts in a row made no progress ({', '.join(reversed(row))})")
     return None
@@ -360,12 +433,19 @@ def _swap(
             return _stop("resubmit" if progressed else "failed", why, mark_bad=named)
         plan.swap_out, plan.swap_in = named, list(spare[: len(named)])
         plan.reason = f"'{cls}': the log names {','.join(named)}"
+    elif (cls in BLIND_CLASSES or cls == "node") and att.swept:
+        plan.reason = (
+            f"'{cls}' names no host and no time for the health sweep ({att.sweep_note}): no guess, same hosts"
+            if att.sweep_note
+            else f"'{cls}' names no host and the health sweep passed every host: no node to blame, same hosts"
+        )
     elif cls in BLIND_CLASSES or cls == "node":
         out, inn, returned, why = _blind_swap(att, active=active, spare=spare, history=history)
+        late = f" (the health sweep could not run: {att.sweep_note})" if att.sweep_note else ""
         if not out:
-            return _stop("resubmit" if progressed else "failed", f"'{cls}' and {why}")
+            return _stop("resubmit" if progressed else "failed", f"'{cls}' and {why}{late}")
         plan.swap_out, plan.swap_in, plan.returned, plan.blind = out, inn, returned, True
-        plan.reason = f"'{cls}' names no host: blind swap of {out[0]} ({why})"
+        plan.reason = f"'{cls}' names no host: blind swap of {out[0]} ({why}){late}"
         if returned:
             plan.reason += f"; {','.join(returned)} cleared, back to the spares"
     elif cls == "system":

@@ -49,6 +49,7 @@ class AttemptRow:
     reason: str = ""
     steps_made: int = 0
     lost_s: float | None = None
+    sweep: dict[str, Any] | None = None  # the health sweep run after this attempt (agpt.failover.sweep)
     nodes: int | None = None  # hosts the attempt ran on
 
     @property
@@ -84,6 +85,7 @@ class AttemptRow:
             "bad_hosts": self.bad_hosts,
             "evidence": self.evidence,
             "reason": self.reason,
+            "sweep": self.sweep,
             "nodes": self.nodes,
         }
 
@@ -127,6 +129,9 @@ class Report:
             "swaps_proven": proven,
             "swaps_blind": blind,
             "preflight_evicted": sum(1 for b in self.bad if b["evidence"].startswith("preflight")),
+            "sweeps": sum(1 for a in self.attempts if a.sweep is not None and a.sweep.get("ran")),
+            "sweep_evicted": sum(1 for b in self.bad if b["evidence"].startswith("sweep:")),
+            "sweep_s": _round(sum(_num(a.sweep.get("cost_s")) or 0.0 for a in self.attempts if a.sweep)),
             "steps_made": sum(a.steps_made for a in self.attempts),
             "last_step": max((a.last_step for a in self.attempts if a.last_step is not None), default=None),
             "lost_s": _round(sum(lost)) if lost else None,
@@ -231,6 +236,7 @@ def _row(ev: dict[str, Any]) -> AttemptRow:
         bad_hosts=_strs(ev.get("bad_hosts")),
         evidence=str(evidence or ""),
         reason=str(ev.get("reason") or ""),
+        sweep=ev.get("sweep") if isinstance(ev.get("sweep"), dict) else None,
         nodes=len(ev["hosts"]) if isinstance(ev.get("hosts"), list) else None,
     )
 
@@ -416,6 +422,8 @@ def _timeline(rep: Report) -> list[str]:
         if i == 0:
             continue
         a = rep.attempts[i - 1]
+        if a.sweep is not None:
+            lines.append(_sweep_line(a))
         for s in [
             s for s in stops if str(s.get("jobid", "")) == a.jobid and _int(s.get("attempt")) == a.attempt
         ]:
@@ -491,7 +499,12 @@ def _summary(t: dict[str, Any]) -> list[str]:
     return [
         f"attempts: {t['attempts']}  ({', '.join(f'{k} {v}' for k, v in t['classes'].items()) or 'none'})",
         f"swaps: {t['swaps_proven']} proven, {t['swaps_blind']} blind"
-        + (f"; {t['preflight_evicted']} host(s) evicted by the preflight" if t["preflight_evicted"] else ""),
+        + (f"; {t['preflight_evicted']} host(s) evicted by the preflight" if t["preflight_evicted"] else "")
+        + (
+            f"; {t['sweeps']} health sweep(s), {fmt_duration(t['sweep_s'])}, {t['sweep_evicted']} host(s) evicted on their evidence"
+            if t["sweeps"]
+            else ""
+        ),
         f"steps made: {t['steps_made']}"
         + (f" (last step {t['last_step']})" if t["last_step"] is not None else ""),
         "resumes from: "
@@ -502,6 +515,28 @@ def _summary(t: dict[str, Any]) -> list[str]:
         f"verdict: {t['verdict'] or 'none yet'}" + (f" (exit {t['exit']})" if t["exit"] is not None else ""),
     ] + ([f"shrinks: {t['shrinks']}, {fmt_duration(t['shrunk_s'])} on fewer nodes, costing "
           f"{fmt_duration(t['shrink_cost_s'])} of full-speed training"] if t["shrinks"] else [])  # fmt: skip
+
+
+def _sweep_line(a: AttemptRow) -> str:
+    """One line: what the health sweep after this attempt found (docs/contract.md, `agpt failover report`)."""
+    sw = a.sweep or {}
+    head = f"  sweep after {a.jobid}.{a.attempt}: "
+    if sw.get("deferred"):
+        return head + f"deferred, no guess: {sw.get('note') or '?'}"
+    if not sw.get("ran"):
+        return head + f"did not run: {sw.get('note') or '?'}"
+    failed = sw.get("failed") if isinstance(sw.get("failed"), dict) else {}
+    text = f"{sw.get('hosts', '?')} host(s), {sw.get('rounds', '?')} round(s), {fmt_duration(_num(sw.get('cost_s')))}: "
+    if sw.get("site_wide"):
+        text += str(sw.get("note") or "a site-wide fault, nobody evicted")
+    elif failed:
+        text += "; ".join(f"{h} failed: {why}" for h, why in list(failed.items())[:3])
+    else:
+        text += "every host passed"
+    for extra in (sw.get("link"), *(sw.get("config") or [])[:1]):
+        if extra:
+            text += f"; {extra}"
+    return (head + text)[:400]
 
 
 def _stop_line(s: dict[str, Any]) -> str:

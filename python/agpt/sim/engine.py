@@ -21,8 +21,16 @@ A stop that the chain does not continue from (stuck, repeat, no progress, the jo
 A shrink (FAILOVER_SHRINK, no spare left) runs the next attempts on fewer hosts, each step longer by
 micro-steps(n) / micro-steps(full) (agpt.failover.shrink's throughput); that extra time counts as slow steps.
 
-Heartbeats: the hung host is handed to the planner as the classifier's first suspect (what per-rank heartbeat
-evidence adds to a hang), and a hang is detected after `heartbeat_timeout_s` instead of the idle watchdog.
+Heartbeats: the hung host is named as the classifier's heartbeat evidence names it (`node`, that host: what
+agpt.failover.classify.apply_heartbeats does), and a hang is detected after `heartbeat_timeout_s` instead of the
+idle watchdog.
+
+Misreads: a share of each class's failures (`misread`, from the held-out score) gets a log the classifier cannot
+read: the loop sees a crash that names nobody, and what it does then is the real planner's decision: the health
+sweep (agpt.failover.sweep, run through `Sim._probe`, which sees what the model lets it see: a failed node with
+`probe.finds_node`, a host that hangs every attempt with `probe.finds_hung`, every host failing during a site
+outage; its cost on the clock as detection), a blind swap when the sweep is off, or the same hosts again.  A node
+left in the allocation fails the next launch (the launcher names it, read or misread the same way).
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ import random
 import re
 import shutil
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +58,7 @@ from agpt.failover import hosts as hostlib
 from agpt.failover import patterns as patlib
 from agpt.failover import plan as planlib
 from agpt.failover import shrink as shrinklib
+from agpt.failover import sweep as sweeplib
 from agpt.sim import local as simlocal
 from agpt.sim import logs
 from agpt.sim.model import FaultModel, ScriptedFault
@@ -288,6 +298,9 @@ class Sim:
         self.person: dict[str, int] = {}
         self.jobs = 0
         self.attempts = 0
+        self.sweep_s = 0.0  # the health sweep's time after the attempt just planned
+        self.probe_now = 0.0  # the sweep's moment on the virtual clock (the attempt's end)
+        self.sweeps = 0
         self.verdict = ""
         self.first_start: float | None = None
         self.done = False
@@ -349,6 +362,8 @@ class Sim:
             "min_nodes": fo.min_nodes,
             "apply": True,
             "shell": False,
+            "sweep": "full" if self.m.sweep else "off",
+            "sweep_timeout": f"{self.m.probe.timeout_s:g}",
         }
         base.update(kw)
         return argparse.Namespace(**base)
@@ -499,6 +514,8 @@ class Sim:
             if before.action == "stop":
                 return before.exit or 0
             _rc, plan = self._attempt(jobid, n, deadline)
+            self.t += self.sweep_s  # the sweep ran between the attempt's end and the decision
+            self.time["detection"] += self.sweep_s
             if plan.action == "stop":
                 return plan.exit or 0
             wait = self.m.costs.classify_s + plan.backoff_s
@@ -513,6 +530,7 @@ class Sim:
         c = self.m.costs
         self.attempts += 1
         self.attempt_serial += 1
+        self.sweep_s = 0.0
         active = hostlib.read_hosts(self.run_dir / "hosts" / "active")
         self.pace = (
             1.0 / shrinklib.fit(self.layout, len(active)).throughput if len(active) < self.m.nodes else 1.0
@@ -597,26 +615,65 @@ class Sim:
         m = self.m
         log = self.run_dir / "attempts" / f"{jobid}.{n}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        rc = logs.write(log, launcher=m.launcher, kind=end.kind, hosts=active, bad=end.bad, resumed=resumed or None,
-                        first=end.first, last=end.last)  # fmt: skip
+        cls_of = {"node": "node", "hang": "hang", "system": "system", "app": "app"}.get(end.kind)
+        misread = cls_of is not None and self.rng.random() < m.misread.get(cls_of, 0.0)
+        rc = logs.write(log, launcher=m.launcher, kind="unreadable" if misread else end.kind, hosts=active,
+                        bad=end.bad, resumed=resumed or None, first=end.first, last=end.last)  # fmt: skip
         cls = classifylib.classify(
             log, rc, active, None, EPOCH + deadline, EPOCH + ended, None,
             margin_s=m.failover.walltime_margin_s,
         ).to_json()  # fmt: skip
-        if end.kind == "hang" and m.heartbeats and end.bad:
-            cls["suspect_hosts"] = [end.bad, *[h for h in cls.get("suspect_hosts", []) if h != end.bad]]
+        if end.kind == "hang" and m.heartbeats and end.bad and not misread:
+            cls.update({"class": "node", "bad_hosts": [end.bad]})  # what apply_heartbeats makes of a hang
+            cls["evidence"] = [f"heartbeat: {end.bad} stopped", *cls.get("evidence", [])]
         self.classes[cls["class"]] = self.classes.get(cls["class"], 0) + 1
         cls_path = log.with_suffix(".class.json")
         cls_path.write_text(json.dumps(cls))
+        self.sweep_s = 0.0
+        self.probe_now = ended
         plan = planlib.run(
             self._args(jobid=jobid, attempt=n, rc=rc, log=str(log), classification=str(cls_path),
-                       started=EPOCH + launch, ended=EPOCH + ended, now=EPOCH + ended, deadline=str(EPOCH + deadline))
+                       started=EPOCH + launch, ended=EPOCH + ended, now=EPOCH + ended, deadline=str(EPOCH + deadline)),
+            prober=self._probe,
         )  # fmt: skip
         for h in plan.swap_out:
             if not plan.blind:
                 self.down_until[h] = ended + m.failures.repair_h * 3600.0
         self.shrinks += plan.shrink is not None
         return rc, plan
+
+    def _probe(self, hosts: Sequence[str], settings: sweeplib.SweepSettings) -> sweeplib.SweepResult:
+        """The health sweep as the model sees it: a failed node fails its probe with `finds_node`, a host that
+        hangs every attempt fails the probe or the collective with `finds_hung`, every host fails during a site
+        outage. Its cost: the probe launch (the whole timeout when a host does not answer), then, as the real
+        sweep does, a collective only among two or more hosts that passed and only when the probe did not already
+        fail more hosts than the loop may evict: one round, or ceil(log2 N) + 1 of them when it has a bad host to
+        localise."""
+        p, now = self.m.probe, self.probe_now
+        self.sweeps += 1
+        res = sweeplib.SweepResult(ran=True, mode=settings.mode, hosts=list(hosts), rounds=1)
+        hung: list[str] = []
+        if now < self.outage_until:
+            res.failed = {h: "mount: the shared filesystem does not answer" for h in hosts}
+        else:
+            for h in hosts:
+                if self.down_until.get(h, 0.0) > now and self.rng.random() < p.finds_node:
+                    res.failed[h] = "agpt-probe: no answer within the timeout"
+                elif self.hung_until.get(h, 0.0) > now and self.rng.random() < p.finds_hung:
+                    hung.append(h)
+        cost = p.timeout_s if res.failed else p.probe_s
+        passed = len(hosts) - len(res.failed)
+        if settings.mode == "full" and passed >= 2 and not sweeplib.too_many(res, settings):
+            res.rounds += sweeplib.max_rounds(passed) if hung else 1
+            res.failed.update({h: "collective: timed out" for h in hung})
+        elif hung:  # no collective: only a probe that hangs on that host names it
+            res.failed.update({h: "agpt-probe: no answer within the timeout" for h in hung})
+            cost = p.timeout_s
+        cost += p.round_s * (res.rounds - 1)
+        sweeplib.guard(res, settings)
+        res.cost_s = cost
+        self.sweep_s = cost
+        return res
 
     def _train(
         self, active: list[str], launch: float, ready: float, resumed: int, deadline: float
@@ -626,6 +683,9 @@ class Sim:
         c, tr = self.m.costs, self.m.train
         if launch < self.outage_until:
             return AttemptEnd(kind="system", bad=None, at=launch + c.launcher_start_s, step=resumed)
+        dead = [h for h in active if self.down_until.get(h, 0.0) > launch]
+        if dead:  # a failed node left in the allocation: the launcher cannot start there, and says so
+            return AttemptEnd(kind="node", bad=dead[0], at=launch + c.launcher_start_s, step=resumed)
         hung = [h for h in active if self.hung_until.get(h, 0.0) > launch]
         if hung:
             return AttemptEnd(kind="hang", bad=hung[0], at=ready, step=resumed)

@@ -39,7 +39,8 @@ def write(
 
     kind: node (a crash that names its host), hang (silence, then the watchdog), crash (a rank killed, no host
     named), system (the filesystem fails), app (NaN loss on every rank), deadline (the trainer saved before the
-    deadline and asked to be resubmitted), done.
+    deadline and asked to be resubmitted), done, unreadable (a failure whose lines the classifier does not know:
+    only the launcher tearing the others down is legible, so it reads as a crash that names nobody).
     """
     srun = launcher == "srun"
     h0 = hosts[0]
@@ -66,7 +67,8 @@ def write(
 
 
 # The exit status the launcher gives for each way an attempt ends.
-ENDINGS = {"node": 1, "hang": 124, "crash": 137, "system": 1, "app": 1, "deadline": 75, "done": 0}
+ENDINGS = {"node": 1, "hang": 124, "crash": 137, "system": 1, "app": 1, "unreadable": 1, "deadline": 75,
+           "done": 0}  # fmt: skip
 
 
 def _app_lines(lab: str, last: int | None) -> list[str]:
@@ -77,6 +79,10 @@ def _app_lines(lab: str, last: int | None) -> list[str]:
 
 def _deadline_line(lab: str, last: int | None) -> str:
     return f"{lab}agpt: stopped at step {last} on SIGUSR1 or the deadline, checkpoint saved"
+
+
+def _unreadable_line(lab: str, rank: int) -> str:
+    return f"{lab}worker {rank}: fatal: unexpected condition 0x1f in the step loop"
 
 
 def _srun_ending(kind: str, h0: str, bad: str, rank: int, last: int | None) -> list[str]:
@@ -93,6 +99,8 @@ def _srun_ending(kind: str, h0: str, bad: str, rank: int, last: int | None) -> l
         return ["srun: error: Unable to create step for job 123456: Socket timed out on send/recv operation"]
     if kind == "app":
         return [*_app_lines("0: ", last), f"srun: error: {h0}: task 0: Exited with exit code 1"]
+    if kind == "unreadable":
+        return [_unreadable_line("0: ", rank), f"srun: error: {h0}: task 0: Terminated"]
     return [_deadline_line("0: ", last)] if kind == "deadline" else []
 
 
@@ -111,4 +119,6 @@ def _pals_ending(kind: str, h0: str, bad: str, rank: int, last: int | None) -> l
                 f"{h0}: rank 0 exited with code 1"]  # fmt: skip
     if kind == "app":
         return [*_app_lines("", last), f"{h0}: rank 0 exited with code 1"]
+    if kind == "unreadable":
+        return [_unreadable_line("", rank), f"{h0}: rank 0 died from signal 15"]
     return [_deadline_line("", last)] if kind == "deadline" else []

@@ -18,6 +18,7 @@ from agpt.chain import Limits
 from agpt.errors import BadInput, ConfigError
 from agpt.failover.policy import Settings
 from agpt.failover.shrink import min_nodes as shrink_floor
+from agpt.failover.sweep import DEFAULT_TIMEOUT_S as SWEEP_TIMEOUT_S
 
 MODELS_DIR = Path(__file__).resolve().parent / "models"
 CLASSES = ("node", "hang", "straggler", "system", "app")
@@ -125,6 +126,17 @@ class Layout:
 
 
 @dataclass(kw_only=True, slots=True)
+class Probe:
+    """The health sweep (agpt.failover.sweep) as the simulator charges it: what it costs and what it can see."""
+
+    probe_s: float = 60.0  # the per-host probe launch on every host, all answering
+    round_s: float = 30.0  # one round of the cross-host collective
+    timeout_s: float = SWEEP_TIMEOUT_S  # FAILOVER_SWEEP_TIMEOUT: a silent host costs the whole timeout
+    finds_node: float = 0.9  # a failed node fails its probe (down, or its device or backend does not start)
+    finds_hung: float = 0.5  # a host that hangs every attempt fails the probe or the collective
+
+
+@dataclass(kw_only=True, slots=True)
 class Chain:
     max_jobs: int = _CHAIN.max_jobs
     max_no_progress: int = _CHAIN.max_no_progress
@@ -148,11 +160,16 @@ class FaultModel:
     launcher: str = "pals"
     horizon_days: float = 14.0
     heartbeats: bool = False
+    sweep: bool = True  # FAILOVER_SWEEP: full (on) or off (the blind rotation)
     failures: Failures = field(default_factory=Failures)
     mix: dict[str, float] = field(
         default_factory=lambda: {"node": 0.62, "hang": 0.1, "straggler": 0.04, "system": 0.1, "app": 0.14}
     )
+    # the share of each class's failures whose log the classifier cannot read (no class, no host): the loop then
+    # sees a crash that names nobody (its sweep, or a blind swap, decides)
+    misread: dict[str, float] = field(default_factory=lambda: dict.fromkeys(CLASSES, 0.0))
     behaviour: Behaviour = field(default_factory=Behaviour)
+    probe: Probe = field(default_factory=Probe)
     costs: Costs = field(default_factory=Costs)
     train: Train = field(default_factory=Train)
     failover: Failover = field(default_factory=Failover)
@@ -172,6 +189,7 @@ _SECTIONS: dict[str, type] = {
     "train": Train,
     "failover": Failover,
     "chain": Chain,
+    "probe": Probe,
     "layout": Layout,
 }
 
@@ -223,7 +241,12 @@ _POSITIVE = {
     "chain.max_jobs",
     "chain.max_no_progress",
 }
-_FRACTIONS = {"behaviour.hang_persists", "behaviour.app_deterministic"}
+_FRACTIONS = {
+    "behaviour.hang_persists",
+    "behaviour.app_deterministic",
+    "probe.finds_node",
+    "probe.finds_hung",
+}
 
 
 def _section(cls: type, raw: Any, name: str) -> Any:
@@ -286,27 +309,36 @@ def from_dict(data: Any, *, source: str = "fault model") -> FaultModel:
         if data["launcher"] not in LAUNCHERS:
             raise ConfigError(f"launcher: one of {', '.join(LAUNCHERS)}, got {data['launcher']!r}")
         m.launcher = data["launcher"]
-    if "heartbeats" in data:
-        if not isinstance(data["heartbeats"], bool):
-            raise ConfigError(f"heartbeats: must be true or false, got {data['heartbeats']!r}")
-        m.heartbeats = data["heartbeats"]
+    for key in ("heartbeats", "sweep"):
+        if key in data:
+            if not isinstance(data[key], bool):
+                raise ConfigError(f"{key}: must be true or false, got {data[key]!r}")
+            setattr(m, key, data[key])
+    if "misread" in data:
+        m.misread = _shares(data["misread"], "misread", total=False)
     for name, cls in _SECTIONS.items():
         if name in data:
             setattr(m, name, _section(cls, data[name], name))
     if "mix" in data:
-        raw = data["mix"]
-        if not isinstance(raw, dict):
-            raise ConfigError(f"mix: must map classes ({', '.join(CLASSES)}) to fractions, got {raw!r}")
-        mix: dict[str, float] = {}
-        for k, v in raw.items():
-            if k not in CLASSES:
-                raise ConfigError(f"mix.{k}: unknown class (known: {', '.join(CLASSES)})")
-            mix[k] = float(_num(v, f"mix.{k}"))
-        m.mix = {c: mix.get(c, 0.0) for c in CLASSES}
+        m.mix = _shares(data["mix"], "mix", total=True)
     if "faults" in data:
         m.faults = _faults(data["faults"])
     validate(m)
     return m
+
+
+def _shares(raw: Any, key: str, *, total: bool) -> dict[str, float]:
+    """A class -> fraction mapping (`mix` sums to 1; `misread` holds probabilities); unknown classes are refused."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{key}: must map classes ({', '.join(CLASSES)}) to fractions, got {raw!r}")
+    out: dict[str, float] = {}
+    for k, v in raw.items():
+        if k not in CLASSES:
+            raise ConfigError(f"{key}.{k}: unknown class (known: {', '.join(CLASSES)})")
+        out[k] = float(_num(v, f"{key}.{k}"))
+        if not total and out[k] > 1:
+            raise ConfigError(f"{key}.{k}: a probability must be between 0 and 1, got {v!r}")
+    return {c: out.get(c, 0.0) for c in CLASSES}
 
 
 def _faults(raw: Any) -> list[ScriptedFault]:
@@ -375,7 +407,8 @@ def load(spec: str | Path | None) -> FaultModel:
 
 
 def override(m: FaultModel, **kw: Any) -> FaultModel:
-    """A copy with some settings changed (the sweep: nodes, spares, heartbeats, async saves)."""
+    """A copy with some settings changed (the table's variants: nodes, spares, heartbeats, the health sweep,
+    async saves)."""
     import copy
 
     out = copy.deepcopy(m)

@@ -1,0 +1,175 @@
+"""`agpt failover score CORPUS...`: how often the classifier names the right class and the right host.
+
+A corpus is a folder of cases, `SITE/CASE.log` beside `SITE/CASE.json` (the format of tests/fixtures/logs/README.md:
+`rc`, `hosts`, optional `ipmap`, `now`/`deadline`, and `expect`).  A case counts as right when the class is the
+expected one, `bad_hosts` is exactly the expected list, and, where the case says so, the first suspect is the
+expected host and a named innocent is not suspected: what the failover loop acts on.
+
+Why a command: a score is only worth something on logs the patterns were not written from.  The project keeps two
+kinds of corpora (tests/fixtures/logs_heldout/SOURCES.md says which is which): the in-sample ones the patterns were
+tuned on, and a held-out one nobody may write a pattern from.  A site can score its own collected logs the same way.
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NoReturn
+
+from agpt.errors import BadInput
+from agpt.failover import classify as cl
+from agpt.failover import patterns as pat
+from agpt.failover.hostmatch import read_hostfile, read_ipmap
+
+
+@dataclass(kw_only=True, slots=True)
+class Outcome:
+    """One case: what was expected, what the classifier said, and what differs."""
+
+    case: str
+    want: dict[str, Any]
+    got: dict[str, Any]
+    wrong: list[str] = field(default_factory=list)
+
+    @property
+    def right(self) -> bool:
+        return not self.wrong
+
+
+def cases(corpus: Path) -> list[Path]:
+    """The `.json` case files of a corpus folder (with their `.log` beside them), in a stable order."""
+    if not corpus.is_dir():
+        raise BadInput(f"failover score: not a folder: {corpus}")
+    found = sorted(p for p in corpus.glob("*/*.json") if p.with_suffix(".log").is_file())
+    if not found:
+        raise BadInput(f"failover score: {corpus}: no SITE/CASE.json with its SITE/CASE.log")
+    return found
+
+
+def _load(path: Path) -> dict[str, Any]:
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise BadInput(f"failover score: {path}: not a case file ({e})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("expect"), dict) or "rc" not in doc:
+        raise BadInput(f"failover score: {path}: a case needs `rc`, `hosts` and `expect`")
+    return doc
+
+
+def judge(want: dict[str, Any], got: dict[str, Any]) -> list[str]:
+    """What the classification got wrong against the expectation (empty: right)."""
+    wrong = []
+    if got.get("class") != want.get("class"):
+        wrong.append(f"class {got.get('class')} (want {want.get('class')})")
+    if list(got.get("bad_hosts") or []) != list(want.get("bad_hosts") or []):
+        wrong.append(f"bad_hosts {got.get('bad_hosts')} (want {want.get('bad_hosts')})")
+    suspects = list(got.get("suspect_hosts") or [])
+    if "suspect_first" in want and suspects[:1] != [want["suspect_first"]]:
+        wrong.append(f"first suspect {suspects[:1] or None} (want {want['suspect_first']})")
+    if "not_suspect" in want and want["not_suspect"] in suspects:
+        wrong.append(f"suspects the innocent {want['not_suspect']}")
+    return wrong
+
+
+def score_case(path: Path, sets: list[str] | None = None) -> Outcome:
+    """Classify one case in-process, as `agpt failover classify` would with the case's hostfile and clock."""
+    doc = _load(path)
+    with tempfile.TemporaryDirectory(prefix="agpt-score.") as tmp:
+        hostfile = Path(tmp) / "hosts"
+        hostfile.write_text(doc.get("hostfile_text") or "\n".join(doc.get("hosts") or []) + "\n")
+        ipmap: list[tuple[str, str]] = []
+        if doc.get("ipmap"):
+            (Path(tmp) / "ip").write_text("\n".join(doc["ipmap"]) + "\n")
+            ipmap = read_ipmap(str(Path(tmp) / "ip"))
+        result = cl.classify(
+            path.with_suffix(".log"),
+            cl.parse_rc(str(doc["rc"])),
+            read_hostfile(str(hostfile)),
+            ipmap,
+            doc.get("deadline"),
+            doc.get("now"),
+            sets,
+        )
+    got = result.to_json()
+    want = doc["expect"]
+    return Outcome(case=f"{path.parent.name}/{path.stem}", want=want, got=got, wrong=judge(want, got))
+
+
+def score(corpora: Sequence[Path], sets: list[str] | None = None) -> list[Outcome]:
+    return [score_case(p, sets) for c in corpora for p in cases(c)]
+
+
+def summary(outcomes: Sequence[Outcome]) -> dict[str, Any]:
+    """The figure: cases right of all, and per expected class."""
+    by: dict[str, list[int]] = {}
+    for o in outcomes:
+        row = by.setdefault(str(o.want.get("class")), [0, 0])
+        row[0] += o.right
+        row[1] += 1
+    right = sum(o.right for o in outcomes)
+    return {
+        "right": right,
+        "cases": len(outcomes),
+        "share": round(right / len(outcomes), 3) if outcomes else None,
+        "by_class": {k: {"right": v[0], "cases": v[1]} for k, v in sorted(by.items())},
+    }
+
+
+def render(outcomes: Sequence[Outcome], corpora: Sequence[Path]) -> str:
+    lines = []
+    for o in outcomes:
+        if o.right:
+            lines.append(f"right  {o.case}: {o.got.get('class')} {o.got.get('bad_hosts') or ''}".rstrip())
+        else:
+            lines.append(f"WRONG  {o.case}: " + "; ".join(o.wrong))
+    s = summary(outcomes)
+    per = ", ".join(f"{k} {v['right']}/{v['cases']}" for k, v in s["by_class"].items())
+    names = " ".join(str(c) for c in corpora)
+    lines.append(
+        f"score: {s['right']}/{s['cases']} right ({100 * (s['share'] or 0):.0f}%) on {names}; by class: {per}"
+    )
+    return "\n".join(lines) + "\n"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise BadInput(f"failover score: {message}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = _Parser(
+        prog="agpt failover score",
+        description="Classify every case of one or more corpora (SITE/CASE.log + SITE/CASE.json) and print how many "
+        "got the right class and the right host (bad_hosts, and the first suspect where the case names one).",
+    )
+    p.add_argument("corpus", nargs="+", metavar="CORPUS", help="a folder of SITE/CASE.{log,json} cases")
+    p.add_argument("--patterns", help="pattern sets, comma separated (default: every set)")
+    p.add_argument("--json", action="store_true", help="print the outcomes and the summary as JSON")
+    try:
+        args = p.parse_args(argv)
+        corpora = [Path(c) for c in args.corpus]
+        sets = pat.select_sets(args.patterns)
+        outcomes = score(corpora, sets)
+    except BadInput as e:
+        sys.stderr.write(f"agpt: error: {e}\n")
+        return 2
+    if args.json:
+        doc = {
+            "summary": summary(outcomes),
+            "cases": [{"case": o.case, "right": o.right, "wrong": o.wrong} for o in outcomes],
+        }
+        sys.stdout.write(json.dumps(doc, indent=1) + "\n")
+    else:
+        sys.stdout.write(render(outcomes, corpora))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,358 @@
+"""The health sweep: the per-host probe (agpt.probe), the sweep over hosts (agpt.failover.sweep) with its bad inputs,
+what its evidence makes the loop do (agpt.failover.policy), and the plan that runs it (agpt.failover.plan).
+
+The launcher is the boundary: without a cluster, tests/fixtures/fake_launch.sh starts one process per host (each
+told its host name) and fake_probe.sh / fake_collective.sh answer as the real programs do.  The real launcher
+(srun) with the real probe runs in tests/bats/cluster_sweep.bats."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from agpt.errors import BadInput
+from agpt.failover import plan as P
+from agpt.failover import policy
+from agpt.failover import sweep as S
+from conftest import ROOT, agpt_env
+
+FIX = ROOT / "tests" / "fixtures"
+HOSTS = [f"h{i}" for i in range(1, 9)]
+FAST = policy.Settings(backoff=(5, 10), min_attempt_s=60)
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> S.SweepSettings:
+    """Sweeps through the fake launcher with the fake probe and collective; PROBE_*/GROUP_* pick the faults."""
+    monkeypatch.setenv("FAKE_LAUNCH_NAME_HOSTS", "1")
+    monkeypatch.setenv("AGPT_SWEEP_PROGRAM", str(FIX / "fake_probe.sh"))
+    monkeypatch.setenv("AGPT_PREFLIGHT_PROGRAM", str(FIX / "fake_collective.sh"))
+    for k in (
+        "PROBE_FAIL_HOSTS",
+        "PROBE_HANG_HOSTS",
+        "PROBE_CONFIG_HOSTS",
+        "GROUP_FAIL_HOSTS",
+        "GROUP_LINK_HOSTS",
+    ):
+        monkeypatch.delenv(k, raising=False)
+    return S.SweepSettings(timeout=8, launch=(str(FIX / "fake_launch.sh"),))
+
+
+# --- the probe on this host --------------------------------------------------------------------------------------
+def probe(*args: str, env: dict[str, str] | None = None) -> str:
+    r = subprocess.run([sys.executable, "-m", "agpt.probe", *args], env=agpt_env(env), capture_output=True,
+                       text=True, timeout=120)  # fmt: skip
+    assert r.returncode == 0, r.stderr  # whatever it finds: a launcher must not cut the other hosts short
+    assert r.stdout.count("\n") == 1 and r.stdout.startswith("agpt-probe: "), r.stdout
+    return r.stdout
+
+
+def test_probe_passes_a_healthy_host_and_names_what_it_checked(tmp_path: Path) -> None:
+    out = probe(
+        "--no-device",
+        "--local-dir",
+        str(tmp_path),
+        "--mount",
+        str(tmp_path),
+        env={"AGPT_HEARTBEAT_HOST": "n7"},
+    )
+    assert out.startswith("agpt-probe: n7 ok: mem ") and "/dev/shm" in out and "1 mount(s)" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "failed"),
+    [
+        (["--min-free-mib", "1e9"], "FAILED: memory: "),
+        (["--mount", "/no/such/lus"], "FAILED: mount /no/such/lus: not a readable directory on this host"),
+        (["--local-dir", "/no/such/local"], "FAILED: local dir /no/such/local: not a directory on this host"),
+        (["--gpus", "4"], "FAILED: driver: no accelerator device node"),
+        (
+            ["--check", "echo 'nhc: ERROR: disk /local failed'; exit 1"],
+            "FAILED: site check exit 1: nhc: ERROR: disk",
+        ),
+        (["--check", "/no/such/nhc -q"], "config: SITE_SWEEP_CHECK: "),
+        (["--check", "sleep 30", "--check-timeout", "1"], "FAILED: site check did not finish within 1 s"),
+    ],
+)
+def test_probe_fails_with_the_failing_line(args: list[str], failed: str) -> None:
+    if args[:2] == ["--gpus", "4"] and any(
+        Path(p).exists() for p in ("/dev/nvidia0", "/dev/kfd", "/dev/dri")
+    ):
+        pytest.skip("this machine has an accelerator driver")
+    assert failed in probe("--no-device", *args)
+
+
+def test_probe_initialises_the_backend_and_names_why_it_cannot() -> None:
+    """The device init of the preflight, per host: gloo pointed at an interface that does not exist fails here."""
+    assert " ok: " in probe("--local-dir", "/tmp") and "gloo" in probe("--local-dir", "/tmp")
+    out = probe("--local-dir", "/tmp", env={"GLOO_SOCKET_IFNAME": "agpt-no-such-if0"})
+    assert "FAILED: device: exit 1: " in out and "agpt-no-such-if0" in out
+
+
+# --- the sweep over hosts ---------------------------------------------------------------------------------------
+def test_failing_hosts_are_named_with_their_line_and_a_bad_host_is_bisected(
+    fake: S.SweepSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PROBE_FAIL_HOSTS", "h3")
+    monkeypatch.setenv("GROUP_FAIL_HOSTS", "h6")
+    r = S.sweep_hosts(HOSTS, fake, ident="j.1")
+    assert r.ran and not r.site_wide and r.evict() == ["h3", "h6"]
+    assert r.failed["h3"] == "agpt-probe: h3 FAILED: /dev/shm /dev/shm: 3 MiB free, less than 1024 MiB"
+    assert r.failed["h6"].startswith("collective: rc 1: ") and "h6" in r.failed["h6"]
+    # 7 hosts passed the probe: the collective finds one bad host in ceil(log2 7) + 1 = 4 rounds, after the probe
+    assert r.rounds == 1 + S.max_rounds(7) == 5
+    assert "# probe on 8 host(s)" in r.log and "# collective r4g" in r.log
+
+
+def test_every_host_passing_is_evidence_too(fake: S.SweepSettings) -> None:
+    r = S.sweep_hosts(HOSTS, fake, ident="j.1")
+    assert r.ran and r.failed == {} and r.evict() == [] and r.rounds == 2 and not r.note
+
+
+def test_a_hung_probe_ends_at_the_timeout_and_names_that_host(
+    fake: S.SweepSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PROBE_HANG_HOSTS", "h5")
+    fake.timeout = 3
+    r = S.sweep_hosts([*HOSTS[:4], "h5"], fake, ident="j.1")
+    assert r.evict() == ["h5"]
+    assert r.failed["h5"] == "no answer within 3 s: its probe hung or died, or the host is gone"
+
+
+def test_a_missing_probe_program_is_one_configuration_error_never_an_eviction(
+    fake: S.SweepSettings, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("AGPT_SWEEP_PROGRAM", "/no/such/probe --x")
+    r = S.sweep_hosts(HOSTS, fake)
+    assert (
+        not r.ran
+        and r.evict() == []
+        and r.note == "configuration error: the probe: /no/such/probe: not found"
+    )
+    script = tmp_path / "probe.sh"
+    script.write_text("echo hi\n")
+    monkeypatch.setenv("AGPT_SWEEP_PROGRAM", str(script))
+    r = S.sweep_hosts(HOSTS, fake)
+    assert not r.ran and r.note.endswith("probe.sh: not executable")
+
+
+def test_a_check_command_missing_everywhere_is_named_once_and_evicts_nobody(
+    fake: S.SweepSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PROBE_CONFIG_HOSTS", " ".join(HOSTS))
+    r = S.sweep_hosts(HOSTS, fake)
+    assert r.ran and r.evict() == [] and len(r.config) == 1 and "cannot run" in r.config[0]
+    assert r.note.startswith("configuration error on every host, named once: ")
+
+
+def test_more_failing_hosts_than_the_limit_is_site_wide_and_evicts_nobody(
+    fake: S.SweepSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PROBE_FAIL_HOSTS", "h1 h2 h3")
+    fake.max_evict = 2
+    r = S.sweep_hosts(HOSTS, fake)
+    assert r.site_wide and r.evict() == [] and sorted(r.failed) == ["h1", "h2", "h3"]
+    assert r.note.startswith(
+        "3 of 8 hosts failed the sweep, more than FAILOVER_SWEEP_MAX_EVICT=2: a site-wide fault"
+    )
+    monkeypatch.setenv("PROBE_FAIL_HOSTS", " ".join(HOSTS[:5]))
+    fake.max_evict = 8
+    r = S.sweep_hosts(HOSTS, fake)
+    assert r.site_wide and "more than half" in r.note
+
+
+def test_a_bad_link_between_two_halves_is_reported_and_evicts_nobody(
+    fake: S.SweepSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GROUP_LINK_HOSTS", "h2 h7")
+    r = S.sweep_hosts(HOSTS, fake)
+    assert r.ran and r.evict() == [] and r.link.startswith("a link between h1..h4 (4) <-> h5..h8 (4)")
+
+
+def test_a_launcher_that_answers_for_nobody_means_the_sweep_could_not_run(
+    fake: S.SweepSettings, tmp_path: Path
+) -> None:
+    broken = tmp_path / "launch"
+    broken.write_text("#!/bin/sh\necho 'launch: cannot reach the launcher daemon' >&2\nexit 1\n")
+    broken.chmod(0o755)
+    fake.launch = (str(broken),)
+    r = S.sweep_hosts(HOSTS, fake)
+    assert (
+        not r.ran
+        and r.note == "the probe launch answered for no host (rc 1): launch: cannot reach the launcher daemon"
+    )
+
+
+def test_settings_are_validated_naming_the_setting() -> None:
+    for kw, name in (({"mode": "sometimes"}, "FAILOVER_SWEEP/SITE_SWEEP"), ({"timeout": 0}, "FAILOVER_SWEEP_TIMEOUT"),
+                     ({"max_evict": 0}, "FAILOVER_SWEEP_MAX_EVICT"), ({"min_free_mib": -1}, "FAILOVER_SWEEP_MIN_FREE_MIB")):  # fmt: skip
+        with pytest.raises(BadInput, match=name):
+            S.SweepSettings(**kw)  # type: ignore[arg-type]
+    assert S.sweep_hosts(HOSTS, S.SweepSettings(mode="off")).note == "the sweep is off (FAILOVER_SWEEP=off)"
+
+
+def test_max_rounds_grow_with_log2_of_the_hosts() -> None:
+    assert [S.max_rounds(n) for n in (1, 2, 4, 512, 4096)] == [1, 2, 3, 10, 13]
+
+
+# --- what the evidence makes the loop do -------------------------------------------------------------------------
+def crash(n: int = 1, **kw: object) -> policy.Attempt:
+    return policy.Attempt(attempt=n, rc=1, cls="crash", first_step=1, last_step=3, suspects=["h1"], **kw)  # type: ignore[arg-type]
+
+
+def decide(a: policy.Attempt, history: list[dict[str, object]] | None = None) -> policy.Plan:
+    return policy.decide(a, active=HOSTS[:4], spare=["h5", "h6"], history=history or [], settings=FAST, now=0)
+
+
+def test_a_failing_host_is_evicted_on_the_sweeps_evidence_not_blind() -> None:
+    r = S.SweepResult(ran=True, mode="full", hosts=HOSTS[:4], failed={"h3": "agpt-probe: h3 FAILED: x"})
+    a = policy.apply_sweep(crash(), r, active=HOSTS[:4])
+    assert (a.cls, a.bad_hosts, a.evidence[0]) == ("node", ["h3"], "sweep: h3: agpt-probe: h3 FAILED: x")
+    p = decide(a)
+    assert (p.action, p.swap_out, p.swap_in, p.blind) == ("relaunch", ["h3"], ["h5"], False)
+
+
+def test_every_host_passing_means_no_blind_eviction_and_a_deterministic_crash_is_a_repeat() -> None:
+    r = S.SweepResult(ran=True, mode="full", hosts=HOSTS[:4])
+    a = policy.apply_sweep(crash(), r, active=HOSTS[:4])
+    p = decide(a)
+    assert (p.action, p.swap_out, p.blind) == ("relaunch", [], False)
+    assert "the health sweep passed every host" in p.reason
+    same = {"event": "attempt", "class": "crash", "first_step": 1, "last_step": 3, "swapped": {}}
+    p = decide(
+        policy.apply_sweep(crash(3), r, active=HOSTS[:4]), [dict(same, attempt=1), dict(same, attempt=2)]
+    )
+    assert (p.action, p.verdict) == ("stop", "repeat")  # FAILOVER_MAX_REPEAT, no rotation to wait for
+
+
+def test_only_a_sweep_that_could_not_run_leaves_the_blind_rotation() -> None:
+    r = S.SweepResult(ran=False, mode="full", note="configuration error: the probe: x: not found")
+    p = decide(policy.apply_sweep(crash(), r, active=HOSTS[:4]))
+    assert p.blind and p.swap_out == ["h1"]
+    assert p.reason.endswith("(the health sweep could not run: configuration error: the probe: x: not found)")
+
+
+def test_no_time_for_the_sweep_before_the_deadline_is_no_guess_either(tmp_path: Path) -> None:
+    seen: list[str] = []
+    r = S.for_attempt(tmp_path / "x.log", HOSTS[:4], S.SweepSettings(timeout=60), ident="j.1", time_left=100,
+                      min_attempt_s=60, prober=lambda h, s: seen.append("ran") or S.SweepResult(ran=True, mode="full"))  # type: ignore[func-returns-value]  # fmt: skip
+    assert (
+        r.deferred
+        and not r.ran
+        and not seen
+        and r.note.startswith("100 s left before the deadline, 120 s needed")
+    )
+    p = decide(policy.apply_sweep(crash(), r, active=HOSTS[:4]))
+    assert (p.action, p.swap_out, p.blind) == ("relaunch", [], False) and "no guess, same hosts" in p.reason
+
+
+class SlowGroups:
+    """A collective that takes 0.3 s a round and fails with h6 in it (the launcher boundary, timed)."""
+
+    def probe(self, hosts: list[str]) -> tuple[str, int, bool]:
+        raise AssertionError("bisect only runs groups")
+
+    def group(self, hosts: list[str], tag: str) -> tuple[str, int, bool]:
+        time.sleep(0.3)
+        return ("preflight: FAILED: h6 timed out", 1, False) if "h6" in hosts else ("ok", 0, False)
+
+
+def test_a_bisection_the_deadline_cuts_short_evicts_nobody_it_did_not_isolate() -> None:
+    logs: list[str] = []
+    bad, link, rounds = S.bisect(HOSTS, SlowGroups(), logs, budget_s=1.2, round_s=1.0)
+    assert (
+        bad == {}
+        and rounds == 1
+        and link.startswith("not localised before the deadline (the bisection stopped at")
+    )
+    bad, link, rounds = S.bisect(HOSTS, SlowGroups(), logs)
+    assert list(bad) == ["h6"] and rounds == S.max_rounds(8) and link == ""
+
+
+def test_a_site_wide_sweep_is_a_system_fault_nobody_evicted() -> None:
+    r = S.SweepResult(ran=True, mode="full", hosts=HOSTS[:4], failed={h: "x" for h in HOSTS[:3]}, site_wide=True,
+                      note="3 of 4 hosts failed the sweep, more than half: a site-wide fault, nobody evicted (first: x)")  # fmt: skip
+    a = policy.apply_sweep(crash(), r, active=HOSTS[:4])
+    p = decide(a)
+    assert a.cls == "system" and p.swap_out == [] and p.action == "relaunch"
+    assert a.evidence[0].startswith("sweep: 3 of 4 hosts failed the sweep")
+
+
+@pytest.mark.parametrize(
+    ("cls", "bad", "rc", "wanted"),
+    [("crash", [], 1, True), ("hang", [], 124, True), ("node", ["h2"], 1, False), ("app", [], 1, False),
+     ("system", [], 1, False), ("walltime", [], 143, False), ("crash", [], 127, False), ("crash", [], 0, False)],
+)  # fmt: skip
+def test_the_sweep_runs_only_when_the_log_proves_nobody(
+    cls: str, bad: list[str], rc: int, wanted: bool
+) -> None:
+    a = policy.Attempt(attempt=1, rc=rc, cls=cls, bad_hosts=bad, first_step=1, last_step=3)
+    assert policy.wants_sweep(a, active=HOSTS[:4], history=[], settings=FAST) is wanted
+
+
+# --- the plan runs it, records it, and hosts/bad holds the evidence ---------------------------------------------
+def plan_args(run: Path, cls_file: Path, **kw: str) -> argparse.Namespace:
+    argv = ["--run-dir", str(run), "--jobid", "j", "--attempt", "1", "--rc", "1", "--classification", str(cls_file),
+            "--started", "1000", "--ended", "1010", "--now", "1010", "--apply"]  # fmt: skip
+    for k, v in kw.items():
+        argv += [f"--{k.replace('_', '-')}", v]
+    return P._parser().parse_args(argv)
+
+
+def test_plan_sweeps_a_crash_that_names_nobody_and_evicts_on_evidence(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    (run / "hosts").mkdir(parents=True)
+    (run / "hosts" / "active").write_text("h1\nh2\nh3\nh4\n")
+    (run / "hosts" / "spare").write_text("h5\n")
+    cls_file = tmp_path / "c.json"
+    cls_file.write_text(
+        json.dumps({"class": "crash", "bad_hosts": [], "evidence": [], "suspect_hosts": ["h1"]})
+    )
+    seen: list[tuple[list[str], S.SweepSettings]] = []
+
+    def prober(hosts: list[str], s: S.SweepSettings) -> S.SweepResult:
+        seen.append((list(hosts), s))
+        return S.SweepResult(ran=True, mode=s.mode, hosts=list(hosts), failed={"h3": "agpt-probe: h3 FAILED: gloo"},
+                             rounds=3, cost_s=41.0, log="# probe\nh3: agpt-probe: h3 FAILED: gloo")  # fmt: skip
+
+    plan = P.run(plan_args(run, cls_file, sweep_check="nhc -q", sweep_mounts="/lus:/home"), prober=prober)
+    assert (plan.action, plan.swap_out, plan.blind) == ("relaunch", ["h3"], False)
+    hosts, s = seen[0]
+    assert hosts == ["h1", "h2", "h3", "h4"] and s.check == "nhc -q"
+    assert s.mounts == ("/lus", "/home", str(run.resolve()))  # the run directory is always a required mount
+    bad = (run / "hosts" / "bad").read_text().split("\t")
+    assert bad[0] == "h3" and bad[3].startswith("sweep: h3: agpt-probe: h3 FAILED: gloo")
+    ev = json.loads((run / "events.jsonl").read_text().splitlines()[0])
+    assert ev["class"] == "node" and ev["sweep"]["failed"] == {"h3": "agpt-probe: h3 FAILED: gloo"}
+    assert ev["sweep"]["cost_s"] == 41.0 and ev["sweep"]["log"] == "attempts/j.1.sweep.log"
+    assert (run / "attempts" / "j.1.sweep.log").read_text().startswith("# probe")
+    r = subprocess.run([str(ROOT / "bin" / "agpt"), "failover", "report", str(run)], env=agpt_env(),
+                       capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert (
+        "sweep after j.1: 4 host(s), 3 round(s), 41s: h3 failed: agpt-probe: h3 FAILED: gloo" in r.stdout
+    ), r.stdout
+
+
+def test_plan_refuses_a_bad_sweep_setting_naming_it(tmp_path: Path) -> None:
+    r = subprocess.run([str(ROOT / "bin" / "agpt"), "failover", "plan", "--run-dir", str(tmp_path), "--attempt", "1",
+                        "--rc", "1", "--sweep", "maybe"], env=agpt_env(), capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert (
+        r.returncode == 2
+        and "FAILOVER_SWEEP/SITE_SWEEP: 'maybe' is not one of full | probe | off" in r.stderr
+    )
+
+
+def test_the_defaults_are_one_fact_in_bash_and_python() -> None:
+    names = ["FAILOVER_SWEEP_TIMEOUT", "FAILOVER_SWEEP_MAX_EVICT", "FAILOVER_SWEEP_MIN_FREE_MIB"]
+    script = f"source {ROOT / 'lib' / 'failover.sh'}; " + "; ".join(f'printf "%s\\n" "${n}"' for n in names)
+    out = subprocess.run(
+        ["bash", "-c", script], capture_output=True, text=True, check=True, env={}
+    ).stdout.split()
+    d = S.SweepSettings()
+    assert out == [f"{d.timeout:g}", str(d.max_evict), f"{d.min_free_mib:g}"]
