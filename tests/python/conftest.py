@@ -27,10 +27,14 @@ def agpt_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects: tests/run runs `-m cluster` in a lane of its own
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """A test on the real local Slurm cluster gets one rerun: on 2 loaded cores the scheduler's own timing
-    (I/O forwarding, node pings) varies; a failure twice in a row is still a failure."""
+    """A test that asks for the `cluster` fixture is marked `cluster`.  A test on the real local Slurm cluster
+    gets one rerun: on 2 loaded cores the scheduler's own timing (I/O forwarding, node pings) varies; a failure
+    twice in a row is still a failure."""
     for item in items:
+        if "cluster" in getattr(item, "fixturenames", ()) and not item.get_closest_marker("cluster"):
+            item.add_marker(pytest.mark.cluster)
         if item.get_closest_marker("cluster") and not item.get_closest_marker("flaky"):
             item.add_marker(pytest.mark.flaky(reruns=1, reruns_delay=2))
 

@@ -102,9 +102,12 @@ def test_deadline_saves_and_exits_75(tmp_path: Path) -> None:
     assert (run / "progress").read_text().startswith("step=1 ")
 
 
+SMOKE_STEPS = 10  # enough to record, repeat bit for bit and name a difference at step 2; 50 took 3x the time
+
+
 def _smoke(baseline: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [str(AGPT), "smoke", "--steps", "50", "--baseline", str(baseline), *args],
+        [str(AGPT), "smoke", "--steps", str(SMOKE_STEPS), "--baseline", str(baseline), *args],
         env=train_env(),
         capture_output=True,
         text=True,
@@ -118,7 +121,7 @@ def test_smoke_passes_twice_and_fails_on_one_changed_hyperparameter(tmp_path: Pa
     assert r.returncode == 2 and "--baseline" in r.stderr and "baseline.txt" in r.stderr
     assert _smoke(base, "--record").returncode == 0
     lines = [ln for ln in base.read_text().splitlines() if ln.startswith("step=")]
-    assert len(lines) == 50 and "peak_mem=" in lines[0]
+    assert len(lines) == SMOKE_STEPS and "peak_mem=" in lines[0]
     for _ in range(2):
         r = _smoke(base)
         assert r.returncode == 0, r.stdout + r.stderr
