@@ -10,6 +10,9 @@
 # Functions
 #   chain_start SCRIPT     submit SCRIPT as this job's successor, under the run directory's lock
 #   chain_end RC           record this job in chain.jsonl; cancel or keep the successor; exclude bad hosts
+#   chain_eval_watch       (chain_start calls it) with CHAIN_EVAL_SCRIPT set, in the background: every
+#                          CHAIN_EVAL_EVERY-th new complete checkpoint is held and CHAIN_EVAL_SCRIPT submitted
+#   chain_eval_stop        (chain_end calls it) stop the watcher after one last look
 #
 # Files (in AGPT_RUN_DIR): chain.jsonl (one record per job), chain.lock (`SUCCESSOR SUBMITTER EPOCH`:
 # the one pending successor; a lock whose successor is no longer queued is stale and is taken over),
@@ -20,9 +23,13 @@
 #   CHAIN_MAX_JOBS          jobs a chain may run, this one included (default 50)
 #   CHAIN_MAX_NO_PROGRESS   stop after this many jobs in a row with no new complete checkpoint (default 2)
 #   CHAIN_DISABLE           1: record nothing, submit nothing (default 0)
+#   CHAIN_EVAL_SCRIPT       an evaluation job script (jobs/agpt_eval_*.{pbs,slurm}: `agpt eval --held`); "" (default): none
+#   CHAIN_EVAL_EVERY        evaluate every N-th complete checkpoint (default 1)
+#   CHAIN_EVAL_POLL_S       seconds between looks at the run's checkpoints (default 60)
 #   CHAIN_LOG               a file messages are appended to (default "": standard error; not reopened as /dev/stderr, which
 #                           would reopen a redirected batch log and write over the job's own output)
-# Globals written: CHAIN_JOB_ID, CHAIN_NEXT_JOB_ID, CHAIN_STARTED, CHAIN_START_STEP, CHAIN_SCRIPT_PATH
+# Globals written: CHAIN_JOB_ID, CHAIN_NEXT_JOB_ID, CHAIN_STARTED, CHAIN_START_STEP, CHAIN_SCRIPT_PATH,
+#   CHAIN_EVAL_PID
 #
 # Why a successor at the start and not at the end: a job killed at walltime never reaches its end, and the
 # afterany dependency still releases the successor.
@@ -31,11 +38,15 @@
 : "${CHAIN_MAX_NO_PROGRESS:=2}"
 : "${CHAIN_DISABLE:=0}"
 : "${CHAIN_LOG:=}"
+: "${CHAIN_EVAL_SCRIPT:=}"
+: "${CHAIN_EVAL_EVERY:=1}"
+: "${CHAIN_EVAL_POLL_S:=60}"
 CHAIN_JOB_ID=""
 CHAIN_NEXT_JOB_ID=""
 CHAIN_STARTED=""
 CHAIN_START_STEP=0
 CHAIN_SCRIPT_PATH=""
+CHAIN_EVAL_PID=""
 
 _chain_say() {
   if [[ -n "$CHAIN_LOG" ]]; then
@@ -146,6 +157,7 @@ chain_start() {
     keep) CHAIN_NEXT_JOB_ID="$who" CHAIN_SCRIPT_PATH="$script" ;;
     busy) _chain_unmutex; return 1 ;;
   esac
+  chain_eval_watch
   if [[ "$state" != free ]]; then
     _chain_unmutex
     return 0
@@ -180,6 +192,7 @@ chain_end() {
   if [[ "$CHAIN_DISABLE" == 1 || -z "$CHAIN_JOB_ID" ]]; then
     return 0
   fi
+  chain_eval_stop
   if ! out="$(_chain_py end "$AGPT_RUN_DIR" --job "$CHAIN_JOB_ID" --rc "$rc" --started "$CHAIN_STARTED" \
     --start-step "$CHAIN_START_STEP" --next "$CHAIN_NEXT_JOB_ID" --max-jobs "$CHAIN_MAX_JOBS" \
     --max-no-progress "$CHAIN_MAX_NO_PROGRESS")"; then
@@ -214,4 +227,52 @@ chain_end() {
     sched_exclude "$next" "$exclude" || _chain_say "could not exclude $exclude from $next"
   fi
   return 0
+}
+
+# One look: hold every CHAIN_EVAL_EVERY-th new complete checkpoint (python/agpt/evals/due.py); submit
+# CHAIN_EVAL_SCRIPT when one was held.  Held checkpoints are never pruned, and the eval job evaluates every
+# held one, so a failed submission is caught up by the next.
+_chain_eval_poll() {
+  local held
+  held="$(_chain_py eval-mark "$AGPT_RUN_DIR" --every "$CHAIN_EVAL_EVERY")" || return 0
+  [[ -n "$held" ]] || return 0
+  if sched_submit "$CHAIN_EVAL_SCRIPT" >/dev/null; then
+    _chain_say "checkpoint step(s) $held held for evaluation: submitted $CHAIN_EVAL_SCRIPT"
+  else
+    _chain_say "could not submit $CHAIN_EVAL_SCRIPT; step(s) $held stay held for the next evaluation job"
+  fi
+}
+
+# Usage: chain_eval_watch
+# Globals read: CHAIN_EVAL_SCRIPT, CHAIN_EVAL_EVERY, CHAIN_EVAL_POLL_S, AGPT_RUN_DIR; written: CHAIN_EVAL_PID
+# Returns: 0 (nothing to do without CHAIN_EVAL_SCRIPT). Training never waits for it: it runs beside the job's
+#   command, and the evaluation is its own small job.
+chain_eval_watch() {
+  [[ -n "$CHAIN_EVAL_SCRIPT" && -z "$CHAIN_EVAL_PID" ]] || return 0
+  (
+    nap="" stop=0
+    # In this background subshell only: a look under way finishes (what it held is submitted), then it ends.
+    trap 'stop=1; [[ -z "$nap" ]] || kill "$nap" 2>/dev/null' TERM
+    while ((stop == 0)); do
+      _chain_eval_poll
+      ((stop == 0)) || break
+      sleep "$CHAIN_EVAL_POLL_S" &
+      nap=$!
+      wait "$nap" || true
+      nap=""
+    done
+  ) &
+  CHAIN_EVAL_PID=$!
+  _chain_say "evaluating one checkpoint in $CHAIN_EVAL_EVERY with $CHAIN_EVAL_SCRIPT (watcher $CHAIN_EVAL_PID)"
+}
+
+# Usage: chain_eval_stop
+# Globals read/written: CHAIN_EVAL_PID
+# Returns: 0
+chain_eval_stop() {
+  [[ -n "$CHAIN_EVAL_PID" ]] || return 0
+  kill "$CHAIN_EVAL_PID" 2>/dev/null || true
+  wait "$CHAIN_EVAL_PID" 2>/dev/null || true
+  CHAIN_EVAL_PID=""
+  _chain_eval_poll
 }

@@ -20,7 +20,8 @@
 # words {hostfile} {hosts} {nhosts} in CMD are replaced.  The decisions live in `agpt failover plan` (Python,
 # unit-tested), called once per attempt: it classifies the attempt's log in-process, swaps hosts, appends
 # events.jsonl and answers `ACTION EXIT BACKOFF_S ATTEMPT`; this file is the glue.  Files written:
-# RUN_DIR/hosts/*, attempts/JOBID.N.log and .class.json, events.jsonl; at every stop the run's timeline
+# RUN_DIR/hosts/*, attempts/JOBID.N.log and .class.json, events.jsonl, metrics.prom (Prometheus text, rewritten
+# after every attempt, so its counters move while no trainer runs); at every stop the run's timeline
 # (`agpt failover report`) goes to the log.  Host names are only [A-Za-z0-9._-] (a hostile allocation line is
 # refused, exit 2) and are shell-quoted where a hook's command text is built.  Works under any caller's IFS.
 #
@@ -34,7 +35,7 @@
 #   FAILOVER_MAX_BLIND        blind swaps a hang/crash rotation may try before it can be a repeat (default 8)
 #   FAILOVER_MIN_ATTEMPT_S    never start an attempt with less time left than this (default 600)
 #   FAILOVER_BACKOFF          seconds before relaunch 1, 2, ... the last repeated (default "5 10 20 40 60")
-#                             (these five defaults are agpt.failover.plan.Settings'; a test keeps them equal)
+#                             (these five defaults are agpt.failover.policy.Settings'; a test keeps them equal)
 #   FAILOVER_IDLE_TIMEOUT     `agpt watch --timeout`: seconds of silence that mean a hang (default 900)
 #   FAILOVER_STARTUP_TIMEOUT  silence allowed before the first progress line (default 1800)
 #   FAILOVER_GRACE            SIGTERM to SIGKILL when the watchdog fires (default 30)
@@ -109,6 +110,11 @@ _failover_say() {
 
 _failover_py() {
   _failover_logged "$_failover_root/bin/agpt-failover" "$@"
+}
+
+# Rewrites RUN_DIR/metrics.prom from the run directory (standard-library Python); a failure is only logged.
+_failover_metrics() {
+  _failover_logged "$_failover_root/bin/agpt" --run-module agpt.observe.prom "$AGPT_RUN_DIR" || true
 }
 
 # Sets FAILOVER_JOBID (names attempts/JOBID.N.log) once, when unset: the scheduler's job id, else local-EPOCH.
@@ -318,6 +324,7 @@ failover_run() {
   # Once, before the first attempt: its number (a requeued job id continues its count) and whether it may start.
   prc=0
   decision="$(_failover_py "${plan[@]}" --before)" || prc=$?
+  _failover_metrics
   _failover_act "$decision" "$prc" "before the first attempt" || return "$_failover_rc"
   n="$_failover_attempt"
   while :; do
@@ -333,6 +340,7 @@ failover_run() {
     prc=0
     decision="$(_failover_py "${plan[@]}" --attempt "$n" --rc "$rc" --log "$log" --started "$started" \
       --ended "$ended" -- "${cls[@]}")" || prc=$?
+    _failover_metrics
     _failover_act "$decision" "$prc" "after attempt $n" || return "$_failover_rc"
     n=$((n + 1))
   done

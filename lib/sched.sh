@@ -8,6 +8,7 @@
 #   sched_job_id                       print this job's id ("" outside a job)
 #   sched_hosts                        print the allocation's hosts, one a line, de-duplicated, in order
 #   sched_expand_nodelist LIST         print a Slurm nodelist (nid[001232-001235,001240]) one host a line
+#                                      (the same hosts as agpt.hostlist: tests/python/test_hostlist.py)
 #   sched_walltime_seconds SPEC        print seconds of [D+|D-]HH:MM:SS, MM:SS or SS
 #   sched_deadline                     print the epoch at which the scheduler ends this job
 #   sched_export_deadline              export AGPT_DEADLINE_EPOCH (kept when already set)

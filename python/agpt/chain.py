@@ -9,6 +9,10 @@ Subcommands
   bad-hosts RUN_DIR         hosts proven bad in hosts/bad (blind evictions excluded), comma separated
   start RUN_DIR --job ID    at job start: should this job submit a successor?  Prints `submit` or
                             `last REASON`; records a predecessor that died without an end record
+  eval-mark RUN_DIR --every N
+                            hold every N-th new complete checkpoint for an evaluation job; prints the
+                            steps newly held (space separated; nothing when none) (agpt.evals.due)
+  eval-pending RUN_DIR      the steps held for evaluation, oldest first
   end RUN_DIR --job ID --rc RC ...
                             at job end: verdict and decision; appends one line to chain.jsonl and prints
                             `keep|stop VERDICT REASON EXCLUDE` (EXCLUDE: comma list or -)
@@ -27,6 +31,7 @@ from typing import Any
 
 from agpt import rundir
 from agpt.errors import BadInput
+from agpt.evals import due
 from agpt.failover.hosts import read_bad
 
 # rc -> (verdict, does the chain go on).  The exit codes of docs/contract.md; anything else is a failure that a
@@ -272,6 +277,13 @@ def _epoch(text: str) -> int:
     return int(v)
 
 
+def cmd_eval_mark(args: argparse.Namespace) -> int:
+    if args.every < 1:
+        raise BadInput(f"--every {args.every}: CHAIN_EVAL_EVERY must be a whole number >= 1")
+    print(" ".join(map(str, due.mark(Path(args.run_dir), args.every))))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = _Parser(prog="agpt chain", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="SUBCOMMAND")
@@ -285,6 +297,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bad-hosts", help="hosts proven bad (not blind), comma separated")
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.set_defaults(fn=lambda a: print(",".join(proven_bad_hosts(Path(a.run_dir)))) or 0)
+    p = sub.add_parser("eval-mark", help="hold every N-th new complete checkpoint for evaluation")
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.add_argument("--every", type=_count("CHAIN_EVAL_EVERY", 0), required=True)
+    p.set_defaults(fn=cmd_eval_mark)
+    p = sub.add_parser("eval-pending", help="steps held for evaluation")
+    p.add_argument("run_dir", metavar="RUN_DIR")
+    p.set_defaults(fn=lambda a: print(" ".join(map(str, due.pending(Path(a.run_dir))))) or 0)
     p = sub.add_parser("start", help="at job start: submit a successor or not")
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument("--job", required=True)

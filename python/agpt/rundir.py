@@ -55,7 +55,14 @@ CHAIN = "chain.jsonl"
 CHAIN_LOCK = "chain.lock"
 CKPT = "ckpt"  # ckpt/step-N/ with .complete written last
 COMPLETE = ".complete"
+EVAL_HOLD = ".eval-hold"  # in a step directory: an evaluation job still needs it; never pruned (evals.due)
 RUN_FILES = (HOSTS_ALL, HOSTS_ACTIVE, HOSTS_SPARE, HOSTS_IP, HOSTS_BAD, EVENTS, CHAIN, CHAIN_LOCK)
+# Written by the trainer's rank 0 (docs/observability.md): read by `agpt monitor`, `agpt report` and metrics.prom.
+METRICS = "metrics.jsonl"  # one JSON object per logged step
+PROGRESS = "progress"  # `step=N time=EPOCH`, rewritten at each logged step
+HEALTH = "health.jsonl"  # rollbacks, frozen groups, data stages
+PROM = "metrics.prom"  # Prometheus text format, rewritten atomically (agpt.observe.prom)
+TB = "tb"  # TensorBoard event files (agpt.observe.tb)
 
 
 class RunDir:

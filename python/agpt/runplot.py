@@ -5,7 +5,9 @@ Reads what every run directory already has (docs/contract.md): the progress line
 per attempt end and per stop).  Each failed attempt becomes a red dashed line at its last step,
 labelled with its class and the hosts swapped; chain hand-overs (walltime, resubmit) are grey.
 When the trainer's metrics.jsonl is there, three more panels show loss against tokens consumed,
-tokens per second per device and MFU (docs/contract.md).
+tokens per second per device and MFU (docs/contract.md); when eval.jsonl is there, two more show bits
+per byte per held-out corpus and each task's accuracy (in the loop, and lm-eval's on exports), with
+every eval_regression of health.jsonl marked (docs/eval.md).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from typing import Any
 
 from agpt import rundir
 from agpt.errors import BadInput
+from agpt.evals import records
+from agpt.train import health as thealth
 from agpt.train import metrics as tmetrics
 
 _STEP_RE = re.compile(rb"\bstep[=:] ?([0-9]+)\b.*?\bloss[=:] ?([-+0-9.eEnaif]+)")
@@ -29,6 +33,8 @@ class RunCurve:
     loss: dict[int, float] = field(default_factory=dict)
     events: list[dict[str, object]] = field(default_factory=list)
     metrics: list[dict[str, Any]] = field(default_factory=list)
+    evals: list[dict[str, Any]] = field(default_factory=list)  # eval.jsonl
+    alarms: list[dict[str, Any]] = field(default_factory=list)  # eval_regression events of health.jsonl
 
 
 def _attempt_order(path: Path) -> tuple[str, int]:
@@ -56,6 +62,10 @@ def read_run(run_dir: Path) -> RunCurve:
     if events.is_file():  # a torn or unreadable line is skipped with a note (docs/contract.md)
         curve.events.extend(rundir.read_jsonl(events))
     curve.metrics = tmetrics.read(run_dir / tmetrics.FILE)
+    curve.evals = records.read(run_dir)
+    health = run_dir / thealth.EVENTS
+    if health.is_file():
+        curve.alarms = [h for h in rundir.read_jsonl(health) if h.get("event") == "eval_regression"]
     if not curve.loss:  # a run started by hand (no attempt logs): the trainer's own record
         for rec in curve.metrics:
             if isinstance(rec.get("loss"), int | float):
@@ -88,12 +98,15 @@ def plot_run(run_dir: Path, out: Path, *, title: str | None = None) -> Path:
     if not curve.loss:
         raise BadInput(f"{run_dir}/attempts: no `step=N loss=X` lines to plot")
     if curve.metrics:
-        fig, axes = plt.subplots(2, 2, figsize=(14, 9), dpi=110)
+        rows = 3 if curve.evals else 2
+        fig, axes = plt.subplots(rows, 2, figsize=(14, 4.5 * rows), dpi=110)
         ax = axes[0][0]
         _metric_panels(axes[0][1], axes[1][0], axes[1][1], curve.metrics)
+        if curve.evals:
+            _eval_panels(axes[2][0], axes[2][1], curve)
     else:
         fig, ax = plt.subplots(figsize=(10, 5), dpi=110)
-    _loss_panel(ax, curve)
+    loss_panel(ax, curve)
     ax.set_title(title or f"{run_dir.name}: loss, failures and recoveries")
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -104,7 +117,7 @@ def plot_run(run_dir: Path, out: Path, *, title: str | None = None) -> Path:
     return out
 
 
-def _series(records: list[dict[str, Any]], x: str, y: str) -> tuple[list[float], list[float]]:
+def series(records: list[dict[str, Any]], x: str, y: str) -> tuple[list[float], list[float]]:
     pairs = [
         (float(r[x]), float(r[y]))
         for r in records
@@ -115,21 +128,21 @@ def _series(records: list[dict[str, Any]], x: str, y: str) -> tuple[list[float],
 
 def _metric_panels(ax_tok: Any, ax_tps: Any, ax_mfu: Any, records: list[dict[str, Any]]) -> None:
     """Loss against tokens consumed, tokens/s per device and MFU against step."""
-    xs, ys = _series(records, "tokens", "loss")
+    xs, ys = series(records, "tokens", "loss")
     ax_tok.plot(xs, ys, color="#1f77b4", lw=1.4)
-    xs, ys = _series(records, "tokens", "eval_loss")
+    xs, ys = series(records, "tokens", "eval_loss")
     if xs:
         ax_tok.plot(xs, ys, "o-", color="#9467bd", lw=1.2, ms=3, label="held-out")
         ax_tok.legend(loc="upper right")
     ax_tok.set_xlabel("tokens consumed")
     ax_tok.set_ylabel("loss")
     ax_tok.set_title("loss against tokens")
-    xs, ys = _series(records, "step", "tokens_per_s_per_device")
+    xs, ys = series(records, "step", "tokens_per_s_per_device")
     ax_tps.plot(xs, ys, color="#ff7f0e", lw=1.4)
     ax_tps.set_xlabel("step")
     ax_tps.set_ylabel("tokens/s per device")
     ax_tps.set_title("throughput per device")
-    xs, ys = _series(records, "step", "mfu")
+    xs, ys = series(records, "step", "mfu")
     if xs:
         ax_mfu.plot(xs, [100 * y for y in ys], color="#2ca02c", lw=1.4)
     else:
@@ -142,7 +155,55 @@ def _metric_panels(ax_tok: Any, ax_tps: Any, ax_mfu: Any, records: list[dict[str
         a.grid(alpha=0.3)
 
 
-def _loss_panel(ax: Any, curve: RunCurve) -> None:
+def _eval_panels(ax_bpb: Any, ax_acc: Any, curve: RunCurve) -> None:
+    """Bits per byte per corpus, and accuracy per task (solid: in the loop; markers: lm-eval on exports)."""
+    loop = sorted((r for r in curve.evals if r.get("source", "loop") == "loop"), key=lambda r: r["step"])
+    for corpus in sorted({c for r in loop for c in (r.get("bpb") or {})}):
+        pts = [
+            (r["step"], r["bpb"][corpus])
+            for r in loop
+            if isinstance((r.get("bpb") or {}).get(corpus), int | float)
+        ]
+        ax_bpb.plot([p[0] for p in pts], [p[1] for p in pts], "o-", ms=3, lw=1.3, label=corpus)
+    ax_bpb.set_title("held-out bits per byte")
+    ax_bpb.set_ylabel("bits per byte")
+    for name in sorted({t for r in curve.evals for t in (r.get("tasks") or {})}):
+        for source, style in (("loop", "o-"), ("lm-eval", "s"), ("agpt", "^")):
+            pts = [
+                (r["step"], r["tasks"][name]["acc_norm"])
+                for r in curve.evals
+                if r.get("source", "loop") == source
+                and isinstance(((r.get("tasks") or {}).get(name) or {}).get("acc_norm"), int | float)
+            ]
+            if pts:
+                pts.sort()
+                label = name if source == "loop" else f"{name} ({source}, export)"
+                ax_acc.plot([p[0] for p in pts], [p[1] for p in pts], style, ms=4, lw=1.3, label=label)
+        chance = next(
+            (r["tasks"][name].get("chance") for r in curve.evals if name in (r.get("tasks") or {})), None
+        )
+        if isinstance(chance, int | float):
+            ax_acc.axhline(chance, color="#7f7f7f", ls=":", lw=1)
+    ax_acc.set_title("task accuracy (acc_norm; dotted: chance)")
+    ax_acc.set_ylim(0, 1)
+    ax_acc.set_ylabel("accuracy")
+    for a in (ax_bpb, ax_acc):
+        for i, ev in enumerate(curve.alarms):  # the regression alarm (health.jsonl)
+            if isinstance(ev.get("step"), int | float):
+                a.axvline(
+                    float(ev["step"]),
+                    color="#d62728",
+                    ls="--",
+                    lw=1.2,
+                    label=None if i else "eval regression",
+                )
+        a.set_xlabel("step")
+        a.grid(alpha=0.3)
+        if a.get_legend_handles_labels()[0]:
+            a.legend(loc="best", fontsize=8)
+
+
+def loss_panel(ax: Any, curve: RunCurve) -> None:
     """Loss against step with failures (red), hand-overs (grey) and resumes (green) marked."""
     steps = sorted(curve.loss)
     ax.plot(steps, [curve.loss[s] for s in steps], color="#1f77b4", lw=1.6, label="loss")
@@ -182,7 +243,7 @@ def _loss_panel(ax: Any, curve: RunCurve) -> None:
             color=color,
         )
         n_labels += 1
-    ex, ey = _series(curve.metrics, "step", "eval_loss")  # held-out loss (eval.interval)
+    ex, ey = series(curve.metrics, "step", "eval_loss")  # held-out loss (eval.interval)
     if ex:
         ax.plot(ex, ey, "o-", color="#9467bd", lw=1.2, ms=3, label="held-out loss")
     ax.set_xlabel("step")

@@ -213,3 +213,22 @@ field() { python3 -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1
   assert_line "chain: successor 1001.fakepbs (submitted by this job before a requeue) is still queued; keeping it"
   assert_equal "$(field 0 verdict)" resubmit
 }
+
+@test "CHAIN_EVAL_SCRIPT: every 2nd new checkpoint is held and the eval job submitted, beside training" {
+  printf '#!/bin/bash\n#PBS -l select=1\ntrue\n' >"$BATS_TEST_TMPDIR/eval.pbs"
+  export CHAIN_EVAL_SCRIPT="$BATS_TEST_TMPDIR/eval.pbs" CHAIN_EVAL_EVERY=2 CHAIN_EVAL_POLL_S=0.2
+  # The job's command makes checkpoints 10..40 while the watcher looks; chain_end takes one last look.
+  run_strict "$(declare -f ckpt); chain_start '$JOB'; ckpt 10; sleep 1; ckpt 20; sleep 1; ckpt 30; ckpt 40; w=\$CHAIN_EVAL_PID; chain_end 75; kill -0 \$w 2>/dev/null && echo watcher alive || echo watcher gone"
+  assert_success
+  assert_line --partial "chain: evaluating one checkpoint in 2 with $CHAIN_EVAL_SCRIPT"
+  assert_line "chain: checkpoint step(s) 20 held for evaluation: submitted $CHAIN_EVAL_SCRIPT"
+  assert_line "chain: checkpoint step(s) 40 held for evaluation: submitted $CHAIN_EVAL_SCRIPT"
+  assert_line "watcher gone"  # chain_end stopped it
+  run calls
+  assert_line --index 1 "qsub $CHAIN_EVAL_SCRIPT"
+  assert_line --index 2 "qsub $CHAIN_EVAL_SCRIPT"
+  [[ -e "$AGPT_RUN_DIR/ckpt/step-20/.eval-hold" && -e "$AGPT_RUN_DIR/ckpt/step-40/.eval-hold" ]]
+  [[ ! -e "$AGPT_RUN_DIR/ckpt/step-10/.eval-hold" && ! -e "$AGPT_RUN_DIR/ckpt/step-30/.eval-hold" ]]
+  run agpt chain eval-pending "$AGPT_RUN_DIR"
+  assert_output "20 40"
+}

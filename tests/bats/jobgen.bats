@@ -18,6 +18,8 @@ GOLDEN=(
   "jobs/agpt_20b.slurm perlmutter slurm jobs/configs/20b.yaml"
   "jobs/agpt_80b.slurm perlmutter slurm jobs/configs/80b.yaml"
   "jobs/smoke.slurm perlmutter slurm jobs/configs/smoke.yaml"
+  "jobs/agpt_eval_20b.pbs aurora pbs jobs/configs/eval_20b.yaml"
+  "jobs/agpt_eval_20b.slurm perlmutter slurm jobs/configs/eval_20b.yaml"
 )
 
 conf() {  # conf NAME YAML-BODY: a config file holding only a job: section

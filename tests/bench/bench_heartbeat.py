@@ -3,7 +3,7 @@
 
 Usage: tests/bench/bench_heartbeat.py [--hosts N] [--ranks-per-node N] [--interval S] [--seconds S]
 
-Runs N x R real rank processes (agpt.heartbeat, each stepping every 0.1 s) for --seconds, and counts, per
+Runs N x R real rank processes (agpt.heartbeat.writer, each stepping every 0.1 s) for --seconds, and counts, per
 process, every file it replaces (a temporary file + one rename: one atomic write) in the shared run directory and
 in its node-local folder.  With strace on the PATH, the renames into the run directory are also counted from the
 kernel's side (rename/renameat syscalls) as a cross-check.  Prints shared writes per node per minute and the
@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 WORKER = r"""
 import json, os, sys, time
 sys.path.insert(0, sys.argv[1])
-from agpt import heartbeat
+from agpt.heartbeat import writer as heartbeat
 counts = {"shared": 0, "local": 0}
 real = heartbeat.write_atomic
 run_dir = os.environ["AGPT_RUN_DIR"]

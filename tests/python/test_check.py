@@ -15,7 +15,10 @@ import yaml
 from conftest import ROOT, agpt_env
 
 AGPT = str(ROOT / "bin" / "agpt")
-SCRIPTS = sorted([*ROOT.glob("jobs/*.pbs"), *ROOT.glob("jobs/*.slurm")])
+# The training scripts (the evaluation jobs, jobs/agpt_eval_*, run `agpt eval` on one node, not a launch).
+SCRIPTS = sorted(
+    p for p in [*ROOT.glob("jobs/*.pbs"), *ROOT.glob("jobs/*.slurm")] if "agpt train" in p.read_text()
+)
 
 
 def run(*args: str, cwd: Path = ROOT, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

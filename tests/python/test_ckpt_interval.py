@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 
+from agpt import goodput as iv
 from agpt.errors import BadInput
-from agpt.sim import interval as iv
 from conftest import BIN, agpt_env
 
 

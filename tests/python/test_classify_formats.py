@@ -14,7 +14,9 @@ import pytest
 
 from agpt.failover import classify as cl
 from agpt.failover import patterns as pat
+from agpt.failover.decide import Classification
 from agpt.failover.hostmatch import HostMatcher
+from agpt.failover.labels import split_labels
 
 ROOT = Path(__file__).resolve().parents[2]
 FQDN = [f"x4102c5s{i}b0n0.hostmgmt2102.cm.aurora.alcf.anl.gov" for i in range(2, 6)]
@@ -22,7 +24,7 @@ HOSTS = ["n1", "n2", "n3", "n4"]
 ECC = "RuntimeError: CUDA error: uncorrectable ECC error encountered"
 
 
-def _classify(tmp_path: Path, text: str, rc: int = 1, **kw: object) -> cl.Classification:
+def _classify(tmp_path: Path, text: str, rc: int = 1, **kw: object) -> Classification:
     log = tmp_path / "attempt.log"
     log.write_text(text)
     hosts = kw.pop("hosts", HOSTS)
@@ -68,12 +70,12 @@ MATRIX = [
 
 @pytest.mark.parametrize(("option", "prefix", "host", "rank"), MATRIX, ids=[m[0] for m in MATRIX])
 def test_label_matrix(option: str, prefix: str, host: str | None, rank: int | None) -> None:
-    body, h, r = cl.split_labels(prefix + ECC, HostMatcher(hosts=FQDN))
+    body, h, r = split_labels(prefix + ECC, HostMatcher(hosts=FQDN))
     assert (body, h, r) == (ECC, host, rank), option
 
 
 def test_a_label_naming_a_host_outside_the_job_is_not_taken_as_a_host() -> None:
-    body, h, r = cl.split_labels("[3@nid009999] " + ECC, HostMatcher(hosts=FQDN))
+    body, h, r = split_labels("[3@nid009999] " + ECC, HostMatcher(hosts=FQDN))
     assert (h, r) == (None, None) and body.endswith(ECC)
 
 

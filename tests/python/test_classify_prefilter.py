@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from agpt.failover import classify as cl
+from agpt.failover import scan
 from agpt.failover.hostmatch import parse_hosts
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,7 +28,7 @@ def _run(case_path: Path) -> dict:
     return r.to_json()
 
 
-class _EveryLine(cl._Scanner):
+class _EveryLine(scan.Scanner):
     """The same scanner with the prefilter off: every line reaches every pattern."""
 
     def __init__(self, *args: object, **kw: object) -> None:
@@ -38,7 +39,7 @@ class _EveryLine(cl._Scanner):
 @pytest.mark.parametrize("case_path", CASES, ids=lambda p: f"{p.parent.parent.name}/{p.parent.name}/{p.stem}")
 def test_prefilter_changes_no_answer(case_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fast = _run(case_path)
-    monkeypatch.setattr(cl, "_Scanner", _EveryLine)
+    monkeypatch.setattr(scan, "Scanner", _EveryLine)
     slow = _run(case_path)
     assert fast == slow
 
@@ -46,15 +47,15 @@ def test_prefilter_changes_no_answer(case_path: Path, monkeypatch: pytest.Monkey
 @pytest.mark.parametrize("case_path", CASES[::7], ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_no_template_memory_changes_no_answer(case_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     remembered = _run(case_path)
-    monkeypatch.setattr(cl, "TEMPLATE_BYTES", 0)
-    monkeypatch.setattr(cl, "LABEL_KEY_CAP", -1)
+    monkeypatch.setattr(scan, "TEMPLATE_BYTES", 0)
+    monkeypatch.setattr(scan, "LABEL_KEY_CAP", -1)
     assert _run(case_path) == remembered
 
 
 def test_many_distinct_lines_stay_within_the_template_budget(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cl, "TEMPLATE_BYTES", 4096)
+    monkeypatch.setattr(scan, "TEMPLATE_BYTES", 4096)
     words = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"]
     lines = [" ".join(words[(i >> k) % 8] for k in range(0, 15, 3)) for i in range(20000)]
     log = tmp_path / "log"

@@ -6,9 +6,10 @@ import re
 import subprocess
 from pathlib import Path
 
-from agpt import errors, rundir, watch
+from agpt import errors, rundir
 from agpt.chain import Limits, verdict_of
-from agpt.failover import classify, plan
+from agpt.failover import classify, plan, policy
+from agpt.watch import settings as watch
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = (ROOT / "docs" / "contract.md").read_text()
@@ -41,7 +42,7 @@ def test_verdict_table_matches_the_code() -> None:
         assert verdict_of(code)[0] == verdict
         assert verdict_of(code)[1] == (verdict in ("failed", "resubmit", "idle"))
     assert verdict_of(143) == ("signal15", True)
-    assert {v: rows[v] for v in ("done", "failed", "stuck", "repeat", "resubmit")} == plan.EXIT_CODES
+    assert {v: rows[v] for v in ("done", "failed", "stuck", "repeat", "resubmit")} == policy.EXIT_CODES
 
 
 def test_run_directory_files_are_the_code_names() -> None:
@@ -68,7 +69,7 @@ def _bash_defaults(lib: str, names: list[str]) -> dict[str, str]:
 
 
 def test_settings_defaults_are_one_fact_in_bash_python_and_the_contract() -> None:
-    s = plan.Settings()
+    s = policy.Settings()
     limits = Limits()
     want = {
         "FAILOVER_MAX_ATTEMPTS": str(s.max_attempts),
@@ -98,3 +99,54 @@ def test_no_reference_to_a_contract_outside_the_repository() -> None:
             ):
                 assert outside not in f.read_text(errors="replace"), f
     assert outside not in (ROOT / "README.md").read_text()
+
+
+def test_observability_settings_files_and_metrics_are_the_code() -> None:
+    import dataclasses
+
+    from agpt import progress
+    from agpt.observe import markers, prom
+    from agpt.train.config import ObserveConfig
+
+    def shown(v: object) -> str:
+        return str(v).lower() if isinstance(v, bool) else f"{v:g}" if isinstance(v, float) else str(v)
+
+    rows = {r[0]: r[1] for r in _table("### Trainer config section `observe`")}
+    oc = ObserveConfig()
+    assert rows == {f"observe.{f.name}": shown(getattr(oc, f.name)) for f in dataclasses.fields(oc)}
+    metrics = {r[0]: r[1] for r in _table("### `RUN_DIR/metrics.prom`")}
+    assert metrics == {name: kind for name, (kind, _help) in prom.METRICS.items()}
+    block = DOC.split("## Run directory", 1)[1].split("```", 2)[1]
+    for name in (
+        rundir.METRICS,
+        rundir.PROM,
+        f"{rundir.TB}/events.out.tfevents.",
+        f"{rundir.TB}/{markers.STATE}",
+    ):
+        assert name in block, name
+    assert f"`{progress.EVERY_ENV}` (default {progress.EVERY_DEFAULT:g})" in DOC
+
+
+def test_eval_keys_files_events_and_chain_settings_are_the_codes() -> None:
+    import dataclasses
+
+    from agpt.evals import due, records
+    from agpt.train.config import EvalConfig
+    from agpt.train.health import EVENTS
+
+    section = DOC.split("### Validation: `eval.*`", 1)[1].split("\n\n", 2)[1]
+    documented = {}
+    for line in section.splitlines():
+        cells = line.strip("|").split("|")
+        if len(cells) > 1 and cells[0].strip().startswith("`eval."):
+            documented[cells[0].strip().strip("`")] = re.findall(r"`([^`]*)`", cells[1])[0]
+    for f in dataclasses.fields(EvalConfig):
+        value = getattr(EvalConfig(), f.name)
+        want = '""' if value == "" else "[]" if value == [] else str(value)
+        assert documented.get(f"eval.{f.name}") == want, f.name
+    block = DOC.split("## Run directory", 1)[1].split("```", 2)[1]
+    assert records.FILE in block and due.STATE in block and rundir.EVAL_HOLD in block
+    assert EVENTS in DOC and "| `eval_regression` |" in DOC
+    rows = {r[0]: r[1] for r in _table("### Settings (lib/chain.sh)")}
+    bash = _bash_defaults("chain.sh", list(rows))
+    assert {k: v.strip('"') for k, v in rows.items()} == bash

@@ -1,4 +1,5 @@
-"""The failover loop's decisions (agpt.failover.plan.decide), one rule at a time, and its run-dir CLI."""
+"""The failover loop's decisions (agpt.failover.policy.decide), one rule at a time, and its run-dir CLI
+(agpt.failover.plan)."""
 
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ import pytest
 
 from agpt.errors import BadInput
 from agpt.failover import plan as P
+from agpt.failover import policy
 
 ACTIVE = ["h1", "h2", "h3", "h4"]
 SPARE = ["h5", "h6"]
-FAST = P.Settings(backoff=(5, 10, 20, 40, 60), min_attempt_s=60)
+FAST = policy.Settings(backoff=(5, 10, 20, 40, 60), min_attempt_s=60)
 
 
 def att(
@@ -28,8 +30,8 @@ def att(
     first: int | None = 1,
     last: int | None = 3,
     suspects: list[str] | None = None,
-) -> P.Attempt:
-    return P.Attempt(
+) -> policy.Attempt:
+    return policy.Attempt(
         attempt=n,
         rc=rc,
         cls=cls,
@@ -62,16 +64,16 @@ def ev(
 
 
 def decide(
-    a: P.Attempt,
+    a: policy.Attempt,
     history: list[dict[str, Any]] | None = None,
     *,
     active: list[str] = ACTIVE,
     spare: list[str] = SPARE,
-    settings: P.Settings = FAST,
+    settings: policy.Settings = FAST,
     now: float = 1000.0,
     deadline: float | None = None,
-) -> P.Plan:
-    return P.decide(
+) -> policy.Plan:
+    return policy.decide(
         a, active=active, spare=spare, history=history or [], settings=settings, now=now, deadline=deadline
     )
 
@@ -217,7 +219,7 @@ def test_different_steps_are_no_repeat() -> None:
 
 def test_max_repeat_is_a_setting() -> None:
     h = [ev(1, "app", last=6), ev(2, "app", last=6)]
-    s = P.Settings(max_repeat=4, backoff=(0,), min_attempt_s=0)
+    s = policy.Settings(max_repeat=4, backoff=(0,), min_attempt_s=0)
     assert decide(att(3, "app", last=6), h, settings=s).action == "relaunch"
 
 
@@ -243,7 +245,7 @@ def test_suspect_that_is_a_just_added_spare_is_skipped() -> None:
 
 
 def simulate_rotation(
-    guilty: str, n_active: int, n_spares: int, settings: P.Settings = FAST
+    guilty: str, n_active: int, n_spares: int, settings: policy.Settings = FAST
 ) -> tuple[int, str]:
     """Run the decisions against a fake cluster where `guilty` hangs every attempt it is in."""
     active = [f"h{i}" for i in range(1, n_active + 1)]
@@ -279,7 +281,7 @@ def test_rotation_that_never_helps_ends_as_repeat() -> None:
 
 
 def test_max_attempts_after_progress_resubmits() -> None:
-    s = P.Settings(max_attempts=3, backoff=(0,), min_attempt_s=0)
+    s = policy.Settings(max_attempts=3, backoff=(0,), min_attempt_s=0)
     p = decide(att(3, "app", last=9), [ev(1, "app", last=3), ev(2, "app", last=6)], settings=s)
     assert (p.verdict, p.exit) == ("resubmit", 75)
 
@@ -290,22 +292,22 @@ def test_deadline_near_resubmits_instead_of_a_doomed_attempt() -> None:
 
 
 def test_backoff_counts_toward_the_deadline() -> None:
-    s = P.Settings(backoff=(30,), min_attempt_s=60)
+    s = policy.Settings(backoff=(30,), min_attempt_s=60)
     assert decide(att(1, "app"), now=1000, deadline=1080, settings=s).exit == 75
     assert decide(att(1, "app"), now=1000, deadline=1100, settings=s).action == "relaunch"
 
 
 def test_before_first_attempt_checks_the_deadline() -> None:
-    p = P.before_attempt(1, history=[], settings=FAST, now=1000, deadline=1030)
+    p = policy.before_attempt(1, history=[], settings=FAST, now=1000, deadline=1030)
     assert (p.action, p.verdict, p.exit) == ("stop", "resubmit", 75)
-    assert P.before_attempt(1, history=[], settings=FAST, now=1000, deadline=None).action == "relaunch"
+    assert policy.before_attempt(1, history=[], settings=FAST, now=1000, deadline=None).action == "relaunch"
 
 
 def test_settings_validate_themselves() -> None:
     with pytest.raises(BadInput, match="FAILOVER_MAX_REPEAT"):
-        P.Settings(max_repeat=1)
+        policy.Settings(max_repeat=1)
     with pytest.raises(BadInput, match="FAILOVER_BACKOFF"):
-        P.Settings(backoff=())
+        policy.Settings(backoff=())
 
 
 def test_scan_steps_streams_any_bytes(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from agpt import chain, rundir
 from agpt.errors import BadInput
-from agpt.failover import hostmatch, hosts, plan, report
+from agpt.failover import hostmatch, hosts, plan, policy, report
 
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -176,8 +176,8 @@ def test_durations_counts_and_epochs_are_bounded_or_refused(v: Any) -> None:
         lambda x: rundir.seconds(x, "FLAG"),
         lambda x: rundir.whole(x, "FLAG"),
         lambda x: rundir.epoch(x, "FLAG"),
-        lambda x: plan.Settings(min_attempt_s=x),
-        lambda x: plan.Settings(backoff=(x,)),
+        lambda x: policy.Settings(min_attempt_s=x),
+        lambda x: policy.Settings(backoff=(x,)),
     ):
         try:
             out = check(v)

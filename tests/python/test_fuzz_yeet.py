@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from agpt.errors import AgptError
 from agpt.yeet.extract import safe_extract, scan
 from agpt.yeet.report import read_hostfile
-from agpt.yeet.run import YeetSettings, yeet
+from agpt.yeet.run import yeet
+from agpt.yeet.settings import YeetSettings
 from fuzz_util import FUZZ, FUZZ_SLOW, JSONISH_SIDECAR, one_line_exit_2, truncations
 
 

@@ -14,9 +14,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agpt import heartbeat
-from agpt.failover import classify as cl
-from agpt.failover import heartbeats as hbs
+from agpt.failover.classify import apply_heartbeats
+from agpt.failover.decide import Classification
+from agpt.heartbeat import format as hbformat
+from agpt.heartbeat import reader as hbs
+from agpt.heartbeat import writer as heartbeat
+from agpt.heartbeat.straggler import StragglerMonitor
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE = ROOT / "tests" / "fixtures" / "fake_trainer.py"
@@ -31,7 +34,7 @@ def rank(r: int, *, step: int = 4, phase: str = "collective", phase_s: float = 9
 
 
 def node(host: str, ranks: list[dict[str, Any]], *, seq: int = 20, attempt: str = ATT, t: float = 0.0) -> dict[str, Any]:  # fmt: skip
-    return {"format": heartbeat.FORMAT, "attempt": attempt, "host": host, "seq": seq, "interval_s": 1.0,
+    return {"format": hbformat.FORMAT, "attempt": attempt, "host": host, "seq": seq, "interval_s": 1.0,
             "tick_s": 0.25, "up_s": 20.0, "time": t, "local_size": 2, "ranks": ranks}  # fmt: skip
 
 
@@ -139,6 +142,33 @@ def test_one_file_per_node_holds_every_local_rank(tmp_path: Path) -> None:
     rec = json.loads((run / "heartbeat" / "h1.json").read_text())
     assert rec["attempt"] == ATT and [r["rank"] for r in rec["ranks"]] == [0, 1]
     assert rec["ranks"][1]["compute_s"] == 0.25 and rec["ranks"][0]["tick"] > 0
+    # the writer's record is the format's: its fields, and the reader takes it
+    assert set(rec) <= {*hbformat.NODE_FIELDS, *hbformat.NODE_OPTIONAL} and set(hbformat.NODE_FIELDS) <= set(
+        rec
+    )
+    fields = {*hbformat.RANK_FIELDS, *hbformat.RANK_PUBLISHED}
+    assert all(set(hbformat.RANK_FIELDS) <= set(r) <= fields for r in rec["ranks"])
+    assert hbs.read_records(run / hbformat.DIR, ["h1"], ATT)[0] == {"h1": rec}
+
+
+def test_the_contract_shows_the_formats_node_record() -> None:
+    doc = (ROOT / "docs" / "contract.md").read_text()
+    section = doc.split(f"### Node record (`heartbeat/<host>.json`, format `{hbformat.FORMAT}`)", 1)[1]
+    example = json.loads(section.split("```json", 1)[1].split("```", 1)[0])
+    assert example["format"] == hbformat.FORMAT
+    assert set(example) == set(hbformat.NODE_FIELDS)
+    assert set(example["ranks"][0]) == {*hbformat.RANK_FIELDS, *hbformat.RANK_PUBLISHED}
+    assert f"`phase` (one of {', '.join(hbformat.PHASES)})" in " ".join(section.split())
+
+
+def test_a_rank_that_stopped_is_never_the_leader_of_its_step(tmp_path: Path) -> None:
+    """`done` counts as the step's start for the reader: a host whose ranks stopped is the odd one out, not the
+    others waiting in the collective it left."""
+    recs = [healthy(h, i) for i, h in enumerate(HOSTS)]
+    for r in recs[1]["ranks"]:
+        r.update(phase="done", phase_s=9.4)
+    f = hbs.attribute(write(tmp_path, recs), HOSTS, ATT)
+    assert f.bad_hosts == ["n2"] and "in done for 9.4 s while 6 other rank(s) wait" in f.evidence[0]
 
 
 def test_a_stuck_rank_dumps_its_stacks_into_the_attempts_folder(tmp_path: Path) -> None:
@@ -158,7 +188,9 @@ def test_a_stuck_rank_dumps_its_stacks_into_the_attempts_folder(tmp_path: Path) 
 
 def test_straggler_monitor_needs_windows_in_a_row_then_asks_for_a_swap(tmp_path: Path) -> None:
     hb_dir = tmp_path / "heartbeat"
-    mon = hbs.StragglerMonitor(run_dir=tmp_path, attempt=ATT, pct=20, windows=3, swap=True)
+    mon = StragglerMonitor(run_dir=tmp_path, attempt=ATT, pct=20, windows=3, swap=True)
+    torn = '{"event": "attempt", "jobid": "77", "att'  # a writer killed mid-line
+    (tmp_path / "events.jsonl").write_text(torn)
     for seq in range(1, 6):
         recs = [node(h, [rank(2 * i, compute_s=0.1), rank(2 * i + 1, compute_s=0.11)], seq=seq)
                 for i, h in enumerate(HOSTS)]  # fmt: skip
@@ -168,7 +200,8 @@ def test_straggler_monitor_needs_windows_in_a_row_then_asks_for_a_swap(tmp_path:
         write(hb_dir, recs)
         got = mon.poll()
         assert got == ("n3" if seq == 5 else None)
-    ev = [json.loads(x) for x in (tmp_path / "events.jsonl").read_text().splitlines()]
+    lines = (tmp_path / "events.jsonl").read_text().splitlines()
+    ev = [json.loads(x) for x in lines[1:]]  # the event starts on a fresh line (rundir.append_jsonl)
     assert [(e["event"], e["host"], e["action"], e["windows"]) for e in ev] == [
         ("straggler", "n3", "swap", 3)
     ]
@@ -263,14 +296,14 @@ def test_classify_without_heartbeats_stays_a_blind_hang(tmp_path: Path) -> None:
 
 def test_apply_names_the_straggler_of_a_75_stop(tmp_path: Path) -> None:
     write(tmp_path, [])
-    (tmp_path / hbs.SWAP_FILE).write_text(
+    (tmp_path / hbformat.SWAP_FILE).write_text(
         json.dumps({"attempt": ATT, "host": "n2", "evidence": "straggler: n2 x"})
     )
-    res = cl.Classification(cls="crash", bad_hosts=[], evidence=[], last_step=5)
-    hbs.apply(res, tmp_path, HOSTS, ATT, 75)
+    res = Classification(cls="crash", bad_hosts=[], evidence=[], last_step=5)
+    apply_heartbeats(res, tmp_path, HOSTS, ATT, 75)
     assert (res.cls, res.bad_hosts, res.evidence) == ("node", ["n2"], ["straggler: n2 x"])
-    res = cl.Classification(cls="crash", bad_hosts=[], evidence=[], last_step=5)
-    hbs.apply(res, tmp_path, HOSTS, "77.2", 75)  # another attempt's request
+    res = Classification(cls="crash", bad_hosts=[], evidence=[], last_step=5)
+    apply_heartbeats(res, tmp_path, HOSTS, "77.2", 75)  # another attempt's request
     assert res.cls == "crash"
 
 

@@ -94,9 +94,7 @@ def test_data_stages_switch_at_until_tokens_and_resume_exactly_after_kill_9(
     tmp_path: Path,
     sp_model: Path,  # noqa: F811
 ) -> None:
-    import subprocess
-
-    from train_util import kill_ranks, step_lines, train_cmd, train_env, wait_for
+    from train_util import kill_9_when, step_lines
 
     code = _blend(tmp_path, sp_model, "code", 64, {"code": CORPORA["code"]}, 0)
     prose = _blend(tmp_path, sp_model, "prose", 64, {"prose": CORPORA["prose"]}, 0)
@@ -111,16 +109,8 @@ def test_data_stages_switch_at_until_tokens_and_resume_exactly_after_kill_9(
 
     run = tmp_path / "run"
     log = tmp_path / "first.log"
-    with open(log, "w") as fh:
-        proc = subprocess.Popen(train_cmd(2, run, *args), env=train_env(), stdout=fh, stderr=fh)
-        try:
-            wait_for(lambda: (run / "ckpt/step-4/.complete").exists(), 120, "step-4 complete", proc)
-            wait_for(lambda: "\nstep=7 " in log.read_text(), 120, "step 7 (past the stage boundary)", proc)
-            assert kill_ranks(proc.pid) == 2
-            proc.wait(timeout=60)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+    kill_9_when(2, run, log, args, (lambda: (run / "ckpt/step-4/.complete").exists(), "step-4 complete"),
+                (lambda: "\nstep=7 " in log.read_text(), "step 7 (past the stage boundary)"))  # fmt: skip
     r = run_train(2, run, *args)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "step-4 (step 4" in r.stdout

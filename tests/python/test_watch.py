@@ -17,7 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from agpt import watch as watchmod
+from agpt.errors import BadInput
+from agpt.watch.attempt import DRAIN_S
+from agpt.watch.output import Progress
+from agpt.watch.run import watch
+from agpt.watch.settings import WatchSettings
 from conftest import BIN, agpt_env
 
 PY = sys.executable
@@ -93,7 +97,7 @@ def test_grandchild_left_behind_after_the_child_exits_does_not_keep_watch_alive(
     )
     assert proc.returncode == 5  # the child's own status, not the cleanup's
     assert gone(int(proc.stdout.split()[0]))
-    assert elapsed < watchmod.DRAIN_S + 1 + SLACK
+    assert elapsed < DRAIN_S + 1 + SLACK
 
 
 def test_child_that_ignores_sigterm_is_sigkilled_after_grace() -> None:
@@ -306,10 +310,10 @@ def test_sigterm_during_the_backoff_ends_the_run_without_a_retry(tmp_path: Path)
 
 
 def test_backoff_schedule_repeats_its_last_value() -> None:
-    s = watchmod.WatchSettings(retries=7)
-    assert [d for _, d in watchmod._attempts(s)] == [0, 5, 10, 20, 40, 60, 60, 60]
-    s = watchmod.WatchSettings(retries=3, backoff=(1.0,))
-    assert [n for n, _ in watchmod._attempts(s)] == [1, 2, 3, 4]
+    s = WatchSettings(retries=7)
+    assert [d for _, d in s.attempts()] == [0, 5, 10, 20, 40, 60, 60, 60]
+    s = WatchSettings(retries=3, backoff=(1.0,))
+    assert [n for n, _ in s.attempts()] == [1, 2, 3, 4]
 
 
 # ---- startup timeout and progress ----------------------------------------------------------------------------
@@ -349,7 +353,7 @@ def test_startup_timeout_fires_before_the_first_progress_line() -> None:
 
 @pytest.mark.parametrize("eager", [True, False])
 def test_progress_line_is_matched_across_chunk_boundaries_and_carriage_returns(eager: bool) -> None:
-    prog = watchmod._Progress(re.compile(rb"\bstep[=:] ?[0-9]+", re.MULTILINE), eager)
+    prog = Progress(re.compile(rb"\bstep[=:] ?[0-9]+", re.MULTILINE), eager)
 
     def feed(key: int, data: bytes, now: float) -> None:
         buf = bytearray(data)
@@ -490,7 +494,7 @@ def test_python_api_runs_with_retries_and_restores_signal_handlers(tmp_path: Pat
     before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD)}
     runs = tmp_path / "runs"
     log = tmp_path / "api.log"
-    rc = watchmod.run_with_retries(
+    rc = watch(
         ["sh", "-c", 'echo "try $AGPT_WATCH_ATTEMPT"; echo x >> "$0"; exit 9', str(runs)],
         retries=1,
         backoff=[0.1],
@@ -502,9 +506,9 @@ def test_python_api_runs_with_retries_and_restores_signal_handlers(tmp_path: Pat
     text = log.read_text()
     assert "try 1\n" in text and "try 2\n" in text and "attempt 1/2 failed (exit 9)" in text
     assert {s: signal.getsignal(s) for s in before} == before
-    assert watchmod.watch(["true"], timeout=5) == 0
-    with pytest.raises(watchmod.BadInput, match="--grace"):
-        watchmod.watch(["true"], grace=-1)
+    assert watch(["true"], timeout=5) == 0
+    with pytest.raises(BadInput, match="--grace"):
+        watch(["true"], grace=-1)
 
 
 def test_bench_runs_small(root: Path) -> None:

@@ -117,3 +117,18 @@ def copy_ckpt(src_run: Path, dst_run: Path, *steps: int) -> None:
 
 def ckpt_steps(run_dir: Path) -> list[int]:
     return sorted(int(p.name[5:]) for p in (run_dir / "ckpt").iterdir() if p.name.startswith("step-"))
+
+
+def kill_9_when(ranks: int, run_dir: Path, log: Path, args: tuple[str, ...] | list[str], *waits) -> None:
+    """Start `agpt train` on `ranks` ranks (output in `log`), wait for each (predicate, what) in turn, then
+    kill -9 every rank, as a node failure does."""
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(train_cmd(ranks, run_dir, *args), env=train_env(), stdout=fh, stderr=fh)
+        try:
+            for pred, what in waits:
+                wait_for(pred, 180, what, proc)
+            assert kill_ranks(proc.pid) == ranks
+            proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()

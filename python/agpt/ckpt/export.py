@@ -19,6 +19,7 @@ from typing import Any
 
 from agpt.ckpt import layout, provenance, stfile
 from agpt.errors import BadInput, CheckpointError, DataError
+from agpt.progress import Progress
 from agpt.train.config import Config
 
 DTYPES = {"bf16": ("BF16", 2), "fp32": ("F32", 4)}
@@ -185,11 +186,10 @@ def _write_folder(
     st_dtype, _itemsize = DTYPES[dtype]
     torch_dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[dtype]
     n_tensors = sum(len(e) for e in shards)
-    every = max(1, n_tensors // 10)
+    bar = Progress(n_tensors, "export", unit="tensors", quiet=not progress)
     reader = TensorReader(sd)
     weight_map: dict[str, str] = {}
     total = 0
-    done = 0
     for i, entries in enumerate(shards):
         name = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
         with open(tmp / name, "wb") as f:
@@ -202,11 +202,10 @@ def _write_folder(
                 total += data.nbytes
                 weight_map[hf] = name
                 del t, raw, data
-                done += 1
-                if progress and (done % every == 0 or done == n_tensors):
-                    print(f"agpt: export: {done}/{n_tensors} tensors", file=sys.stderr, flush=True)
+                bar.update()
             f.flush()
             os.fsync(f.fileno())
+    bar.close()
     _write_json(
         tmp / "model.safetensors.index.json", {"metadata": {"total_size": total}, "weight_map": weight_map}
     )

@@ -16,6 +16,7 @@ from typing import Any
 
 from agpt.ckpt import layout, provenance, stfile
 from agpt.errors import BadInput, CheckpointError, ConfigError
+from agpt.progress import Progress
 from agpt.train.config import Config, load_config
 
 ARCH = "LlamaForCausalLM"
@@ -183,7 +184,8 @@ def _write(src: Path, cfg: Config, rd: Path, files: Located, step: int) -> Path:
     master = DTYPE[cfg.train.master_dtype]
     by_ours = {ours: hf for hf, ours, _ in layout.tensor_plan(cfg.model)}
     params = dict(trainer.model.named_parameters())
-    with torch.no_grad():
+    bar = Progress(len(params), "import", unit="tensors", quiet=trainer.rank != 0)
+    with torch.no_grad(), bar:
         for ours, p in params.items():
             path, start, entry, name = files[by_ours[ours]]
             full = stfile.read_tensor(path, start, entry, name).to(dtype=master, device=p.device)
@@ -193,6 +195,7 @@ def _write(src: Path, cfg: Config, rd: Path, files: Located, step: int) -> Path:
             else:
                 p.copy_(full)
             del full
+            bar.update()
     trainer.state()  # materialises AdamW's state (zero moments) the way every save does
     for st in trainer.optim.state.values():
         if isinstance(st.get("step"), torch.Tensor):

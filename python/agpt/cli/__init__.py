@@ -37,11 +37,19 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "chain": ("stdlib:agpt.chain", "Show a run's chain of jobs (JOB layer): start, end, steps, verdict."),
     "data": ("agpt.cli.data", "Verify a blended data set against its manifest, or inspect its mixture."),
+    "eval": (
+        "agpt.cli.eval",
+        "Score multiple-choice tasks on an export with lm-eval (offline), or a run's held checkpoints.",
+    ),
     "failover": (
         "stdlib:agpt.failover",
         "Classify a failed attempt, or report a run's recovery timeline (NODE layer).",
     ),
     "jobgen": ("bin", "Generate a PBS or Slurm job script for a site from a run config (JOB layer)."),
+    "monitor": (
+        "agpt.cli.monitor",
+        "Watch a run in the terminal: progress, throughput, the last failure, hosts (--once: one frame).",
+    ),
     "mpi-hello": ("agpt.cli.mpihello", "Print rank, size and host from every MPI rank (a launcher check)."),
     "launch": ("bin", "Run a program on the job's active hosts with the site's launcher (JOB layer)."),
     "lr-find": (
@@ -52,6 +60,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "preflight": (
         "stdlib:agpt.preflight",
         "Check one host can train: launcher, device, collective backend, a small allreduce.",
+    ),
+    "report": (
+        "agpt.cli.report",
+        "Write a self-contained HTML page about a run: timeline, failures, curves.",
     ),
     "setup": ("bin", "Install the system packages and the pinned .venv this checkout needs."),
     "sim": (
@@ -70,7 +82,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tokenizer": ("agpt.cli.tokenizer", "Train a SentencePiece tokenizer from local text."),
     "train": ("agpt.cli.train", "Train a Llama-style model with FSDP2, async checkpoints and exact resume."),
     "watch": (
-        "stdlib:agpt.watch",
+        "stdlib:agpt.watch.cli",
         "Run a command, kill it when its output goes idle, retry (PROCESS layer).",
     ),
     "yeet": ("agpt.cli.yeet", "Broadcast a venv, checkpoint or dataset to every node's local storage."),

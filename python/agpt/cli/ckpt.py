@@ -133,9 +133,9 @@ def interval_cmd(
     Example (the AuroraGPT 20B figures): agpt ckpt interval --nodes 512 --node-mtbf-h 8760 --save-stall-s 23.6
     --load-s 59
     """
-    from agpt.sim import interval as iv
+    from agpt import goodput as iv
 
     r = iv.interval(
         nodes=nodes, node_mtbf_h=node_mtbf_h, save_stall_s=save_stall_s, load_s=load_s, restart_s=restart_s
     )
-    click.echo(json.dumps(r.as_dict()) if as_json else iv.render(r))
+    click.echo(json.dumps(r.as_dict()) if as_json else iv.render_interval(r))

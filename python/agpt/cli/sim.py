@@ -125,7 +125,7 @@ def run_cmd(
     help="folder for goodput.md and goodput.png",
 )
 def table_cmd(spec: str, nodes: str, days: float | None, seeds: str, out: Path) -> None:
-    """The README's table and figure: every node count with and without spares, heartbeats, async saves."""
+    """The goodput table and figure (docs/sim/): every node count with and without spares, heartbeats, async saves."""
     m = _load(spec, None, None, days)
     try:
         ns = [int(x) for x in nodes.split(",") if x.strip()]
@@ -138,7 +138,15 @@ def table_cmd(spec: str, nodes: str, days: float | None, seeds: str, out: Path) 
         raise ConfigError(f"--nodes: node counts of at least 1, got {nodes!r}")
     if not ss:
         raise ConfigError("--seeds: at least one seed")
-    rows = sweep.sweep(m, nodes=ns, seeds=ss, progress=lambda s: click.echo(s, err=True))
+    from agpt.progress import Progress
+
+    with Progress(len(ns) * len(sweep.VARIANTS) * len(ss), "sim table", unit="runs") as bar:
+
+        def done(line: str) -> None:  # each simulation's result line, above the bar
+            bar.write(line)
+            bar.update()
+
+        rows = sweep.sweep(m, nodes=ns, seeds=ss, progress=done)
     out.mkdir(parents=True, exist_ok=True)
     text = sweep.table(rows, m) + "\n\n" + sweep.headline(rows, nodes=ns[0]) + "\n"
     (out / "goodput.md").write_text(text)

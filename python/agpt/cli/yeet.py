@@ -55,7 +55,8 @@ def cli(
       AGPT_YEET_FANOUT     concurrent copies per source, ssh transport (8)
       AGPT_YEET_TIMEOUT_S  per ssh call (600); AGPT_YEET_RETRIES per target (2)
     """
-    from agpt.yeet.run import YeetSettings, yeet
+    from agpt.yeet.run import yeet
+    from agpt.yeet.settings import YeetSettings
 
     def emit(line: str) -> None:
         click.echo(line)

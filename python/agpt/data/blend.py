@@ -38,13 +38,14 @@ from typing import Any
 
 import numpy as np
 
+from agpt.data import bytecount, mmidx, rng, workdir
 from agpt.data import manifest as mf
-from agpt.data import mmidx, rng, workdir
 from agpt.data.dist import Comm, world
 from agpt.data.greedy import deficit_with_occurrence
 from agpt.data.tokenizer import load as load_tokenizer
 from agpt.data.tokenizer import sha256_file
 from agpt.errors import AgptError, BadInput, DataError
+from agpt.progress import Progress
 
 WORK = ".work"
 
@@ -371,14 +372,15 @@ def build(s: BlendSettings, comm: Comm | None = None) -> dict[str, Any]:
 
     owner = _assign([int(f["docs"]) * max(1, c) for f, c in zip(files, counts, strict=True)], comm.size)
     epochs_mine: dict[int, int] = {}
-    for f, finfo in enumerate(files):
-        if owner[f] != comm.rank:
-            continue
-        sizes = np.asarray(mmidx.Index(finfo["prefix"]).sizes, dtype=np.int64)
-        res = _file_index(s.seed, f, sizes, counts[f], s.seq_len)
-        for what in ("doc_order", "sample_idx", "shuffle"):
-            _save(_work(out, f, what), res[what])
-        epochs_mine[f] = res["epochs"]
+    mine = [f for f in range(len(files)) if owner[f] == comm.rank]
+    with Progress(len(mine), "blend: per-file indices", unit="files", quiet=s.quiet or comm.rank != 0) as bar:
+        for f in mine:
+            sizes = np.asarray(mmidx.Index(files[f]["prefix"]).sizes, dtype=np.int64)
+            res = _file_index(s.seed, f, sizes, counts[f], s.seq_len)
+            for what in ("doc_order", "sample_idx", "shuffle"):
+                _save(_work(out, f, what), res[what])
+            epochs_mine[f] = res["epochs"]
+            bar.update()
     epochs: dict[int, int] = {}
     for part in comm.allgather(epochs_mine):
         epochs.update(part)
@@ -400,8 +402,10 @@ def _prepare(out: Path, key: str, overwrite: bool) -> str:
         except DataError:
             old = {}
         if old.get("cache_key") == key and mf.first_mismatch(out, old, "idx") is None:
-            return "done"
-        if not overwrite:
+            if all("bytes_per_token" in c for c in old.get("corpora") or [{}]):
+                return "done"
+            # else made before bytes per token were pinned: the same blend is made again, with them
+        elif not overwrite:
             raise BadInput(
                 f"--output {out}: holds another blend (cache key {str(old.get('cache_key'))[:12]}...); "
                 "pass --overwrite or use a new dir"
@@ -464,6 +468,7 @@ def _write(
     for name in index:
         index[name]["sha256"] = sha256_file(out / name)
     sp = load_tokenizer(tok[0])
+    per_byte = bytecount.count(files, corpora, sp)  # pinned here: bits per byte of the held-out loss
     corpus_rows = []
     for k, c in enumerate(corpora):
         members = [f for f in range(nf) if files[f]["corpus"] == c]
@@ -478,6 +483,7 @@ def _write(
                 "tokens": tokens,
                 "epochs": n_c * s.seq_len / max(tokens, 1),
                 "max_file_epochs": max((epochs[f] for f in members), default=0),
+                "bytes_per_token": per_byte[c],
             }
         )
     manifest = {

@@ -21,7 +21,6 @@ import json
 import multiprocessing as mp
 import os
 import shutil
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -34,6 +33,7 @@ from agpt.data.dist import Comm, local_ranks, world
 from agpt.data.readers import Chunk, expand_inputs, iter_documents, plan_chunks
 from agpt.data.tokenizer import load, sha256_file
 from agpt.errors import AgptError, BadInput, DataError
+from agpt.progress import Progress
 
 WORK = ".work"
 META = "tokenize.json"
@@ -267,41 +267,6 @@ def _bin_sha256(work: str, plan: _ShardPlan) -> str:
     return sha256_file(mmidx.bin_path(plan.prefix))
 
 
-class _Progress:
-    """tqdm on a terminal, a plain line every `every` seconds otherwise (batch logs)."""
-
-    def __init__(self, total: int, label: str, enabled: bool | None, quiet: bool) -> None:
-        every = float(os.environ.get("AGPT_PROGRESS_SECONDS", "10"))
-        self.total, self.label, self.every, self.quiet = total, label, every, quiet
-        self.done = 0
-        self.t0 = self.last = time.monotonic()
-        self.bar: Any = None
-        tty = sys.stderr.isatty() if enabled is None else enabled
-        if tty and not quiet:
-            from tqdm import tqdm
-
-            self.bar = tqdm(total=total, desc=label, unit="B", unit_scale=True, file=sys.stderr)
-
-    def update(self, n: int) -> None:
-        self.done += n
-        if self.bar is not None:
-            self.bar.update(n)
-            return
-        now = time.monotonic()
-        if not self.quiet and now - self.last >= self.every:
-            self.last = now
-            rate = self.done / max(now - self.t0, 1e-9) / 1e6
-            print(
-                f"{self.label}: {self.done / 1e6:.1f}/{self.total / 1e6:.1f} MB ({rate:.2f} MB/s)",
-                file=sys.stderr,
-                flush=True,
-            )
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
 def _pool(workers: int, comm: Comm) -> Any:
     """Worker processes; `spawn` under MPI (forking an MPI process is unsafe on many fabrics)."""
     ctx = mp.get_context("spawn" if comm.mpi is not None else "fork")
@@ -309,7 +274,7 @@ def _pool(workers: int, comm: Comm) -> Any:
 
 
 def _run_jobs(
-    fn: Any, jobs: list[Any], workers: int, comm: Comm, progress: _Progress | None, weight: Any
+    fn: Any, jobs: list[Any], workers: int, comm: Comm, progress: Progress | None, weight: Any
 ) -> list[Any]:
     results: list[Any] = []
     if workers <= 1 or len(jobs) <= 1:
@@ -456,7 +421,7 @@ def run(s: TokenizeSettings, comm: Comm | None = None) -> dict[str, Any]:
     ]
     total = sum(j.chunk.nbytes for j in mine)
     label = "tokenize" if comm.size == 1 else f"tokenize[rank {comm.rank}/{comm.size}]"
-    progress = _Progress(total, label, s.progress, s.quiet or comm.rank != 0)
+    progress = Progress(total, label, unit="B", scale=True, bar=s.progress, quiet=s.quiet or comm.rank != 0)
     results: list[Any] = []
     try:
         results = _run_jobs(

@@ -12,20 +12,18 @@ Standard library only.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from agpt import rundir
+from agpt.hostlist import expand_hostlist
 
 # Interface suffixes that name the same node on another network: `nid001234-hsn0`, `node7-ib0`.
 _IFACE_SUFFIX = re.compile(r"-(?:hsn|nmn|hmn|can|chn|ib|eth|opa|mgmt)\d*$")
 # A Cray EX NIC xname (`x1000c0s0b0n0h0`) names the node `x1000c0s0b0n0`.
 _XNAME_NIC = re.compile(r"^(x\d+c\d+s\d+b\d+n\d+)h\d+$")
 _STRIP = " \t[]()<>{}'\"`,;:!?"
-# A Slurm hostlist expression: prefix[ranges]suffix, e.g. nid[001234-001236,001240].
-_HOSTLIST = re.compile(r"^([^\[\],]*)\[([0-9,\-]+)\](.*)$")
-MAX_EXPANDED = 65536
 
 
 def host_key(name: str) -> str:
@@ -53,52 +51,6 @@ def _strip_port(token: str) -> str:
     if t.count(":") == 1:
         t = t.split(":", 1)[0]
     return t
-
-
-def expand_hostlist(expr: str, limit: int = MAX_EXPANDED) -> list[str]:
-    """Expand a Slurm hostlist (`nid[001-003,007]`, `a,b`) into names, keeping zero padding; bounded by limit."""
-    out: list[str] = []
-    for part in _split_top(expr):
-        for name in _expand_one(part):
-            out.append(name)
-            if len(out) >= limit:
-                return out
-    return out
-
-
-def _split_top(expr: str) -> Iterator[str]:
-    depth = 0
-    start = 0
-    for i, ch in enumerate(expr):
-        if ch == "[":
-            depth += 1
-        elif ch == "]":
-            depth = max(0, depth - 1)
-        elif ch == "," and depth == 0:
-            if expr[start:i]:
-                yield expr[start:i]
-            start = i + 1
-    if expr[start:]:
-        yield expr[start:]
-
-
-def _expand_one(part: str) -> Iterator[str]:
-    m = _HOSTLIST.match(part)
-    if not m:
-        yield part
-        return
-    prefix, ranges, suffix = m.groups()
-    for rng in ranges.split(","):
-        if not rng:
-            continue
-        lo, _, hi = rng.partition("-")
-        if not lo.isdigit() or (hi and not hi.isdigit()):
-            continue
-        width = len(lo)
-        a, b = int(lo), int(hi) if hi else int(lo)
-        for i in range(a, min(b, a + MAX_EXPANDED) + 1):
-            for rest in _expand_one(suffix) if "[" in suffix else (suffix,):
-                yield f"{prefix}{i:0{width}d}{rest}"
 
 
 def read_hostfile(path: str | Path) -> list[str]:

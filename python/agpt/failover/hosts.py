@@ -25,20 +25,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import socket
-import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from agpt import rundir
 from agpt.errors import BadInput
+from agpt.failover.each import run_each, write_prefixed
 
 BLIND = "blind"
 
@@ -395,58 +393,6 @@ def mark_bad(run_dir: Path, hosts: Sequence[str], *, jobid: str, evidence: str) 
     append_bad(RunHosts(run_dir=run_dir).path("bad"), hosts, jobid=jobid, evidence=evidence or "named")
 
 
-def run_each(
-    hosts: Sequence[str], command: str, *, timeout: float = 120.0, workers: int = 32
-) -> tuple[dict[str, str], dict[str, str]]:
-    """Run `command` once per host (`{host}` replaced, shell-quoted), `workers` at a time.
-
-    Returns (outputs, failures): each host's combined output, and for the hosts where the command failed or
-    timed out, a one-line reason.
-    """
-    failed: dict[str, str] = {}
-    outputs: dict[str, str] = {}
-    lock = threading.Lock()
-
-    def one(host: str) -> None:
-        cmd = command.replace("{host}", shlex.quote(host))
-        why = ""
-        try:
-            p = subprocess.run(
-                ["bash", "-c", cmd],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                timeout=timeout,
-                start_new_session=True,
-            )
-            text = p.stdout.decode(errors="replace")
-            if p.returncode != 0:
-                last = text.strip().splitlines()[-1] if text.strip() else ""
-                why = f"rc={p.returncode}: {last}".rstrip(": ")
-        except subprocess.TimeoutExpired as e:
-            text = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else ""
-            why = f"timed out after {timeout:g} s"
-        with lock:
-            outputs[host] = text
-            if why:
-                failed[host] = why
-
-    if hosts:
-        with ThreadPoolExecutor(max_workers=max(1, min(workers, len(hosts)))) as pool:
-            list(pool.map(one, hosts))
-    return outputs, failed
-
-
-def _write_prefixed(log: Path, hosts: Sequence[str], outputs: dict[str, str], failed: dict[str, str]) -> None:
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "w") as f:
-        for h in hosts:
-            for line in outputs.get(h, "").splitlines():
-                f.write(f"[{h}] {line}\n")
-            if h in failed:
-                f.write(f"[{h}] {failed[h]}\n")
-
-
 def preflight(
     run_dir: Path,
     command: str,
@@ -471,7 +417,7 @@ def preflight(
         hosts = active + spare_all
         outputs, failed = run_each(hosts, command, timeout=timeout, workers=workers)
         if log is not None:
-            _write_prefixed(log, hosts, outputs, failed)
+            write_prefixed(log, hosts, outputs, failed)
         bad_active = [h for h in active if h in failed]
         spare = [h for h in spare_all if h not in failed]
         if len(spare) < len(bad_active):
@@ -551,19 +497,21 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--hosts", required=True)
     p.add_argument("--evidence", default="named")
     p.add_argument("--jobid", default="")
-    p = sub.add_parser("preflight", help="run a command per host ({host}); evict the hosts where it fails")
-    p.add_argument("--run-dir", required=True)
-    p.add_argument("--cmd", required=True)
-    p.add_argument("--timeout", type=_seconds("--timeout"), default=120.0)
-    p.add_argument("--workers", type=int, default=32)
+    p = _per_host(sub, "preflight", "run a command per host ({host}); evict the hosts where it fails", 120.0)
     p.add_argument("--jobid", default="")
     p.add_argument("--log", help="write every host's output here, [host]-prefixed")
-    p = sub.add_parser("each", help="run a command per active host ({host}), e.g. a cleanup hook")
+    _per_host(sub, "each", "run a command per active host ({host}), e.g. a cleanup hook", 60.0)
+    return ap
+
+
+def _per_host(sub: Any, name: str, help_text: str, timeout: float) -> _Parser:
+    """A subcommand that runs --cmd on each host (run_each): its common options."""
+    p: _Parser = sub.add_parser(name, help=help_text)
     p.add_argument("--run-dir", required=True)
     p.add_argument("--cmd", required=True)
-    p.add_argument("--timeout", type=_seconds("--timeout"), default=60.0)
+    p.add_argument("--timeout", type=_seconds("--timeout"), default=timeout)
     p.add_argument("--workers", type=int, default=32)
-    return ap
+    return p
 
 
 def _csv(v: str | None) -> list[str]:

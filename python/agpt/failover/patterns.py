@@ -50,6 +50,8 @@ from pathlib import Path
 from typing import Any
 
 from agpt.errors import BadInput
+from agpt.failover.hostmatch import HostMatcher
+from agpt.failover.labels import split_labels
 
 BUILTIN_DIR = Path(__file__).resolve().parent / "patterns"
 PATTERN_CLASSES = ("node", "crash", "system", "app", "hang-hint", "cascade-ignore", "info")
@@ -321,8 +323,6 @@ def _seq_needles(sp: Any, items: list[Any]) -> list[str] | None:
 def check(patterns: Iterable[Pattern]) -> list[str]:
     """Problems with patterns' examples: a positive that does not match (or captures the wrong host/rank), a
     negative that does, a missing example, needles that would let a matching line slip past the prefilter."""
-    from agpt.failover.classify import split_labels  # classify imports this module
-    from agpt.failover.hostmatch import HostMatcher
 
     def body(line: str) -> str:
         hosts = [

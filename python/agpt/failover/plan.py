@@ -1,38 +1,10 @@
-"""`agpt failover plan`: what the failover loop does after an attempt (or before one), as one pure function.
+"""`agpt failover plan`: one step of the failover loop on a run directory, after an attempt (or before one).
 
-Standard library only.  Every decision of lib/failover.sh lives here, so it is unit-tested without a cluster and
-the Bash loop stays glue: run the attempt, ask `plan` (which classifies the log in-process and writes
-attempts/JOBID.N.class.json), act, repeat.  One call per attempt; `--before` runs once, before the first.
-
-`decide()` takes the attempt that just ended (its class from `agpt failover classify`, its steps), the host lists
-and the earlier attempts of this job (events.jsonl), and returns
-  {action: relaunch|stop, verdict, exit, swap_out, swap_in, returned, blind, mark_bad, backoff_s, reason}.
-
-The rules, in order (why in brackets):
-1. rc 0 -> stop `done` (0).  Class `walltime`, or rc 75 (the trainer itself asked to be resubmitted) -> stop
-   `resubmit` (75).
-2. The same class at the same step (the last progress line, else the checkpoint resumed from) for FAILOVER_MAX_REPEAT attempts in a row -> stop `repeat` (4) [a
-   deterministic bug: more attempts only burn hours].  Not for `node`: each named host is evidence of its own,
-   and the spares and FAILOVER_MAX_ATTEMPTS bound it.  Not for `system`: a filesystem or PMI outage lasts as
-   long as it lasts, whatever step it interrupts; the backoff, FAILOVER_MAX_ATTEMPTS and then the chain's
-   no-progress guard bound it, and a person is not needed to restart a run a site fault stopped.  For `hang`/`crash` the limit is at least one more than the
-   blind rotation needs (min(active, FAILOVER_MAX_BLIND) + 1), so a rotation can reach every original host
-   before the failure is called deterministic.
-3. Two attempts in a row with no progress line, neither of them `node` or `system` -> stop `stuck` (3) [a config
-   or environment bug; a swap of a host proven bad is a real fix, and a site-wide fault is waited out].  When
-   every attempt of the row is a `hang`/`crash`, the row must be as long as the blind rotation (min(active,
-   FAILOVER_MAX_BLIND) + 1): a bad host that hangs the first collective after a resume looks the same.
-4. FAILOVER_MAX_ATTEMPTS reached -> stop: `resubmit` (75) after progress in this job, or when the attempt is a
-   `system` fault (a later job retries after its queue wait; CHAIN_MAX_NO_PROGRESS bounds it), else `failed` (1).
-5. `node`: swap exactly the named active hosts.  `hang`/`crash`: a rotating blind swap of one host: never a
-   spare this rotation added, the hosts the evidence points at first (the classifier's `suspect_hosts`, then
-   `last_heard`), then in rank order; when the failure recurs unchanged, the host evicted last time is
-   cleared and goes back to the end of the spare list, so a rotation needs one spare, not one per host.
-   `system`: same hosts.  `app`: no swap.  Not enough spares -> stop `resubmit` (75) after progress in this job
-   (a new allocation continues; the hosts proven bad are recorded so it avoids them), else `failed` (1).
-6. Backoff: FAILOVER_BACKOFF[k], k = the attempts in a row without progress (or in a row of `system`) minus one.
-   If the deadline leaves less than FAILOVER_MIN_ATTEMPT_S after the backoff -> stop `resubmit` (75): never
-   start an attempt that cannot reach a checkpoint.
+Standard library only.  The Bash loop stays glue: run the attempt, ask `plan` (which classifies the log
+in-process and writes attempts/JOBID.N.class.json), act, repeat.  One call per attempt; `--before` runs once,
+before the first.  This module reads the run directory (hosts/active and spare, events.jsonl, the checkpoints),
+hands the attempt to the policy's pure functions (agpt.failover.policy: the rules, in order), and with --apply
+does what they decide (swaps in hosts/, hosts/bad, events.jsonl).
 """
 
 from __future__ import annotations
@@ -46,295 +18,16 @@ import re
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from agpt import rundir
-from agpt.errors import EXIT_RESUBMIT, EXIT_USAGE, BadInput
-from agpt.rundir import BLIND_CLASSES, CLASSES
+from agpt.errors import BadInput
+from agpt.failover import hosts as hostlib
+from agpt.failover.policy import Attempt, Plan, Settings, before_attempt, decide, effective_class
+from agpt.rundir import CLASSES
 
-NO_SUCH_COMMAND = (
-    EXIT_USAGE,
-    126,
-    127,
-)  # bad input (docs/contract.md); the shell's "cannot execute", "not found"
-EXIT_CODES = {v: rundir.VERDICT_EXIT[v] for v in rundir.FAILOVER_VERDICTS}
 DEFAULT_PROGRESS_RE = rundir.PROGRESS_RE
-
-
-@dataclass(kw_only=True, slots=True)
-class Settings:
-    """The loop's limits (FAILOVER_* in lib/failover.sh)."""
-
-    max_attempts: int = 20
-    max_repeat: int = 3
-    max_blind: int = 8
-    min_attempt_s: float = 600.0
-    backoff: tuple[float, ...] = (5.0, 10.0, 20.0, 40.0, 60.0)
-
-    def __post_init__(self) -> None:
-        if self.max_attempts < 1:
-            raise BadInput(f"FAILOVER_MAX_ATTEMPTS must be at least 1, got {self.max_attempts}")
-        if self.max_repeat < 2:
-            raise BadInput(f"FAILOVER_MAX_REPEAT must be at least 2, got {self.max_repeat}")
-        if self.max_blind < 1:
-            raise BadInput(f"FAILOVER_MAX_BLIND must be at least 1, got {self.max_blind}")
-        for name, v in (("max_attempts", self.max_attempts), ("max_repeat", self.max_repeat)):
-            if v > 1_000_000:
-                raise BadInput(f"FAILOVER_{name.upper()} must be at most 1000000, got {v}")
-        self.max_blind = min(self.max_blind, 1_000_000)
-        self.min_attempt_s = rundir.seconds(self.min_attempt_s, "FAILOVER_MIN_ATTEMPT_S")
-        if not self.backoff:
-            raise BadInput(f"FAILOVER_BACKOFF must be non-negative seconds, got {self.backoff}")
-        self.backoff = tuple(rundir.seconds(b, "FAILOVER_BACKOFF") for b in self.backoff)
-
-
-@dataclass(kw_only=True, slots=True)
-class Attempt:
-    """The attempt that just ended, as the loop saw it."""
-
-    attempt: int
-    rc: int
-    cls: str
-    bad_hosts: list[str] = field(default_factory=list)
-    evidence: list[str] = field(default_factory=list)
-    suspects: list[str] = field(default_factory=list)
-    first_step: int | None = None
-    last_step: int | None = None
-    ckpt_step: int | None = None
-
-    @property
-    def progress(self) -> bool:
-        return self.first_step is not None
-
-    @property
-    def where(self) -> int | None:
-        """Where it failed: the last progress line, else the checkpoint it resumed from (it wrote no newer one)."""
-        return self.last_step if self.last_step is not None else self.ckpt_step
-
-
-@dataclass(kw_only=True, slots=True)
-class Plan:
-    action: str
-    verdict: str | None = None
-    exit: int | None = None
-    swap_out: list[str] = field(default_factory=list)
-    swap_in: list[str] = field(default_factory=list)
-    returned: list[str] = field(default_factory=list)
-    blind: bool = False
-    mark_bad: list[str] = field(default_factory=list)
-    backoff_s: float = 0.0
-    reason: str = ""
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "action": self.action,
-            "verdict": self.verdict,
-            "exit": self.exit,
-            "swap_out": self.swap_out,
-            "swap_in": self.swap_in,
-            "returned": self.returned,
-            "blind": self.blind,
-            "mark_bad": self.mark_bad,
-            "backoff_s": self.backoff_s,
-            "reason": self.reason,
-        }
-
-
-def _stop(verdict: str, reason: str, **kw: Any) -> Plan:
-    return Plan(action="stop", verdict=verdict, exit=EXIT_CODES[verdict], reason=reason, **kw)
-
-
-def _progress(ev: dict[str, Any]) -> bool:
-    return ev.get("first_step") is not None
-
-
-def _where(ev: dict[str, Any]) -> int | None:
-    last = ev.get("last_step")
-    return last if last is not None else ev.get("ckpt_step")
-
-
-def _same_failure(ev: dict[str, Any], cls: str, step: int | None) -> bool:
-    return ev.get("class") == cls and step is not None and _where(ev) == step
-
-
-def _time_left(now: float, deadline: float | None) -> float | None:
-    return None if deadline is None else deadline - now
-
-
-def before_attempt(
-    attempt: int, *, history: Sequence[dict[str, Any]], settings: Settings, now: float, deadline: float | None
-) -> Plan:
-    """Whether attempt `attempt` (1-based, this job) may start: not past the attempt limit nor the deadline."""
-    progressed = any(_progress(e) for e in history)
-    if attempt > settings.max_attempts:
-        verdict = "resubmit" if progressed else "failed"
-        return _stop(verdict, f"{settings.max_attempts} attempts used (FAILOVER_MAX_ATTEMPTS)")
-    left = _time_left(now, deadline)
-    if left is not None and left < settings.min_attempt_s:
-        return _stop(
-            "resubmit",
-            f"{max(left, 0):.0f} s left before the deadline < FAILOVER_MIN_ATTEMPT_S={settings.min_attempt_s:g}: "
-            "not starting an attempt that cannot reach a checkpoint",
-        )
-    return Plan(action="relaunch", reason="start")
-
-
-def _backoff(att: Attempt, history: Sequence[dict[str, Any]], settings: Settings) -> float:
-    """FAILOVER_BACKOFF[k]: k grows with attempts in a row without progress (or in a row of `system`)."""
-    no_prog = 0 if att.progress else 1
-    if not att.progress:
-        for ev in reversed(history):
-            if _progress(ev):
-                break
-            no_prog += 1
-    sys_row = 0
-    if att.cls == "system":
-        sys_row = 1
-        for ev in reversed(history):
-            if ev.get("class") != "system":
-                break
-            sys_row += 1
-    k = max(no_prog, sys_row, 1) - 1
-    return settings.backoff[min(k, len(settings.backoff) - 1)]
-
-
-def _blind_swap(
-    att: Attempt, *, active: Sequence[str], spare: Sequence[str], history: Sequence[dict[str, Any]]
-) -> tuple[list[str], list[str], list[str], str]:
-    """(out, in, returned, why) for a rotating blind swap of one host; out empty when no swap is possible."""
-    episode: list[dict[str, Any]] = []
-    for ev in reversed(history):
-        if ev.get("class") not in BLIND_CLASSES:
-            break
-        episode.insert(0, ev)
-    added: set[str] = set()
-    for ev in episode:
-        sw = ev.get("swapped") or {}
-        if sw.get("blind"):
-            added.update(sw.get("in") or [])
-    returned: list[str] = []
-    if episode:
-        prev = episode[-1]
-        sw = prev.get("swapped") or {}
-        # The same failure came back with the last suspect gone: that suspect was innocent.
-        if sw.get("blind") and prev.get("class") == att.cls:
-            returned = [h for h in sw.get("out") or [] if h not in active and h not in spare]
-    pointed = [h for h in att.suspects if h in active and h not in added]
-    candidates = list(dict.fromkeys(pointed + [h for h in active if h not in added]))
-    pool = [*spare, *returned]
-    if not candidates:
-        return [], [], returned, "every active host was already tried by this blind rotation"
-    if not pool:
-        return [], [], returned, "no spare left for a blind swap"
-    out = candidates[0]
-    why = "the evidence points nearest to it" if out in pointed else "next in the rotation"
-    return [out], [pool[0]], returned, why
-
-
-def effective_class(cls: str, rc: int) -> str:
-    """The class the loop acts on: an unknown class is a crash; bad input (2) or a command that cannot run
-    (126, 127) fails on every host, so no host is to blame: `app`."""
-    c = cls if cls in CLASSES else "crash"
-    if c in BLIND_CLASSES and rc in NO_SUCH_COMMAND:
-        return "app"
-    return c
-
-
-def decide(
-    att: Attempt,
-    *,
-    active: Sequence[str],
-    spare: Sequence[str],
-    history: Sequence[dict[str, Any]],
-    settings: Settings,
-    now: float,
-    deadline: float | None = None,
-) -> Plan:
-    """The next step after attempt `att`; `history` holds this job's earlier attempt events, oldest first."""
-    progressed = att.progress or any(_progress(e) for e in history)
-    cls = effective_class(att.cls, att.rc)
-    # Only a `node` verdict makes a named host bad; other classes may name hosts only as context.
-    named = [h for h in dict.fromkeys(att.bad_hosts) if h in active] if cls == "node" else []
-    if att.rc == 0 or cls == "success":
-        return _stop("done", "training finished" if att.rc == 0 else "classified success")
-    if cls == "walltime":
-        return _stop("resubmit", "killed at the job's deadline", mark_bad=named)
-    straggler = bool(named) and any(e.startswith("straggler:") for e in att.evidence)
-    if att.rc == EXIT_RESUBMIT and not straggler:  # a straggler's stop (heartbeat monitor) is swapped below
-        return _stop("resubmit", "the trainer asked to be resubmitted (rc 75)", mark_bad=named)
-    # rc 4 with class app: the trainer's rollback limit (train.max_rollbacks); a relaunch would repeat it.
-    if att.rc == 4 and cls == "app":
-        return _stop("repeat", "the trainer gave up after too many rollbacks (rc 4)")
-
-    rotation = min(len(active), settings.max_blind) + 1  # attempts a blind rotation needs to try every host
-
-    # repeat: the same class at the same step, attempts in a row (this one included)
-    where = att.where
-    same = 1
-    for ev in reversed(history):
-        if not _same_failure(ev, cls, where):
-            break
-        same += 1
-    limit = max(settings.max_repeat, rotation) if cls in BLIND_CLASSES else settings.max_repeat
-    if cls not in ("node", "system") and where is not None and same >= limit:
-        return _stop(
-            "repeat",
-            f"'{cls}' at step {where} {same} times in a row (limit {limit}): a deterministic failure",
-        )
-
-    # stuck: attempts in a row without a progress line (swaps of proven-bad hosts and site faults break the row)
-    if not att.progress and cls not in ("node", "system"):
-        row = [cls]
-        for ev in reversed(history):
-            if _progress(ev) or ev.get("class") in ("node", "system"):
-                break
-            row.append(str(ev.get("class")))
-        limit = rotation if all(c in BLIND_CLASSES for c in row) else 2
-        if len(row) >= limit:
-            return _stop(
-                "stuck",
-                f"{len(row)} attempts in a row made no progress ({', '.join(reversed(row))})",
-            )
-
-    if att.attempt >= settings.max_attempts:
-        return _stop(
-            "resubmit" if progressed or cls == "system" else "failed",
-            f"{settings.max_attempts} attempts used (FAILOVER_MAX_ATTEMPTS)",
-            mark_bad=named,
-        )
-
-    plan = Plan(action="relaunch")
-    if cls == "node" and named:
-        if len(spare) < len(named):
-            why = f"{len(named)} bad host(s) ({','.join(named)}) but {len(spare)} spare(s) left"
-            return _stop("resubmit" if progressed else "failed", why, mark_bad=named)
-        plan.swap_out, plan.swap_in = named, list(spare[: len(named)])
-        plan.reason = f"'{cls}': the log names {','.join(named)}"
-    elif cls in BLIND_CLASSES or cls == "node":
-        out, inn, returned, why = _blind_swap(att, active=active, spare=spare, history=history)
-        if not out:
-            return _stop("resubmit" if progressed else "failed", f"'{cls}' and {why}")
-        plan.swap_out, plan.swap_in, plan.returned, plan.blind = out, inn, returned, True
-        plan.reason = f"'{cls}' names no host: blind swap of {out[0]} ({why})"
-        if returned:
-            plan.reason += f"; {','.join(returned)} cleared, back to the spares"
-    elif cls == "system":
-        plan.reason = "'system': a site-wide fault; same hosts after the backoff"
-    else:
-        plan.reason = "'app': an application error every rank hits; no swap"
-
-    plan.backoff_s = _backoff(att, history, settings)
-    left = _time_left(now + plan.backoff_s, deadline)
-    if left is not None and left < settings.min_attempt_s:
-        return _stop(
-            "resubmit",
-            f"{max(left, 0):.0f} s would be left after the backoff < FAILOVER_MIN_ATTEMPT_S="
-            f"{settings.min_attempt_s:g}: not starting a doomed attempt",
-            mark_bad=named,
-        )
-    return plan
 
 
 # ----------------------------------------------------------------------------------------------- run-dir glue
@@ -484,10 +177,8 @@ def classify_attempt(
         sys.stderr.write(f"failover: classifier failed on {log} (rc {code}); deciding from the exit code\n")
         data = fallback_classification(rc, now=now, deadline=deadline, note="classifier gave no answer")
     if out is not None:
-        from agpt.failover.hosts import write_atomic
-
         with contextlib.suppress(OSError):
-            write_atomic(out, json.dumps(data) + "\n")
+            hostlib.write_atomic(out, json.dumps(data) + "\n")
     return dict(data)
 
 
@@ -606,9 +297,8 @@ def _rc(text: str | None) -> int:
 
 
 def run(args: argparse.Namespace, extra: Sequence[str] = ()) -> Plan:
-    # Imported here so `plan` stays importable on its own for the pure function's tests.
-    from agpt.failover import hosts as hostlib
-
+    """`agpt failover plan` on a run directory: --before the first attempt, else after one (classified here
+    unless --classification names the classifier's JSON); with --apply the swaps and events are written."""
     settings = _settings(args)
     run_dir = Path(args.run_dir)
     now = time.time() if args.now is None else rundir.epoch(args.now, "--now")
@@ -629,6 +319,23 @@ def run(args: argparse.Namespace, extra: Sequence[str] = ()) -> Plan:
             append_event(events_path, _stop_event(args.jobid, args.attempt - 1, plan, now))
         return plan
 
+    att, record = _ended_attempt(args, run_dir, now=now, deadline=deadline, extra=extra)
+    plan = decide(
+        att, active=active, spare=spare, history=history, settings=settings, now=now, deadline=deadline
+    )
+    if args.apply:
+        swapped = _act(run_dir, args.jobid, att, plan)
+        append_event(events_path, _attempt_event(args.jobid, att, record, swapped, plan, active))
+        if plan.action == "stop":
+            append_event(events_path, _stop_event(args.jobid, args.attempt, plan, now))
+    return plan
+
+
+def _ended_attempt(
+    args: argparse.Namespace, run_dir: Path, *, now: float, deadline: float | None, extra: Sequence[str]
+) -> tuple[Attempt, dict[str, Any]]:
+    """The attempt that just ended, from its classification and its log; and what its event records beside
+    (started, ended, the log's path in the run directory)."""
     rc = _rc(args.rc)
     started = rundir.epoch(args.started, "--started")
     ended = rundir.epoch(args.ended, "--ended")
@@ -663,13 +370,18 @@ def run(args: argparse.Namespace, extra: Sequence[str] = ()) -> Plan:
         last_step=last,
         ckpt_step=ckpt,
     )
-    plan = decide(
-        att, active=active, spare=spare, history=history, settings=settings, now=now, deadline=deadline
-    )
-    if not args.apply:
-        return plan
-    jobid = args.jobid
+    record = {
+        "started": started,
+        "ended": ended if ended is not None else round(now, 3),
+        "log": str(log.relative_to(run_dir)) if log and _under(log, run_dir) else args.log,
+    }
+    return att, record
+
+
+def _act(run_dir: Path, jobid: str, att: Attempt, plan: Plan) -> dict[str, Any]:
+    """Do what the plan says to the host lists (the swap, the hosts proven bad); what was swapped."""
     swapped: dict[str, Any] = {"out": [], "in": [], "blind": plan.blind, "returned": []}
+    evidence = "; ".join(att.evidence[:2]) or att.cls
     if plan.action == "relaunch" and plan.swap_out:
         r = hostlib.swap(
             run_dir,
@@ -678,35 +390,43 @@ def run(args: argparse.Namespace, extra: Sequence[str] = ()) -> Plan:
             returned=plan.returned,
             blind=plan.blind,
             jobid=jobid,
-            evidence="; ".join(att.evidence[:2]) or att.cls,
+            evidence=evidence,
         )
         swapped.update({"out": r.swap_out, "in": r.swap_in, "returned": r.returned})
     if plan.mark_bad:
-        hostlib.mark_bad(run_dir, plan.mark_bad, jobid=jobid, evidence="; ".join(att.evidence[:2]) or att.cls)
-    ev: dict[str, Any] = {
+        hostlib.mark_bad(run_dir, plan.mark_bad, jobid=jobid, evidence=evidence)
+    return swapped
+
+
+def _attempt_event(
+    jobid: str,
+    att: Attempt,
+    record: dict[str, Any],
+    swapped: dict[str, Any],
+    plan: Plan,
+    active: Sequence[str],
+) -> dict[str, Any]:
+    """The attempt's line in events.jsonl (docs/contract.md)."""
+    return {
         "event": "attempt",
         "jobid": jobid,
-        "attempt": args.attempt,
-        "rc": rc,
+        "attempt": att.attempt,
+        "rc": att.rc,
         "class": att.cls,
         "bad_hosts": att.bad_hosts,
         "evidence": att.evidence,
         "swapped": swapped,
-        "first_step": first,
-        "last_step": last,
-        "ckpt_step": ckpt,
-        "started": started,
-        "ended": ended if ended is not None else round(now, 3),
+        "first_step": att.first_step,
+        "last_step": att.last_step,
+        "ckpt_step": att.ckpt_step,
+        "started": record["started"],
+        "ended": record["ended"],
         "hosts": list(active),
-        "log": str(log.relative_to(run_dir)) if log and _under(log, run_dir) else args.log,
+        "log": record["log"],
         "action": plan.action,
         "backoff_s": plan.backoff_s,
         "reason": plan.reason,
     }
-    append_event(events_path, ev)
-    if plan.action == "stop":
-        append_event(events_path, _stop_event(jobid, args.attempt, plan, now))
-    return plan
 
 
 def _summary(args: argparse.Namespace, plan: Plan) -> str:

@@ -18,9 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
+from agpt import goodput as gp
 from agpt import rundir
 from agpt.errors import BadInput
+from agpt.evals import records
 from agpt.failover import hosts
+from agpt.heartbeat.format import STACKS_SUFFIX
 
 
 @dataclass(kw_only=True, slots=True)
@@ -91,10 +94,13 @@ class Report:
     bad: list[dict[str, Any]]
     notes: list[str]
     goodput: dict[str, Any] | None = (
-        None  # the run's MTBF, ratio so far, recommended interval (agpt.sim.observed)
+        None  # the run's MTBF, ratio so far, recommended interval (agpt.goodput.figures)
     )
     stragglers: list[dict[str, Any]] = field(default_factory=list)  # heartbeat monitor events
     stacks: list[str] = field(default_factory=list)  # attempts/JOBID.N.stacks/: where each rank was
+    evaluation: dict[str, Any] | None = (
+        None  # eval.jsonl: newest record per scorer, bests (agpt.evals.records)
+    )
 
     def totals(self) -> dict[str, Any]:
         proven = sum(len(a.swapped_out) for a in self.attempts if a.swapped_out and not a.blind)
@@ -137,6 +143,7 @@ class Report:
             "notes": self.notes,
             "stragglers": self.stragglers,
             "stacks": self.stacks,
+            "evaluation": self.evaluation,
         }
 
 
@@ -299,9 +306,7 @@ def build(run_dir: str | Path) -> Report:
         )
     goodput = None
     try:
-        from agpt.sim import observed
-
-        goodput = observed.figures(d, rows, events, ckpts)
+        goodput = gp.figures(d, rows, events, ckpts)
     except Exception as e:  # a figure we cannot compute must not cost the timeline
         notes.append(f"goodput figures unavailable ({type(e).__name__}: {e})")
     return Report(
@@ -313,7 +318,8 @@ def build(run_dir: str | Path) -> Report:
         notes=notes,
         goodput=goodput,
         stragglers=stragglers,
-        stacks=[f"{p}/" for p in sorted((d / "attempts").glob("*.stacks")) if p.is_dir()],
+        stacks=[f"{p}/" for p in sorted((d / rundir.ATTEMPTS).glob(f"*{STACKS_SUFFIX}")) if p.is_dir()],
+        evaluation=records.summary(d, notes=notes),
     )
 
 
@@ -361,30 +367,33 @@ def _swap(a: AttemptRow) -> str:
 
 
 def render(rep: Report) -> str:
+    """The report as text: the attempts' table (each stop under its attempt), the other records, the totals."""
     t = rep.totals()
-    lines = [
-        f"failover report: {rep.run_dir}",
-        f"{t['jobs']} job(s), {t['attempts']} attempt(s)",
-        "",
-    ]
-    header = ("JOB", "#", "START (UTC)", "DURATION", "RC", "CLASS", "STEPS", "LOST", "SWAP")
-    table = [header]
-    for a in rep.attempts:
-        table.append(
-            (
-                a.jobid,
-                str(a.attempt),
-                fmt_time(a.started),
-                fmt_duration(a.duration_s),
-                "-" if a.rc is None else str(a.rc),
-                a.cls,
-                _steps(a),
-                fmt_duration(a.lost_s),
-                _swap(a),
-            )
-        )
+    lines = [f"failover report: {rep.run_dir}", f"{t['jobs']} job(s), {t['attempts']} attempt(s)", ""]
+    lines += _timeline(rep)
+    lines += _records(rep)
+    lines += ["", *summary_lines(rep)]
+    for n in rep.notes:
+        lines.append(f"note: {n}")
+    return "\n".join(lines) + "\n"
+
+
+HEADER = ("JOB", "#", "START (UTC)", "DURATION", "RC", "CLASS", "STEPS", "LOST", "SWAP")
+
+
+def row_cells(a: AttemptRow) -> tuple[str, ...]:
+    """One attempt's cells of the timeline (also the table of `agpt report --html`)."""
+    return (a.jobid, str(a.attempt), fmt_time(a.started), fmt_duration(a.duration_s),
+            "-" if a.rc is None else str(a.rc), a.cls, _steps(a), fmt_duration(a.lost_s), _swap(a))  # fmt: skip
+
+
+def _timeline(rep: Report) -> list[str]:
+    """One row per attempt, aligned; each stop event after the attempt it ended, the others at the end."""
+    header = HEADER
+    table = [header] + [row_cells(a) for a in rep.attempts]
     widths = [max(len(row[i]) for row in table) for i in range(len(header) - 1)]
     stops = list(rep.stops)
+    lines = []
     for i, row in enumerate(table):
         lines.append("  ".join(c.ljust(w) for c, w in zip(row[:-1], widths, strict=True)) + "  " + row[-1])
         if i == 0:
@@ -395,7 +404,12 @@ def render(rep: Report) -> str:
         ]:
             lines.append(_stop_line(s))
             stops.remove(s)
-    lines += [_stop_line(s) for s in stops]
+    return lines + [_stop_line(s) for s in stops]
+
+
+def _records(rep: Report) -> list[str]:
+    """The chain's jobs, the stragglers, the stack dumps, hosts/bad and the trainer's health events."""
+    lines: list[str] = []
     if rep.jobs:
         lines += ["", "chain:"]
         for j in rep.jobs:
@@ -422,8 +436,18 @@ def render(rep: Report) -> str:
         for h in read_jsonl(health, rep.notes):
             what = {k: v for k, v in h.items() if k not in ("event", "time")}
             lines.append(f"  {fmt_time(_num(h.get('time')))}  {h.get('event')}  {json.dumps(what)}")
-    lines += [
-        "",
+    if rep.evaluation is not None:
+        lines += ["", *records.render(rep.evaluation)]
+    return lines
+
+
+def summary_lines(rep: Report) -> list[str]:
+    """The totals and goodput lines that end the report (`agpt monitor` prints the same lines)."""
+    return _summary(rep.totals()) + (gp.render_figures(rep.goodput) if rep.goodput is not None else [])
+
+
+def _summary(t: dict[str, Any]) -> list[str]:
+    return [
         f"attempts: {t['attempts']}  ({', '.join(f'{k} {v}' for k, v in t['classes'].items()) or 'none'})",
         f"swaps: {t['swaps_proven']} proven, {t['swaps_blind']} blind"
         + (f"; {t['preflight_evicted']} host(s) evicted by the preflight" if t["preflight_evicted"] else ""),
@@ -434,13 +458,6 @@ def render(rep: Report) -> str:
         + (f", wall {fmt_duration(t['wall_s'])}" if t["wall_s"] is not None else ""),
         f"verdict: {t['verdict'] or 'none yet'}" + (f" (exit {t['exit']})" if t["exit"] is not None else ""),
     ]
-    if rep.goodput is not None:
-        from agpt.sim import observed
-
-        lines += observed.render(rep.goodput)
-    for n in rep.notes:
-        lines.append(f"note: {n}")
-    return "\n".join(lines) + "\n"
 
 
 def _stop_line(s: dict[str, Any]) -> str:

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from agpt import chain as chainlib
+from agpt import goodput
 from agpt.failover import classify as classifylib
 from agpt.failover import hosts as hostlib
 from agpt.failover import patterns as patlib
@@ -99,13 +100,12 @@ class Result:
     @property
     def effective_ratio(self) -> float:
         """Productive step time over allocated time (the job held its nodes)."""
-        return self.time["productive"] / self.allocated_s if self.allocated_s else 0.0
+        return goodput.effective_ratio(self.time["productive"], self.allocated_s)
 
     @property
     def wall_ratio(self) -> float:
         """Productive step time over the time from the first job's start to the end (queues and stops in)."""
-        span = self.elapsed_s - self.first_start_s
-        return self.time["productive"] / span if span > 0 else 0.0
+        return goodput.effective_ratio(self.time["productive"], self.elapsed_s - self.first_start_s)
 
     @property
     def vs_ideal(self) -> float:

@@ -1,6 +1,6 @@
 """The goodput table: one fault model at 512-4,096 nodes, with and without spares, heartbeats and async saves.
 
-`sweep()` runs the simulations, `table()` writes the Markdown the README holds, `plot()` the PNG.
+`sweep()` runs the simulations, `table()` writes the Markdown of docs/sim/goodput.md, `plot()` the PNG.
 """
 
 from __future__ import annotations

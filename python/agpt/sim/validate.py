@@ -1,6 +1,6 @@
 """The simulator against the real thing: the chaos test (tests/cluster/chaos) as a fault model.
 
-The recorded figures are the README's, measured by the chaos test on the local Slurm cluster (seeds 1, 2, 3):
+The recorded figures are those of docs/recovery.md, measured by the chaos test on the local Slurm cluster (seeds 1, 2, 3):
 steps lost per fault and the effective training time ratio.  `predict()` runs the shipped `chaos` model with a
 chaos schedule; `compare()` says, per figure, whether the prediction falls within the tolerance of the record.
 """
@@ -18,7 +18,7 @@ from agpt.errors import ConfigError
 from agpt.sim import engine, model
 from agpt.sim.model import ScriptedFault
 
-# README "Measured end to end: the chaos test": steps lost per fault (min, max) and the effective ratio.
+# docs/recovery.md "Measured end to end: the chaos test": steps lost per fault (min, max) and the effective ratio.
 RECORDED: dict[str, Any] = {
     "steps_lost": {"ckpt": (5, 5), "kill": (1, 4), "node": (0, 5), "stop": (1, 3), "walltime": (0, 0)},
     "effective_ratio": (0.30, 0.33),

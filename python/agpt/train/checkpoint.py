@@ -35,6 +35,7 @@ from torch.distributed.checkpoint.metadata import Metadata, TensorStorageMetadat
 from torch.distributed.checkpoint.planner import SavePlan, SavePlanner
 from torch.futures import Future
 
+from agpt import rundir
 from agpt.errors import AgptError, CheckpointError
 from agpt.train.config import CheckpointConfig
 
@@ -322,7 +323,8 @@ class Checkpointer:
         newest = done[-1][0]
         good = [(s, p) for s, p in done if p not in SUSPECT and read_complete(p) is not None]
         for _step, p in good[: -self.cfg.keep]:
-            shutil.rmtree(p, ignore_errors=True)
+            if not (p / rundir.EVAL_HOLD).exists():  # held for an evaluation job (agpt.evals.due)
+                shutil.rmtree(p, ignore_errors=True)
         for p in self.root.iterdir():
             name = p.name
             if not (name.startswith("step-") and name[5:].isdigit()):

@@ -220,17 +220,35 @@ class DataConfig:
 
 @dataclass(kw_only=True, slots=True)
 class EvalConfig:
-    """Held-out loss every `interval` steps on the first `samples` samples of the blend at `path`."""
+    """Every `interval` steps: the held-out loss (and bits per byte) on the first `samples` samples of the
+    blend at `path`, and the multiple-choice `tasks` on their first `task_items` items (docs/eval.md)."""
 
     interval: int = 0  # 0: no evaluation
     path: str = ""  # a blend made by `agpt blend` (same tokenizer and seq_len); empty: held-out synthetic
     samples: int = 256
+    tasks: list[Any] = field(default_factory=list)  # [PATH | {path, name, format}, ...] (agpt.evals.tasks)
+    task_items: int = 500  # the fixed subset: the first N items of every task
+    tokenizer: str = ""  # SentencePiece model for the tasks; "": the one the blend's manifest pins
+    regression_acc: float = 0.0  # alarm: an accuracy this far (0..1) below its best; 0: off
+    regression_bpb: float = 0.0  # alarm: bits per byte this fraction above its best; 0: off
+    on_regression: str = "warn"  # warn: a health event; rollback: also roll back as for a loss spike
 
     def validate(self) -> None:
         if self.interval < 0:
             raise ConfigError(f"eval.interval: must be >= 0 (got {self.interval})")
         if self.samples < 1:
             raise ConfigError(f"eval.samples: must be positive (got {self.samples})")
+        if self.task_items < 1:
+            raise ConfigError(f"eval.task_items: must be positive (got {self.task_items})")
+        if not 0 <= self.regression_acc <= 1:
+            raise ConfigError(f"eval.regression_acc: must be in 0..1 (got {self.regression_acc})")
+        if self.regression_bpb < 0:
+            raise ConfigError(f"eval.regression_bpb: must be >= 0 (got {self.regression_bpb})")
+        if self.on_regression not in ("warn", "rollback"):
+            raise ConfigError(f"eval.on_regression: must be warn or rollback (got {self.on_regression!r})")
+        from agpt.evals.tasks import parse_specs  # here: the trainer's config reads no task code at import
+
+        parse_specs(self.tasks)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -290,6 +308,23 @@ class HeartbeatConfig:
 
 
 @dataclass(kw_only=True, slots=True)
+class ObserveConfig:
+    """What rank 0 writes for operators (agpt.observe, docs/observability.md); a writer that cannot work warns once."""
+
+    tensorboard: bool = True  # RUN_DIR/tb/ event files, when tensorboardX is installed (agpt[tensorboard])
+    wandb: bool = False  # RUN_DIR/wandb/ offline runs (agpt[wandb]); upload later with `wandb sync`
+    wandb_project: str = "agpt"
+    prometheus: bool = True  # RUN_DIR/metrics.prom (Prometheus text format)
+    prometheus_interval_s: float = 15.0  # rewrite metrics.prom at most this often (and at the end)
+
+    def validate(self) -> None:
+        if not (math.isfinite(self.prometheus_interval_s) and self.prometheus_interval_s >= 0):
+            raise ConfigError(
+                f"observe.prometheus_interval_s: must be >= 0 seconds (got {self.prometheus_interval_s})"
+            )
+
+
+@dataclass(kw_only=True, slots=True)
 class Config:
     """The whole trainer configuration (the trainer's sections of a jobs/configs/NAME.yaml)."""
 
@@ -301,6 +336,7 @@ class Config:
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     heartbeat: HeartbeatConfig = field(default_factory=HeartbeatConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    observe: ObserveConfig = field(default_factory=ObserveConfig)
 
     def validate(self) -> None:
         self.model.validate()
@@ -312,6 +348,7 @@ class Config:
         self.eval.validate()
         self._validate_tp()
         self.heartbeat.validate()
+        self.observe.validate()
         if self.train.seq_len > self.model.max_seq_len:
             raise ConfigError(
                 f"train.seq_len: {self.train.seq_len} exceeds model.max_seq_len {self.model.max_seq_len}"
@@ -352,7 +389,7 @@ class Config:
         return dataclasses.asdict(self)
 
 
-SECTIONS = ("model", "train", "optim", "data", "checkpoint", "parallel", "heartbeat", "eval")
+SECTIONS = ("model", "train", "optim", "data", "checkpoint", "parallel", "heartbeat", "eval", "observe")
 IGNORED_SECTIONS = ("job",)  # read by jobgen only
 
 

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from agpt.errors import ConfigError
-from agpt.failover.hostmatch import expand_hostlist, parse_hosts
+from agpt.failover.hostmatch import parse_hosts
+from agpt.hostlist import expand_hostlist
 from agpt.rundir import LAUNCHERS
 
 # (rank, world size) per launcher, in order of preference: the one table in agpt.rundir.

@@ -27,13 +27,15 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+from agpt import rundir
 from agpt.errors import EXIT_REPEAT, ConfigError
 from agpt.train.entry import NonFinite
 
 SKIPS = "skips.json"
-EVENTS = "health.jsonl"
+EVENTS = rundir.HEALTH
 FAULT_NAN_ENV = "AGPT_FAULT_NAN_AT"
 FAULT_SPIKE_ENV = "AGPT_FAULT_SPIKE_AT"
+FAULT_EVAL_ENV = "AGPT_FAULT_EVAL_AT"  # the evaluation at step k scores every task 0 and bpb x 10
 SPIKE_FAULT_SCALE = 1000.0  # an injected spike multiplies the step's loss by this
 
 
@@ -43,7 +45,7 @@ class Fault(Exception):
     def __init__(self, step: int, kind: str, detail: str) -> None:
         super().__init__(detail)
         self.step = step
-        self.kind = kind  # nonfinite_loss, nonfinite_grad, spike
+        self.kind = kind  # nonfinite_loss, nonfinite_grad, spike, eval_regression
         self.detail = detail
 
 
@@ -198,6 +200,22 @@ class Health:
                 marker.touch()
             value = value * float("nan") if kind == "nan" else value * SPIKE_FAULT_SCALE
         return value
+
+    def inject_eval(self, step: int, out: dict[str, Any]) -> dict[str, Any]:
+        """The regression hook (tests): at step AGPT_FAULT_EVAL_AT every accuracy is 0 and every bits per
+        byte 10 times larger, on rank 0 (which judges), once per run dir (marker `.fault-eval-k`)."""
+        if self.rank != 0 or _env_step(FAULT_EVAL_ENV) != step or "eval" in self._fired:
+            return out
+        marker = None if self.run_dir is None else self.run_dir / f".fault-eval-{step}"
+        if marker is not None and marker.exists():
+            return out
+        self._fired.add("eval")
+        if marker is not None:
+            marker.touch()
+        bad = dict(out)
+        bad["bpb"] = {k: 10 * v for k, v in (out.get("bpb") or {}).items()}
+        bad["tasks"] = {k: {**v, "acc": 0.0, "acc_norm": 0.0} for k, v in (out.get("tasks") or {}).items()}
+        return bad
 
     def check(self, step: int, loss: float, grad_norm: float) -> None:
         """Raise Fault (rollback) or NonFinite/SpikeStop (stop) when this step must not be applied."""

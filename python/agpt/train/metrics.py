@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from agpt import rundir
 from agpt.train.config import Config, ModelConfig
 
-FILE = "metrics.jsonl"
+FILE = rundir.METRICS
 PEAK_ENV = "SITE_PEAK_TFLOPS"  # the site profile key, exported to the job's environment
 
 
@@ -67,6 +68,8 @@ class MetricsWriter:
         self.world = world
         self.flops = flops_per_token(cfg.model, cfg.train.seq_len)
         self.peak = peak_tflops()
+        self.target_steps = cfg.train.steps
+        self.target_tokens = cfg.train.steps * cfg.train.global_batch * cfg.train.seq_len
         self._fh: IO[str] | None = None
 
     def record(
@@ -89,6 +92,8 @@ class MetricsWriter:
             "step": step,
             "time": round(time.time(), 3),
             "tokens": tokens_consumed,
+            "target_steps": self.target_steps,
+            "target_tokens": self.target_tokens,
             "loss": loss,
             "grad_norm": grad_norm,
             "lr": lr,

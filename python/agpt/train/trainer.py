@@ -28,9 +28,10 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
-from agpt import heartbeat
 from agpt.errors import EXIT_RESUBMIT, AgptError, CheckpointError
-from agpt.failover.heartbeats import StragglerMonitor
+from agpt.heartbeat import writer as heartbeat
+from agpt.heartbeat.straggler import StragglerMonitor
+from agpt.observe import writers as owriters
 from agpt.train import checkpoint as ck
 from agpt.train import ckpt_policy, clock
 from agpt.train import data as tdata
@@ -64,7 +65,7 @@ class StepRecord:
     compute_s: float = 0.0  # forward, backward, clip, update
     wait_s: float = 0.0  # reading the batch and waiting for every rank at the step's reduction
     update: dict[str, float] | None = None  # |Δw|/|w| per parameter group (logged steps)
-    eval: dict[str, Any] | None = None  # held-out loss (eval.interval steps)
+    eval: dict[str, Any] | None = None  # held-out loss, bits per byte, tasks (eval.interval steps)
 
 
 def format_line(rec: StepRecord, tps: float, stall_ms: float) -> str:
@@ -105,7 +106,8 @@ class Trainer:
             self.source = tdata.make_source(
                 cfg.data.path, cfg.model.vocab_size, tc.seq_len, cfg.data.seed, cfg.data.synthetic
             )
-        self.held = tevaluate.Held(cfg) if cfg.eval.interval else None
+        # Held-out loss and tasks, checked (exit 2 on a bad task file) before anything trains.
+        self.evals = tevaluate.InLoop(cfg, run_dir, self.rank) if cfg.eval.interval else None
         self.model = self._build_model()
         self.optim = self._build_optim()
         self.updates: thealth.UpdateMonitor | None = None
@@ -134,6 +136,7 @@ class Trainer:
             self.metrics = tmetrics.MetricsWriter(run_dir / tmetrics.FILE, cfg, self.world)
         self.clock_marks: dict[str, float] | None = None  # start-up times; the first step writes the clock
         self.hb: heartbeat.Heartbeat | None = None
+        self.observe: owriters.Writers | None = None  # TensorBoard, W&B, metrics.prom (rank 0, from run())
 
     # -- construction -------------------------------------------------------------------------------
     def _build_model(self) -> torch.nn.Module:
@@ -445,6 +448,10 @@ class Trainer:
         target = self.cfg.train.steps
         interval = self.cfg.checkpoint.interval
         self._start_heartbeat()
+        if self.run_dir is not None and self.rank == 0:  # after the resume: replayed steps replace old ones
+            self.observe = owriters.Writers(self.run_dir, self.cfg.observe, self.cfg.to_dict(), self.step)
+        if self.evals is not None:
+            self.evals.restart(self.step)
         if self.rank == 0:
             print(self.describe(), flush=True)
             if self.step >= target:
@@ -488,17 +495,18 @@ class Trainer:
                     if self.rank == 0:
                         print(f"agpt: stopped at step {self.step} on {why}, checkpoint saved", flush=True)
                     return 128 + signal.SIGTERM if stops[0] else EXIT_RESUBMIT
+                if self.evals is not None and self.step % self.cfg.eval.interval == 0:
+                    # Before this step's save: a regression rolls back to a checkpoint from before it.
+                    try:
+                        rec.eval = self._evaluate()
+                    except thealth.Fault as fault:
+                        self._rollback(fault, applied=True)
+                        tokens = 0
+                        t_log = time.perf_counter()
+                        continue
                 if ckpt_policy.due_by_step(self.step, interval) or stops[2]:
                     self.save(block=False)
                     t_save = time.perf_counter()
-                if self.held is not None and self.step % self.cfg.eval.interval == 0:
-                    rec.eval = tevaluate.evaluate(self, self.held)
-                    if self.rank == 0:
-                        per = ", ".join(f"{k} {v:.6g}" for k, v in rec.eval["eval"].items())
-                        print(
-                            f"agpt: eval at step {self.step}: held-out {rec.eval['eval_loss']:.9g} ({per})",
-                            flush=True,
-                        )
                 if self.step % self.cfg.train.log_interval == 0 or self.step == target or rec.eval:
                     self._log(emit, rec, tokens, t_log)
                     tokens = 0
@@ -518,6 +526,8 @@ class Trainer:
         finally:
             if self.hb is not None:
                 self.hb.stop()
+            if self.observe is not None:
+                self.observe.close()
 
     def _note_stage(self) -> None:
         """An event when the next step's batch reaches another data stage than the last one."""
@@ -534,11 +544,28 @@ class Trainer:
             )
         self._stage = stage
 
-    def _rollback(self, fault: thealth.Fault) -> None:
-        """Reload the newest complete checkpoint in-process and skip the batches since it (health.py)."""
+    def _evaluate(self) -> dict[str, Any]:
+        """The in-loop evaluation (evaluate.InLoop); its regressions are health events, and with
+        eval.on_regression: rollback a Fault on every rank (rank 0 judges, the step's flag tells the rest)."""
+        assert self.evals is not None
+        out, regs = self.evals.run(self)
+        if self.rank == 0:
+            print(tevaluate.line(self.step, out), flush=True)
+        for reg in regs:
+            self.health.event("eval_regression", reg.line(), **reg.fields())
+        flag = torch.tensor(1.0 if regs and self.evals.rollback else 0.0, device=self.device)
+        dist.all_reduce(flag)
+        if float(flag):
+            raise thealth.Fault(self.step, "eval_regression", regs[0].line().removeprefix("event: ") if regs else
+                                f"eval regression at step {self.step}")  # fmt: skip
+        return out
+
+    def _rollback(self, fault: thealth.Fault, *, applied: bool = False) -> None:
+        """Reload the newest complete checkpoint in-process and skip the batches since it (health.py);
+        `applied`: the step that failed was applied (an evaluation after it regressed), its batch skipped too."""
         self.health.begin_rollback(fault)  # TooManyRollbacks (exit 4) past train.max_rollbacks
         batch = self.cfg.train.global_batch
-        fault_batch = self.consumed // batch + 1
+        fault_batch = self.consumed // batch + (0 if applied else 1)
         path = None
         if self.ckpt is not None:
             self.ckpt.wait()
@@ -549,6 +576,10 @@ class Trainer:
         self.health.finish_rollback(
             fault, ckpt_step=self.step, from_batch=self.consumed // batch + 1, to_batch=fault_batch
         )
+        if self.observe is not None:
+            self.observe.rollback(self.step)
+        if self.evals is not None:
+            self.evals.restart(self.step)
         self._window.reset()
 
     def _log(self, emit: Callable[[str], None], rec: StepRecord, tokens: int, t_log: float) -> None:
@@ -574,7 +605,7 @@ class Trainer:
                         logs=self.updates.logs,
                     )
             if self.metrics is not None:
-                self.metrics.write(
+                record = (
                     self.metrics.record(
                         step=rec.step,
                         tokens_consumed=self.consumed * self.cfg.train.seq_len,
@@ -588,6 +619,9 @@ class Trainer:
                     | ({"update": rec.update} if rec.update else {})
                     | (rec.eval or {})
                 )
+                self.metrics.write(record)
+                if self.observe is not None:
+                    self.observe.log(record)
         self._window.reset()
 
 

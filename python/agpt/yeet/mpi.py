@@ -36,7 +36,6 @@ from agpt.yeet.report import failed_hosts, needed, node_name, render_dest, repor
 
 # The launchers' rank variables (agpt.rundir.LAUNCHERS, torchrun's left out: it is no MPI launcher), and PMIx's.
 MPI_RANK_VARS = (*dict.fromkeys(r for r, _ in LAUNCHERS if r != "RANK"), "PMIX_RANK")
-PROGRESS_EVERY_S = 5.0
 POLL_S = 0.0005
 
 
@@ -189,7 +188,7 @@ def _run(
             check=check,
             members=int(header["members"]),
         ).start()
-        _pump(comm, rank, rx, Path(header["path"]), total, chunk, emit, t_start, crowded)
+        _pump(comm, rank, rx, Path(header["path"]), total, chunk, crowded)
         worker = rx
     else:
         if rank == 0:
@@ -272,8 +271,6 @@ def _pump(
     path: Path,
     total: int,
     chunk: int,
-    emit: Callable[[str], None],
-    t0: float,
     crowded: bool = False,
 ) -> None:
     """Broadcast every chunk; each rank hands each one to its extractor and goes on to the next.
@@ -291,9 +288,11 @@ def _pump(
     filled: queue.Queue[Any] = queue.Queue()
     if rank == 0:
         threading.Thread(target=_reader, args=(path, total, chunk, free, filled), daemon=True).start()
+    from agpt.progress import Progress
+
     faults = _faults(rank)
     read_error = ""
-    last = time.monotonic()
+    bar = Progress(total, "yeet: broadcast and extract", unit="B", scale=True, quiet=rank != 0)
     for i in range(nchunks):
         n = min(chunk, total - i * chunk)
         if rank == 0:
@@ -314,10 +313,7 @@ def _pump(
         if i in faults:
             _inject(faults[i], rank, i, view)
         rx.feed(view, lambda b=buf: free.put(b))  # type: ignore[misc]
-        if rank == 0 and (time.monotonic() - last >= PROGRESS_EVERY_S or i == nchunks - 1):
-            last = time.monotonic()
-            sent = min(total, (i + 1) * chunk)
-            rate = sent / max(1e-9, last - t0) / 1e6
-            emit(f"yeet: sent {sent}/{total} bytes chunks={i + 1}/{nchunks} MB/s={rate:.1f}")
+        bar.update(n)
+    bar.close()
     if read_error:
         rx.error = rx.error or f"reading the tarball failed: {read_error}"

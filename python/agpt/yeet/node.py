@@ -180,23 +180,27 @@ def stage_file(
     members: int = 0,
 ) -> Receiver:
     """Stage a tarball from a local file (one node, or a node that already received it over ssh)."""
+    from agpt.progress import Progress
+
     rx = Receiver(
         dest=dest, compression=compression, sha256=sha256, size=size, check=check, members=members
     ).start()
     free: queue.Queue[bytearray] = queue.Queue()
     for _ in range(3):
         free.put(bytearray(chunk))
-    try:
-        with open(path, "rb", buffering=0) as f:
-            while True:
-                buf = free.get()
-                n = f.readinto(buf)
-                if not n:
-                    free.put(buf)
-                    break
-                rx.feed(memoryview(buf)[:n], lambda b=buf: free.put(b))  # type: ignore[misc]
-    except OSError as exc:
-        rx.error = rx.error or f"reading {path}: {exc.strerror}"
+    with Progress(size, "yeet: extract", unit="B", scale=True) as bar:
+        try:
+            with open(path, "rb", buffering=0) as f:
+                while True:
+                    buf = free.get()
+                    n = f.readinto(buf)
+                    if not n:
+                        free.put(buf)
+                        break
+                    rx.feed(memoryview(buf)[:n], lambda b=buf: free.put(b))  # type: ignore[misc]
+                    bar.update(n)
+        except OSError as exc:
+            rx.error = rx.error or f"reading {path}: {exc.strerror}"
     rx.finish()
     return rx
 

@@ -81,13 +81,20 @@ def fingerprint(root: Path, *, times: bool = True) -> str:
 
     Without TIMES it compares a copy with its source (paths, types, modes, sizes, link targets).
     """
+    return _fingerprint(root, times=times)[0]
+
+
+def _fingerprint(root: Path, *, times: bool = True) -> tuple[str, int]:
+    """fingerprint() and the bytes of the tree's regular files (the pack's progress total), in one walk."""
     h = hashlib.sha256()
+    total = 0
     for rel, st in _walk(root):
         link = os.readlink(root / rel) if stat.S_ISLNK(st.st_mode) else ""
         size = st.st_size if stat.S_ISREG(st.st_mode) else 0
+        total += size
         mtime = st.st_mtime_ns if times and not stat.S_ISDIR(st.st_mode) else 0
         h.update(f"{rel}\0{st.st_mode:o}\0{size}\0{mtime}\0{link}\n".encode(errors="surrogateescape"))
-    return h.hexdigest()
+    return h.hexdigest(), total
 
 
 def file_sha256(path: Path) -> str:
@@ -143,7 +150,7 @@ def _gnu_tar(
     src: Path,
     sink: BinaryIO,
     admit: Callable[[tarfile.TarInfo], object],
-    tick: Callable[[int], None],
+    tick: Callable[[int], object],
 ) -> int:
     """Archive SRC with GNU tar (C reads the files); every header is checked as it streams past."""
     import subprocess
@@ -161,8 +168,7 @@ def _gnu_tar(
                 for m in tf:
                     admit(m)
                     n += 1
-                    if n % 5000 == 0:
-                        tick(n)
+                    tick(m.size if m.isreg() else 0)
             while tee.read(READ_CHUNK):
                 pass
         except BaseException:
@@ -176,14 +182,18 @@ def _gnu_tar(
     return n
 
 
-def pack(src: Path, out: Path, *, level: int = 3, progress: Progress = _quiet) -> tuple[int, str, int]:
+def pack(
+    src: Path, out: Path, *, level: int = 3, progress: Progress = _quiet, total: int | None = None
+) -> tuple[int, str, int]:
     """Write SRC's tree as a zstd tarball to OUT (via a temporary name); return (size, sha256, members).
 
     Every entry passes the same checks a node applies when extracting, so a tree that could not be staged
-    safely (an absolute symlink, a device file) is refused here, once, before anything is shipped.
+    safely (an absolute symlink, a device file) is refused here, once, before anything is shipped.  A bar
+    (or a line every few seconds) on stderr counts the files' bytes against TOTAL.
     """
     import zstandard
 
+    from agpt.progress import Progress as Bar
     from agpt.yeet.extract import UnsafeArchive, _Guard
 
     guard = _Guard(Path("/"))
@@ -198,27 +208,25 @@ def pack(src: Path, out: Path, *, level: int = 3, progress: Progress = _quiet) -
     tmp = out.with_name(f"{out.name}.tmp.{os.getpid()}")
     t0 = time.monotonic()
     nfiles = 0
+    bar = Bar(total, "yeet: pack", unit="B", scale=True)
     try:
-        with open(tmp, "wb") as raw:
+        with bar, open(tmp, "wb") as raw:
             hw = _HashingWriter(raw)
             cctx = zstandard.ZstdCompressor(level=level, threads=-1, write_checksum=True)
             with cctx.stream_writer(hw, closefd=False) as zw:  # type: ignore[arg-type]
                 if shutil.which("tar") and os.environ.get("AGPT_YEET_PACKER", "tar") == "tar":
-                    nfiles = _gnu_tar(
-                        src, zw, admit, lambda n: progress(f"yeet: packing files={n} bytes={hw.size}")
-                    )
+                    nfiles = _gnu_tar(src, zw, admit, bar.update)
                 else:
                     with tarfile.open(
                         fileobj=zw, mode="w|", format=tarfile.GNU_FORMAT, bufsize=READ_CHUNK
                     ) as tf:
-                        for rel, _st in _walk(src):
+                        for rel, st in _walk(src):
                             try:
                                 tf.add(src / rel, arcname=rel, recursive=False, filter=admit)
                             except OSError as exc:
                                 raise BadInput(f"SRC {src}: cannot read {src / rel}: {exc.strerror}") from exc
                             nfiles += 1
-                            if nfiles % 5000 == 0:
-                                progress(f"yeet: packing files={nfiles} bytes={hw.size}")
+                            bar.update(st.st_size if stat.S_ISREG(st.st_mode) else 0)
             raw.flush()
             os.fsync(raw.fileno())
         try:
@@ -326,7 +334,7 @@ def resolve_source(src: Path, *, progress: Progress = _quiet) -> Tarball:
 
 def _directory(src: Path, progress: Progress) -> Tarball:
     tar_path, meta_path = cache_paths(src)
-    fp = fingerprint(src)
+    fp, nbytes = _fingerprint(src)
     meta = _read_meta(meta_path)
     if meta.get("fingerprint") == fp and tar_path.is_file():
         size = tar_path.stat().st_size
@@ -338,7 +346,7 @@ def _directory(src: Path, progress: Progress) -> Tarball:
             )
     elif meta:
         progress(f"yeet: {src} changed since {tar_path} was packed; repacking")
-    size, digest, members = pack(src, tar_path, progress=progress)
+    size, digest, members = pack(src, tar_path, progress=progress, total=nbytes)
     if fingerprint(src) != fp:
         tar_path.unlink(missing_ok=True)
         raise BadInput(f"SRC {src}: changed while it was being packed; run again when it is quiet")

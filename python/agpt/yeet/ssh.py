@@ -28,14 +28,12 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO
 
 from agpt.yeet.node import FAILED_HOSTS, NodeResult
 from agpt.yeet.pack import Tarball, resolve_source
 from agpt.yeet.report import failed_hosts, needed, node_name, render_dest, report_lines, spell
-
-if TYPE_CHECKING:
-    from agpt.yeet.run import YeetSettings
+from agpt.yeet.settings import YeetSettings
 
 HEAD = ""  # the source name of the head node itself
 DEFAULT_SSH = "ssh -o BatchMode=yes -o ConnectTimeout=20"

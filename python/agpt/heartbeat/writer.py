@@ -7,11 +7,12 @@ memory, not the shared file system).  The node's local rank 0 collects them and 
 per `interval_s` under RUN_DIR/heartbeat/<host>.json (a temporary file, then os.replace), so 4,096 nodes cost
 4,096 creates+renames per interval, whatever the ranks per node.  A rank whose tick stops shows in its node's
 record (the publisher measures on its own monotonic clock how long the tick has not moved); a publisher that
-froze shows as a node record that stopped while the others went on (agpt.failover.heartbeats reads that).
+froze shows as a node record that stopped while the others went on (agpt.heartbeat.reader reads that).
+The files and their fields are agpt.heartbeat.format's.
 
 Any trainer, in a few lines (standard library only):
 
-    from agpt import heartbeat
+    from agpt.heartbeat import writer as heartbeat
     hb = heartbeat.start()                 # reads AGPT_RUN_DIR, the launcher's rank variables; None when off
     hb.phase("forward"); ...; hb.phase("collective"); ...; hb.step(n, compute_s=...)
     hb.stop()
@@ -19,7 +20,7 @@ Any trainer, in a few lines (standard library only):
 A rank whose step has not advanced for `dump_after_s` writes its Python stacks (faulthandler, every thread) once
 per step; its node's publisher gathers them into RUN_DIR/attempts/<attempt>.stacks/<host>.txt, so the watchdog's
 kill leaves one file per node that says where every live rank was.  On rank 0, the straggler monitor
-(agpt.failover.heartbeats.StragglerMonitor) reads the node records each interval.
+(agpt.heartbeat.straggler.StragglerMonitor) reads the node records each interval.
 """
 
 from __future__ import annotations
@@ -38,8 +39,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-FORMAT = "agpt-heartbeat/1"
-PHASES = ("start", "data", "forward", "backward", "optimizer", "collective", "checkpoint", "done")
+from agpt.heartbeat.format import DIR, FORMAT, node_file, stacks_dir, write_atomic
+
 DEFAULT_INTERVAL_S = 15.0
 RECENT_STEPS = 8
 # A node-local rank record written this long before the publisher started is another launch's leftover (the
@@ -83,14 +84,6 @@ def attempt_id(env: Mapping[str, str] | None = None) -> str:
 def host_name(env: Mapping[str, str] | None = None) -> str:
     env = os.environ if env is None else env
     return env.get("AGPT_HEARTBEAT_HOST") or env.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """One create + one rename: readers see the old file or the new one, never half of one."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
 
 
 def _proc_state(pid: int) -> str | None:
@@ -165,7 +158,7 @@ class Heartbeat:
     def start(self) -> Heartbeat:
         self.local_dir.mkdir(parents=True, exist_ok=True)
         if self.local_rank == 0:
-            (self.run_dir / "heartbeat").mkdir(parents=True, exist_ok=True)
+            (self.run_dir / DIR).mkdir(parents=True, exist_ok=True)
             self._clean_earlier_attempts()
         self._write_local()
         self._thread = threading.Thread(target=self._loop, name="agpt-heartbeat", daemon=True)
@@ -286,11 +279,9 @@ class Heartbeat:
         }
         if missing:
             node["unreadable"] = missing
-        write_atomic(
-            self.run_dir / "heartbeat" / f"{self.host}.json", json.dumps(node, separators=(",", ":"))
-        )
+        write_atomic(self.run_dir / DIR / node_file(self.host), json.dumps(node, separators=(",", ":")))
         if stacks:
-            d = self.run_dir / "attempts" / f"{self.attempt}.stacks"
+            d = stacks_dir(self.run_dir, self.attempt)
             d.mkdir(parents=True, exist_ok=True)
             target = d / f"{self.host}.txt"
             text = "\n".join(stacks)

@@ -1,25 +1,140 @@
-"""A run's own goodput figures, for `agpt failover report`: the observed MTBF, the effective ratio so far, and the
-checkpoint interval those figures recommend (Young/Daly, agpt.sim.interval).
+"""Goodput arithmetic: the checkpoint interval from failure rates, and a run's own figures from its records.
 
-Standard library only (the report runs on the recovery path).  Inputs, all from the run directory:
+One home for the formulas that `agpt ckpt interval`, `agpt failover report` and the simulator (`agpt sim`) use:
+
+Young (1974), "A first order approximation to the optimum checkpoint interval", CACM 17(9):530:
+    T = sqrt(2 * delta * M)
+Daly (2006), "A higher order estimate of the optimum checkpoint interval for restart dumps", FGCS 22(3):303-312:
+    T = sqrt(2 * delta * M) * (1 + sqrt(delta / (2M)) / 3 + (delta / (2M)) / 9) - delta   for delta < 2M, else M
+where delta is the time a save stalls training, M the job's mean time between failures (a node's MTBF over the
+node count: the job dies when any node dies).  The expected share of time lost at interval T (first order):
+    waste(T) = delta / T + (T / 2 + R) / M
+the save stalls, half an interval of work redone per failure, and R (detection, relaunch, load) per failure.
+The effective training time ratio: productive step time over the time the job held its nodes.
+
+A run's own figures (`figures`), all from the run directory:
 - failures: attempts that ended in a failure class (not success, not walltime, not the trainer's own rc 75);
 - node-hours: each attempt's duration times its hosts (events.jsonl `hosts`);
 - the step time: two complete checkpoints' markers (`.complete` step and time) written in one attempt;
 - the save stall: the largest `stall_ms=` of the newest attempt log's tail (the trainer's step lines).
+
+Standard library only (the report runs on the recovery path).
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agpt.sim import interval as iv
+from agpt.errors import BadInput
 
+DAY_S = 86400.0
+
+
+@dataclass(kw_only=True, slots=True)
+class Interval:
+    nodes: int
+    node_mtbf_h: float
+    save_stall_s: float
+    load_s: float
+    restart_s: float
+    job_mtbf_s: float
+    failures_per_day: float
+    young_s: float
+    daly_s: float
+    waste_fraction: float  # at Daly's interval
+    loss_h_per_day: float
+
+    def as_dict(self) -> dict[str, float]:
+        return {k: getattr(self, k) for k in self.__slots__}  # type: ignore[attr-defined]
+
+
+def young(delta: float, mtbf: float) -> float:
+    return math.sqrt(2.0 * delta * mtbf)
+
+
+def daly(delta: float, mtbf: float) -> float:
+    if delta >= 2.0 * mtbf:
+        return mtbf
+    x = delta / (2.0 * mtbf)
+    return math.sqrt(2.0 * delta * mtbf) * (1.0 + math.sqrt(x) / 3.0 + x / 9.0) - delta
+
+
+def waste(t: float, *, delta: float, mtbf: float, restart: float) -> float:
+    """Expected fraction of time lost at checkpoint interval t (first order, capped at 1)."""
+    return min(1.0, delta / t + (t / 2.0 + restart) / mtbf)
+
+
+def interval(
+    *, nodes: int, node_mtbf_h: float, save_stall_s: float, load_s: float = 0.0, restart_s: float = 0.0
+) -> Interval:
+    """The optimum for `nodes` nodes that each fail every `node_mtbf_h` hours; BadInput names a bad flag."""
+    if nodes < 1:
+        raise BadInput(f"--nodes: must be at least 1, got {nodes}")
+    for flag, v in (("--node-mtbf-h", node_mtbf_h), ("--save-stall-s", save_stall_s)):
+        if not (math.isfinite(v) and v > 0):
+            raise BadInput(f"{flag}: must be a number greater than 0, got {v}")
+    for flag, v in (("--load-s", load_s), ("--restart-s", restart_s)):
+        if not (math.isfinite(v) and v >= 0):
+            raise BadInput(f"{flag}: must be a number >= 0, got {v}")
+    m = node_mtbf_h * 3600.0 / nodes
+    t = daly(save_stall_s, m)
+    w = waste(t, delta=save_stall_s, mtbf=m, restart=load_s + restart_s)
+    return Interval(
+        nodes=nodes,
+        node_mtbf_h=node_mtbf_h,
+        save_stall_s=save_stall_s,
+        load_s=load_s,
+        restart_s=restart_s,
+        job_mtbf_s=m,
+        failures_per_day=DAY_S / m,
+        young_s=young(save_stall_s, m),
+        daly_s=t,
+        waste_fraction=w,
+        loss_h_per_day=24.0 * w,
+    )
+
+
+def fmt_s(s: float) -> str:
+    if s >= 3600:
+        return f"{s / 3600:.2f} h"
+    if s >= 60:
+        return f"{s / 60:.1f} min"
+    return f"{s:.1f} s"
+
+
+def render_interval(iv: Interval) -> str:
+    return "\n".join(
+        [
+            f"nodes {iv.nodes}, node MTBF {iv.node_mtbf_h:g} h -> job MTBF {fmt_s(iv.job_mtbf_s)}, "
+            f"{iv.failures_per_day:.2f} failures/day",
+            f"save stall {iv.save_stall_s:g} s, load {iv.load_s:g} s, restart {iv.restart_s:g} s",
+            f"Young interval: {fmt_s(iv.young_s)} ({iv.young_s:.0f} s)",
+            f"Daly interval:  {fmt_s(iv.daly_s)} ({iv.daly_s:.0f} s)  -> checkpoint.interval_s: {iv.daly_s:.0f}",
+            f"expected loss at that interval: {100 * iv.waste_fraction:.2f}% of the time, "
+            f"{iv.loss_h_per_day:.2f} h per day",
+        ]
+    )
+
+
+def effective_ratio(productive_s: float, held_s: float) -> float:
+    """Productive step time over the time the job held its nodes (0 when it held them for no time)."""
+    return productive_s / held_s if held_s > 0 else 0.0
+
+
+# --- a run's own figures -------------------------------------------------------------------------------------
 NOT_FAILURES = ("success", "walltime")
 STALL_RE = re.compile(rb"\bstall_ms=([0-9.]+)")
 TAIL_BYTES = 256 * 1024
+
+
+def is_failure(cls: str, rc: int | None) -> bool:
+    """An attempt that ended in a failure: not success or walltime, nor the trainer's own stop (rc 0 or 75)."""
+    return cls not in NOT_FAILURES and rc not in (0, 75)
 
 
 def _stall_s(run_dir: Path, logs: list[str]) -> float | None:
@@ -75,7 +190,7 @@ def figures(
         d = a.duration_s or 0.0
         node_h += d * max(n, 1) / 3600.0
         job_h += d / 3600.0
-        if a.cls not in NOT_FAILURES and a.rc not in (0, 75):
+        if is_failure(a.cls, a.rc):
             failures += 1
     starts = [a.started for a in attempts if a.started is not None]
     ends = [a.ended for a in attempts if a.ended is not None]
@@ -85,7 +200,7 @@ def figures(
     kept = max(ckpts, default=None)
     ratio = None
     if step_s is not None and wall and kept is not None and first is not None:
-        ratio = min(1.0, max(0, kept - (first - 1)) * step_s / wall)
+        ratio = min(1.0, effective_ratio(max(0, kept - (first - 1)) * step_s, wall))
     out: dict[str, Any] = {
         "failures": failures,
         "node_hours": round(node_h, 3),
@@ -101,7 +216,7 @@ def figures(
     stall = _stall_s(run_dir, logs)
     out["save_stall_s"] = round(stall, 3) if stall is not None else None
     if failures and stall and nodes:
-        r = iv.interval(nodes=nodes, node_mtbf_h=node_h / failures, save_stall_s=stall)
+        r = interval(nodes=nodes, node_mtbf_h=node_h / failures, save_stall_s=stall)
         out["interval_s"] = round(r.daly_s, 1)
         if step_s:
             out["interval_steps"] = max(1, round(r.daly_s / step_s))
@@ -115,7 +230,7 @@ def recovery(attempts: list[Any], events: list[dict[str, Any]]) -> list[dict[str
     clocks = {(str(e.get("jobid")), e.get("attempt")): e for e in events if e.get("event") == "clock"}
     out = []
     for a, b in itertools.pairwise(attempts):
-        if a.cls in NOT_FAILURES or a.rc in (0, 75) or a.ended is None or b.started is None:
+        if not is_failure(a.cls, a.rc) or a.ended is None or b.started is None:
             continue
         row: dict[str, Any] = {
             "failed": f"{a.jobid}.{a.attempt}",
@@ -130,7 +245,7 @@ def recovery(attempts: list[Any], events: list[dict[str, Any]]) -> list[dict[str
     return out
 
 
-def render(g: dict[str, Any]) -> list[str]:
+def render_figures(g: dict[str, Any]) -> list[str]:
     def v(x: Any, unit: str = "") -> str:
         return "-" if x is None else f"{x}{unit}"
 

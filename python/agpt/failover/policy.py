@@ -1,0 +1,363 @@
+"""The failover loop's policy: what to do after an attempt (or before one), as pure functions.
+
+Standard library only.  Every decision of lib/failover.sh lives here, so it is unit-tested without a cluster and
+without a run directory; agpt.failover.plan (the `agpt failover plan` command) reads the run directory, calls
+these, and acts.
+
+`decide()` takes the attempt that just ended (its class from `agpt failover classify`, its steps), the host lists
+and the earlier attempts of this job (events.jsonl), and returns
+  {action: relaunch|stop, verdict, exit, swap_out, swap_in, returned, blind, mark_bad, backoff_s, reason}.
+
+The rules, in order (why in brackets):
+1. rc 0 -> stop `done` (0).  Class `walltime`, or rc 75 (the trainer itself asked to be resubmitted) -> stop
+   `resubmit` (75).
+2. The same class at the same step (the last progress line, else the checkpoint resumed from) for FAILOVER_MAX_REPEAT attempts in a row -> stop `repeat` (4) [a
+   deterministic bug: more attempts only burn hours].  Not for `node`: each named host is evidence of its own,
+   and the spares and FAILOVER_MAX_ATTEMPTS bound it.  Not for `system`: a filesystem or PMI outage lasts as
+   long as it lasts, whatever step it interrupts; the backoff, FAILOVER_MAX_ATTEMPTS and then the chain's
+   no-progress guard bound it, and a person is not needed to restart a run a site fault stopped.  For `hang`/`crash` the limit is at least one more than the
+   blind rotation needs (min(active, FAILOVER_MAX_BLIND) + 1), so a rotation can reach every original host
+   before the failure is called deterministic.
+3. Two attempts in a row with no progress line, neither of them `node` or `system` -> stop `stuck` (3) [a config
+   or environment bug; a swap of a host proven bad is a real fix, and a site-wide fault is waited out].  When
+   every attempt of the row is a `hang`/`crash`, the row must be as long as the blind rotation (min(active,
+   FAILOVER_MAX_BLIND) + 1): a bad host that hangs the first collective after a resume looks the same.
+4. FAILOVER_MAX_ATTEMPTS reached -> stop: `resubmit` (75) after progress in this job, or when the attempt is a
+   `system` fault (a later job retries after its queue wait; CHAIN_MAX_NO_PROGRESS bounds it), else `failed` (1).
+5. `node`: swap exactly the named active hosts.  `hang`/`crash`: a rotating blind swap of one host: never a
+   spare this rotation added, the hosts the evidence points at first (the classifier's `suspect_hosts`, then
+   `last_heard`), then in rank order; when the failure recurs unchanged, the host evicted last time is
+   cleared and goes back to the end of the spare list, so a rotation needs one spare, not one per host.
+   `system`: same hosts.  `app`: no swap.  Not enough spares -> stop `resubmit` (75) after progress in this job
+   (a new allocation continues; the hosts proven bad are recorded so it avoids them), else `failed` (1).
+6. Backoff: FAILOVER_BACKOFF[k], k = the attempts in a row without progress (or in a row of `system`) minus one.
+   If the deadline leaves less than FAILOVER_MIN_ATTEMPT_S after the backoff -> stop `resubmit` (75): never
+   start an attempt that cannot reach a checkpoint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from agpt import rundir
+from agpt.errors import EXIT_RESUBMIT, EXIT_USAGE, BadInput
+from agpt.rundir import BLIND_CLASSES, CLASSES
+
+NO_SUCH_COMMAND = (
+    EXIT_USAGE,
+    126,
+    127,
+)  # bad input (docs/contract.md); the shell's "cannot execute", "not found"
+EXIT_CODES = {v: rundir.VERDICT_EXIT[v] for v in rundir.FAILOVER_VERDICTS}
+
+
+@dataclass(kw_only=True, slots=True)
+class Settings:
+    """The loop's limits (FAILOVER_* in lib/failover.sh)."""
+
+    max_attempts: int = 20
+    max_repeat: int = 3
+    max_blind: int = 8
+    min_attempt_s: float = 600.0
+    backoff: tuple[float, ...] = (5.0, 10.0, 20.0, 40.0, 60.0)
+
+    def __post_init__(self) -> None:
+        for name, v, least in (
+            ("MAX_ATTEMPTS", self.max_attempts, 1),
+            ("MAX_REPEAT", self.max_repeat, 2),
+            ("MAX_BLIND", self.max_blind, 1),
+        ):
+            if v < least:
+                raise BadInput(f"FAILOVER_{name} must be at least {least}, got {v}")
+        for name, v in (("max_attempts", self.max_attempts), ("max_repeat", self.max_repeat)):
+            if v > 1_000_000:
+                raise BadInput(f"FAILOVER_{name.upper()} must be at most 1000000, got {v}")
+        self.max_blind = min(self.max_blind, 1_000_000)
+        self.min_attempt_s = rundir.seconds(self.min_attempt_s, "FAILOVER_MIN_ATTEMPT_S")
+        if not self.backoff:
+            raise BadInput(f"FAILOVER_BACKOFF must be non-negative seconds, got {self.backoff}")
+        self.backoff = tuple(rundir.seconds(b, "FAILOVER_BACKOFF") for b in self.backoff)
+
+
+@dataclass(kw_only=True, slots=True)
+class Attempt:
+    """The attempt that just ended, as the loop saw it."""
+
+    attempt: int
+    rc: int
+    cls: str
+    bad_hosts: list[str] = field(default_factory=list)
+    evidence: list[str] = field(default_factory=list)
+    suspects: list[str] = field(default_factory=list)
+    first_step: int | None = None
+    last_step: int | None = None
+    ckpt_step: int | None = None
+
+    @property
+    def progress(self) -> bool:
+        return self.first_step is not None
+
+    @property
+    def where(self) -> int | None:
+        """Where it failed: the last progress line, else the checkpoint it resumed from (it wrote no newer one)."""
+        return self.last_step if self.last_step is not None else self.ckpt_step
+
+
+@dataclass(kw_only=True, slots=True)
+class Plan:
+    action: str
+    verdict: str | None = None
+    exit: int | None = None
+    swap_out: list[str] = field(default_factory=list)
+    swap_in: list[str] = field(default_factory=list)
+    returned: list[str] = field(default_factory=list)
+    blind: bool = False
+    mark_bad: list[str] = field(default_factory=list)
+    backoff_s: float = 0.0
+    reason: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        """The plan as `agpt failover plan` prints it: every field, by its name."""
+        return asdict(self)
+
+
+def _stop(verdict: str, reason: str, **kw: Any) -> Plan:
+    return Plan(action="stop", verdict=verdict, exit=EXIT_CODES[verdict], reason=reason, **kw)
+
+
+def _progress(ev: dict[str, Any]) -> bool:
+    return ev.get("first_step") is not None
+
+
+def _where(ev: dict[str, Any]) -> int | None:
+    last = ev.get("last_step")
+    return last if last is not None else ev.get("ckpt_step")
+
+
+def _same_failure(ev: dict[str, Any], cls: str, step: int | None) -> bool:
+    return ev.get("class") == cls and step is not None and _where(ev) == step
+
+
+def _time_left(now: float, deadline: float | None) -> float | None:
+    return None if deadline is None else deadline - now
+
+
+def before_attempt(
+    attempt: int, *, history: Sequence[dict[str, Any]], settings: Settings, now: float, deadline: float | None
+) -> Plan:
+    """Whether attempt `attempt` (1-based, this job) may start: not past the attempt limit nor the deadline."""
+    progressed = any(_progress(e) for e in history)
+    if attempt > settings.max_attempts:
+        verdict = "resubmit" if progressed else "failed"
+        return _stop(verdict, f"{settings.max_attempts} attempts used (FAILOVER_MAX_ATTEMPTS)")
+    left = _time_left(now, deadline)
+    if left is not None and left < settings.min_attempt_s:
+        return _stop(
+            "resubmit",
+            f"{max(left, 0):.0f} s left before the deadline < FAILOVER_MIN_ATTEMPT_S={settings.min_attempt_s:g}: "
+            "not starting an attempt that cannot reach a checkpoint",
+        )
+    return Plan(action="relaunch", reason="start")
+
+
+def _backoff(att: Attempt, history: Sequence[dict[str, Any]], settings: Settings) -> float:
+    """FAILOVER_BACKOFF[k]: k grows with attempts in a row without progress (or in a row of `system`)."""
+    no_prog = 0 if att.progress else 1
+    if not att.progress:
+        for ev in reversed(history):
+            if _progress(ev):
+                break
+            no_prog += 1
+    sys_row = 0
+    if att.cls == "system":
+        sys_row = 1
+        for ev in reversed(history):
+            if ev.get("class") != "system":
+                break
+            sys_row += 1
+    k = max(no_prog, sys_row, 1) - 1
+    return settings.backoff[min(k, len(settings.backoff) - 1)]
+
+
+def _blind_swap(
+    att: Attempt, *, active: Sequence[str], spare: Sequence[str], history: Sequence[dict[str, Any]]
+) -> tuple[list[str], list[str], list[str], str]:
+    """(out, in, returned, why) for a rotating blind swap of one host; out empty when no swap is possible."""
+    episode: list[dict[str, Any]] = []
+    for ev in reversed(history):
+        if ev.get("class") not in BLIND_CLASSES:
+            break
+        episode.insert(0, ev)
+    added: set[str] = set()
+    for ev in episode:
+        sw = ev.get("swapped") or {}
+        if sw.get("blind"):
+            added.update(sw.get("in") or [])
+    returned: list[str] = []
+    if episode:
+        prev = episode[-1]
+        sw = prev.get("swapped") or {}
+        # The same failure came back with the last suspect gone: that suspect was innocent.
+        if sw.get("blind") and prev.get("class") == att.cls:
+            returned = [h for h in sw.get("out") or [] if h not in active and h not in spare]
+    pointed = [h for h in att.suspects if h in active and h not in added]
+    candidates = list(dict.fromkeys(pointed + [h for h in active if h not in added]))
+    pool = [*spare, *returned]
+    if not candidates:
+        return [], [], returned, "every active host was already tried by this blind rotation"
+    if not pool:
+        return [], [], returned, "no spare left for a blind swap"
+    out = candidates[0]
+    why = "the evidence points nearest to it" if out in pointed else "next in the rotation"
+    return [out], [pool[0]], returned, why
+
+
+def effective_class(cls: str, rc: int) -> str:
+    """The class the loop acts on: an unknown class is a crash; bad input (2) or a command that cannot run
+    (126, 127) fails on every host, so no host is to blame: `app`."""
+    c = cls if cls in CLASSES else "crash"
+    if c in BLIND_CLASSES and rc in NO_SUCH_COMMAND:
+        return "app"
+    return c
+
+
+def decide(
+    att: Attempt,
+    *,
+    active: Sequence[str],
+    spare: Sequence[str],
+    history: Sequence[dict[str, Any]],
+    settings: Settings,
+    now: float,
+    deadline: float | None = None,
+) -> Plan:
+    """The next step after attempt `att`; `history` holds this job's earlier attempt events, oldest first.
+
+    The rules of the module's docstring, in its order: the attempt's own end (1), a deterministic failure (2),
+    no progress (3), the attempt limit (4), the swap (5), the backoff and the deadline (6).
+    """
+    progressed = att.progress or any(_progress(e) for e in history)
+    cls = effective_class(att.cls, att.rc)
+    # Only a `node` verdict makes a named host bad; other classes may name hosts only as context.
+    named = [h for h in dict.fromkeys(att.bad_hosts) if h in active] if cls == "node" else []
+    rotation = min(len(active), settings.max_blind) + 1  # attempts a blind rotation needs to try every host
+    stop = (
+        _ended(att, cls, named)
+        or _repeated(att, cls, history, settings, rotation)
+        or _stuck(att, cls, history, rotation)
+        or _out_of_attempts(att, cls, settings, progressed, named)
+    )
+    if stop is not None:
+        return stop
+    plan = _swap(att, cls, named, active=active, spare=spare, history=history, progressed=progressed)
+    if plan.action == "stop":
+        return plan
+    plan.backoff_s = _backoff(att, history, settings)
+    left = _time_left(now + plan.backoff_s, deadline)
+    if left is not None and left < settings.min_attempt_s:
+        return _stop(
+            "resubmit",
+            f"{max(left, 0):.0f} s would be left after the backoff < FAILOVER_MIN_ATTEMPT_S="
+            f"{settings.min_attempt_s:g}: not starting a doomed attempt",
+            mark_bad=named,
+        )
+    return plan
+
+
+def _ended(att: Attempt, cls: str, named: list[str]) -> Plan | None:
+    """Rule 1: the attempt's own end decides: done, the deadline, the trainer's own resubmit or rollback limit."""
+    if att.rc == 0 or cls == "success":
+        return _stop("done", "training finished" if att.rc == 0 else "classified success")
+    if cls == "walltime":
+        return _stop("resubmit", "killed at the job's deadline", mark_bad=named)
+    straggler = bool(named) and any(e.startswith("straggler:") for e in att.evidence)
+    if att.rc == EXIT_RESUBMIT and not straggler:  # a straggler's stop (heartbeat monitor) is swapped below
+        return _stop("resubmit", "the trainer asked to be resubmitted (rc 75)", mark_bad=named)
+    # rc 4 with class app: the trainer's rollback limit (train.max_rollbacks); a relaunch would repeat it.
+    if att.rc == 4 and cls == "app":
+        return _stop("repeat", "the trainer gave up after too many rollbacks (rc 4)")
+    return None
+
+
+def _repeated(
+    att: Attempt, cls: str, history: Sequence[dict[str, Any]], settings: Settings, rotation: int
+) -> Plan | None:
+    """Rule 2: the same class at the same step, attempts in a row (this one included)."""
+    where = att.where
+    same = 1
+    for ev in reversed(history):
+        if not _same_failure(ev, cls, where):
+            break
+        same += 1
+    limit = max(settings.max_repeat, rotation) if cls in BLIND_CLASSES else settings.max_repeat
+    if cls not in ("node", "system") and where is not None and same >= limit:
+        return _stop(
+            "repeat",
+            f"'{cls}' at step {where} {same} times in a row (limit {limit}): a deterministic failure",
+        )
+    return None
+
+
+def _stuck(att: Attempt, cls: str, history: Sequence[dict[str, Any]], rotation: int) -> Plan | None:
+    """Rule 3: attempts in a row without a progress line (swaps of proven-bad hosts and site faults break the
+    row)."""
+    if att.progress or cls in ("node", "system"):
+        return None
+    row = [cls]
+    for ev in reversed(history):
+        if _progress(ev) or ev.get("class") in ("node", "system"):
+            break
+        row.append(str(ev.get("class")))
+    limit = rotation if all(c in BLIND_CLASSES for c in row) else 2
+    if len(row) >= limit:
+        return _stop("stuck", f"{len(row)} attempts in a row made no progress ({', '.join(reversed(row))})")
+    return None
+
+
+def _out_of_attempts(
+    att: Attempt, cls: str, settings: Settings, progressed: bool, named: list[str]
+) -> Plan | None:
+    """Rule 4: FAILOVER_MAX_ATTEMPTS reached."""
+    if att.attempt < settings.max_attempts:
+        return None
+    return _stop(
+        "resubmit" if progressed or cls == "system" else "failed",
+        f"{settings.max_attempts} attempts used (FAILOVER_MAX_ATTEMPTS)",
+        mark_bad=named,
+    )
+
+
+def _swap(
+    att: Attempt,
+    cls: str,
+    named: list[str],
+    *,
+    active: Sequence[str],
+    spare: Sequence[str],
+    history: Sequence[dict[str, Any]],
+    progressed: bool,
+) -> Plan:
+    """Rule 5: the relaunch, with the named hosts swapped, a blind swap, or the same hosts; a stop when the
+    spares run out."""
+    plan = Plan(action="relaunch")
+    if cls == "node" and named:
+        if len(spare) < len(named):
+            why = f"{len(named)} bad host(s) ({','.join(named)}) but {len(spare)} spare(s) left"
+            return _stop("resubmit" if progressed else "failed", why, mark_bad=named)
+        plan.swap_out, plan.swap_in = named, list(spare[: len(named)])
+        plan.reason = f"'{cls}': the log names {','.join(named)}"
+    elif cls in BLIND_CLASSES or cls == "node":
+        out, inn, returned, why = _blind_swap(att, active=active, spare=spare, history=history)
+        if not out:
+            return _stop("resubmit" if progressed else "failed", f"'{cls}' and {why}")
+        plan.swap_out, plan.swap_in, plan.returned, plan.blind = out, inn, returned, True
+        plan.reason = f"'{cls}' names no host: blind swap of {out[0]} ({why})"
+        if returned:
+            plan.reason += f"; {','.join(returned)} cleared, back to the spares"
+    elif cls == "system":
+        plan.reason = "'system': a site-wide fault; same hosts after the backoff"
+    else:
+        plan.reason = "'app': an application error every rank hits; no swap"
+    return plan

@@ -1,0 +1,110 @@
+"""The straggler monitor: rank 0 of the trainer reads the node records each publish interval.
+
+Per host, the median over its ranks of the recent compute time per step; a host slower than its peers' median by
+more than FAILOVER_STRAGGLER_PCT (20) percent for FAILOVER_STRAGGLER_WINDOWS (3) publish windows in a row is a
+straggler: an event in events.jsonl, and with FAILOVER_STRAGGLER=swap a request (heartbeat/swap.json) on which
+the trainer saves a checkpoint and exits 75; `agpt failover classify --heartbeat-dir` then names it, class `node`
+(agpt.heartbeat.reader.apply).
+
+Standard library only (it runs inside any trainer, through agpt.heartbeat.writer's on_publish).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agpt import rundir
+from agpt.heartbeat.format import DIR, SWAP_FILE, write_atomic
+from agpt.heartbeat.reader import as_float, read_records
+
+
+@dataclass(kw_only=True, slots=True)
+class StragglerMonitor:
+    """Rank 0's view of the node records, one poll per publish interval."""
+
+    run_dir: Path
+    attempt: str
+    pct: float = 20.0
+    windows: int = 3
+    swap: bool = False
+    streak: dict[str, int] = field(default_factory=dict)
+    last_seq: dict[str, int] = field(default_factory=dict)
+    reported: set[str] = field(default_factory=set)
+    swap_host: str | None = None
+
+    @classmethod
+    def from_env(cls, run_dir: str | Path, attempt: str) -> StragglerMonitor:
+        def num(name: str, default: float) -> float:
+            try:
+                return float(os.environ.get(name) or default)
+            except ValueError:
+                return default
+
+        return cls(
+            run_dir=Path(run_dir),
+            attempt=attempt,
+            pct=num("FAILOVER_STRAGGLER_PCT", 20.0),
+            windows=max(1, int(num("FAILOVER_STRAGGLER_WINDOWS", 3))),
+            swap=os.environ.get("FAILOVER_STRAGGLER", "report").strip().lower() == "swap",
+        )
+
+    def poll(self) -> str | None:
+        """Count one window; returns a host newly found a straggler (its event written), else None."""
+        per_host = self._fresh_compute_times()
+        if len(per_host) < 3:  # a median of peers needs at least two of them
+            return None
+        found = None
+        for h, v in per_host.items():
+            peers = statistics.median(x for k, x in per_host.items() if k != h)
+            if peers > 0 and v > peers * (1 + self.pct / 100):
+                self.streak[h] = self.streak.get(h, 0) + 1
+            else:
+                self.streak[h] = 0
+            if self.streak[h] >= self.windows and h not in self.reported:
+                self.reported.add(h)
+                self._report(h, v, peers)
+                found = found or h
+        return found
+
+    def _fresh_compute_times(self) -> dict[str, float]:
+        """host -> the median compute time per step of its ranks, for the hosts whose record is new."""
+        recs, _ = read_records(self.run_dir / DIR, None, self.attempt)
+        per_host: dict[str, float] = {}
+        for h, rec in recs.items():
+            vals = [as_float(r.get("compute_s"), -1) for r in rec["ranks"]]
+            vals = [v for v in vals if v > 0]
+            seq = int(rec.get("seq") or 0)
+            if vals and seq != self.last_seq.get(h):  # a fresh record: one window
+                per_host[h] = statistics.median(vals)
+            self.last_seq[h] = seq
+        return per_host
+
+    def _report(self, h: str, v: float, peers: float) -> None:
+        """The straggler event; the swap request too when swapping is on (one per attempt)."""
+        slower = (v / peers - 1) * 100
+        evidence = (
+            f"straggler: {h} computes {v:.3f} s/step, its peers' median {peers:.3f} s (+{slower:.0f}%, "
+            f"over {self.pct:g}%) for {self.streak[h]} windows in a row"
+        )
+        ev = {
+            "event": "straggler",
+            "attempt": self.attempt,
+            "host": h,
+            "compute_s": round(v, 4),
+            "peers_median_s": round(peers, 4),
+            "slower_pct": round(slower, 1),
+            "windows": self.streak[h],
+            "action": "swap" if self.swap and self.swap_host is None else "report",
+            "evidence": evidence,
+            "time": round(time.time(), 3),
+        }
+        rundir.append_jsonl(self.run_dir / rundir.EVENTS, ev)
+        if ev["action"] == "swap":
+            self.swap_host = h
+            request = {k: ev[k] for k in ("attempt", "host", "evidence", "time")}
+            write_atomic(self.run_dir / DIR / SWAP_FILE, json.dumps(request))

@@ -1,0 +1,217 @@
+"""The output pass-through: the child's bytes to our stdout/stderr (and --log) as they come, at pipe speed.
+
+Output is read in large chunks into one reused buffer and written straight through, so a chatty child costs
+little; with no --log to feed and no startup regex to watch, splice(2) moves the bytes inside the kernel.  The
+progress regex (`Progress`) runs on what passes, deferred and bounded, only to name the last progress line.
+Also here: `agpt watch`'s own lines (`Say`) and the --log file (`LogFile`).
+"""
+
+from __future__ import annotations
+
+import errno
+import math
+import os
+import re
+import select
+import time
+
+from agpt.errors import BadInput
+
+CHUNK = 1 << 20  # one read; the pipes are enlarged to this size where the kernel allows
+SCAN_EVERY = 0.05  # the progress regex runs at most this often on a chatty stream ...
+SCAN_TAIL = 16384  # ... over at most the last this many bytes of complete lines
+CARRY_MAX = 4096  # the longest partial line kept to match across chunk boundaries
+
+
+def write_all(fd: int, data: memoryview | bytes) -> None:
+    try:
+        n = os.write(fd, data)
+    except BlockingIOError:
+        n = 0
+    if n == len(data):
+        return
+    view = memoryview(data)[n:]
+    while view:
+        try:
+            n = os.write(fd, view)
+        except BlockingIOError:  # someone else made the fd non-blocking: wait for room
+            select.select([], [fd], [])
+            continue
+        view = view[n:]
+
+
+class Progress:
+    """The progress regex over complete lines (`\\n` or `\\r` ended), matched across chunk boundaries.
+
+    Until the first match, when a separate startup limit makes that match change behaviour, every line is scanned.
+    Otherwise the match only feeds the "last progress" of the idle message, so a chatty stream is scanned at most
+    every SCAN_EVERY seconds over its last SCAN_TAIL bytes: output at GB/s costs no regex time.
+    """
+
+    def __init__(self, pattern: re.Pattern[bytes], eager: bool) -> None:
+        self.pattern = pattern
+        self.eager = eager
+        self.carry: dict[int, bytes] = {}
+        self.pending = bytearray()
+        self.pending_at = 0.0
+        self.scanned_at = -math.inf
+        self.seen = False
+        self.line: str | None = None
+        self.at: float | None = None  # when the last progress line came
+        self.first_at = -math.inf  # when the first one came
+
+    def feed(self, key: int, buf: bytearray, n: int, now: float) -> None:
+        nl = buf.rfind(b"\n", 0, n)
+        end = max(nl, buf.rfind(b"\r", nl + 1, n)) + 1  # a \r before the last \n changes nothing
+        old = self.carry.get(key, b"")
+        if end == 0:
+            self.carry[key] = (old + bytes(buf[max(0, n - CARRY_MAX) : n]))[-CARRY_MAX:]
+            return
+        self.carry[key] = bytes(buf[max(end, n - CARRY_MAX) : n])
+        if self.eager and not self.seen:
+            self._scan(old + bytes(buf[:end]), now)
+            return
+        lo = max(0, end - SCAN_TAIL)
+        if lo:
+            lo = buf.find(b"\n", lo, end) + 1 or lo  # start on a line boundary
+        else:
+            self.pending += old
+        self.pending += buf[lo:end]
+        if len(self.pending) > SCAN_TAIL:
+            del self.pending[:-SCAN_TAIL]
+        self.pending_at = now
+        if now - self.scanned_at >= SCAN_EVERY:
+            self.flush(now)
+
+    def flush(self, now: float, eof: int | None = None) -> None:
+        """Scan what is deferred; with `eof`, that stream's last partial line counts as complete."""
+        if eof is not None and self.carry.get(eof):
+            self.pending += self.carry.pop(eof) + b"\n"
+            self.pending_at = now
+        if self.pending:
+            self._scan(bytes(self.pending), self.pending_at)
+            self.pending.clear()
+        self.scanned_at = now
+
+    def _scan(self, region: bytes, at: float) -> None:
+        last = None
+        for match in self.pattern.finditer(region):
+            last = match
+        if last is None:
+            return
+        start = max(region.rfind(b"\n", 0, last.start()), region.rfind(b"\r", 0, last.start())) + 1
+        stops = [i for i in (region.find(b"\n", last.end()), region.find(b"\r", last.end())) if i >= 0]
+        line = region[start : min(stops) if stops else len(region)]
+        if not self.seen:
+            self.seen, self.first_at = True, at
+        self.at = at
+        self.line = line.decode("utf-8", "replace").strip()[:200]
+
+
+class Passthrough:
+    """Moves one chunk at a time from the child's pipe to where that stream goes, and to the log."""
+
+    def __init__(self, dest: dict[int, int], log_fd: int | None, say: Say, progress: Progress) -> None:
+        self.dest = dest  # 1 or 2 -> our stdout or stderr
+        self.log_fd = log_fd
+        self.say = say
+        self.progress = progress
+        # Zero copy: with no --log to feed and no startup regex to watch, the bytes need not pass through our
+        # memory: splice(2) moves them from the child's pipe to our stdout/stderr inside the kernel.  Only the
+        # "last progress" of the idle message is lost, and the failover loop always passes --log.
+        self.zero_copy = hasattr(os, "splice") and log_fd is None and not progress.eager
+        self.buf = bytearray(CHUNK)
+        self.view = memoryview(self.buf)
+
+    def pump(self, fd: int, stream: int) -> tuple[float | None, bool]:
+        """Pass on what `fd` holds: (when output came, or None; whether `fd` is done and must be closed).
+
+        Done: end of file, or our own stdout/stderr is gone (a closed pipe): that is passed on, so the child gets
+        EPIPE/SIGPIPE as it would without us, instead of blocking or writing into nothing forever.
+        """
+        if self.zero_copy:
+            moved = self._splice(fd, stream)
+            if moved is not None:
+                return moved
+        try:
+            n = os.readv(fd, [self.buf])
+        except BlockingIOError:
+            return None, False
+        except OSError:
+            n = 0
+        now = time.monotonic()
+        if n == 0:
+            self.progress.flush(now, eof=fd)
+            return None, True
+        data = self.view[:n]
+        gone = False
+        try:
+            write_all(self.dest[stream], data)
+        except OSError:
+            gone = True
+        if self.log_fd is not None:
+            try:
+                write_all(self.log_fd, data)
+            except OSError as e:
+                self.log_fd = None
+                self.say(f"--log: write failed ({e.strerror}); no longer logging")
+        self.progress.feed(fd, self.buf, n, now)
+        return now, gone
+
+    def _splice(self, fd: int, stream: int) -> tuple[float | None, bool] | None:
+        """pump's answer with splice(2); None when the destination cannot take it (then copy, from now on)."""
+        try:
+            n = os.splice(fd, self.dest[stream], CHUNK)
+        except BlockingIOError:
+            return None, False
+        except OSError as e:
+            if e.errno in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EBADF):
+                self.zero_copy = False  # e.g. a terminal, or an old kernel
+                return None
+            return None, True  # our own stdout/stderr is gone
+        now = time.monotonic()
+        if n == 0:
+            self.progress.flush(now, eof=fd)
+            return None, True
+        return now, False
+
+
+class Say:
+    """One `agpt watch: ...` line on stderr, and in the log so the attempt's record says what happened."""
+
+    def __init__(self, err_fd: int, log_fd: int | None) -> None:
+        self.err_fd = err_fd
+        self.log_fd = log_fd
+
+    def __call__(self, msg: str) -> None:
+        line = f"agpt watch: {msg}\n".encode("utf-8", "replace")
+        for fd in (self.err_fd, self.log_fd):
+            if fd is not None:
+                try:
+                    write_all(fd, line)
+                except OSError:
+                    pass
+
+
+class LogFile:
+    """The --log file, opened once in append mode (several attempts and jobs share one file)."""
+
+    def __init__(self, log: str | os.PathLike[str] | int | None) -> None:
+        self.log = log
+        self.fd: int | None = None
+        self._owned = False
+
+    def __enter__(self) -> int | None:
+        if self.log is None or isinstance(self.log, int):
+            self.fd = self.log
+            return self.fd
+        try:
+            self.fd = os.open(self.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise BadInput(f"--log {os.fspath(self.log)}: {e.strerror}") from None
+        self._owned = True
+        return self.fd
+
+    def __exit__(self, *exc: object) -> None:
+        if self._owned and self.fd is not None:
+            os.close(self.fd)
