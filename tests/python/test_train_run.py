@@ -13,11 +13,10 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from data_util import sp_model, stdlib_documents
+from data_util import stdlib_documents
 from train_util import AGPT, TINY, run_train, train_cmd, train_env, wait_for
 
 pytestmark = pytest.mark.slow
-__all__ = ["sp_model"]  # a session fixture shared with the data tests
 
 MASTER_SCRIPT = """
 import os, sys
