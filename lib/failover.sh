@@ -26,8 +26,9 @@
 # refused, exit 2) and are shell-quoted where a hook's command text is built.  Works under any caller's IFS.
 #
 # Settings (environment, read when a function runs; defaults set when sourced)
-#   FAILOVER_SPARES           spare hosts; default "": ~SITE_SPARES_PERCENT (2)% of active, at least
-#                             SITE_SPARES_MIN (4) when that leaves 3/4 of the allocation active, never negative
+#   FAILOVER_SPARES           spare hosts; default "": ~SITE_SPARES_PERCENT% of active, at least SITE_SPARES_MIN
+#                             when that leaves 3/4 of the allocation active, never negative (unset SITE_SPARES_*:
+#                             `agpt failover hosts init --help` prints the fallback, agpt.rundir.SPARES_*)
 #   FAILOVER_ACTIVE           active hosts wanted; default "": all but the spares
 #   FAILOVER_DEGRADE          1: run on fewer hosts than FAILOVER_ACTIVE instead of refusing (exit 2); default 0
 #   FAILOVER_MAX_ATTEMPTS     attempts per job (default 20)
@@ -199,7 +200,7 @@ failover_init() {
   [[ -n "$FAILOVER_HOSTS_FROM" ]] && src="$FAILOVER_HOSTS_FROM"
   printf '%s\n' "$alloc" | _failover_py hosts init --run-dir "$AGPT_RUN_DIR" --hostfile "$src" \
     --spares "$FAILOVER_SPARES" --active "$FAILOVER_ACTIVE" "${degrade[@]}" \
-    --spares-percent "${SITE_SPARES_PERCENT:-2}" --spares-min "${SITE_SPARES_MIN:-4}" \
+    --spares-percent "${SITE_SPARES_PERCENT:-}" --spares-min "${SITE_SPARES_MIN:-}" \
     --resolve-timeout "$FAILOVER_RESOLVE_TIMEOUT" >/dev/null || rc=$?
   ((rc == 0)) && _failover_inited="$FAILOVER_JOBID"
   return "$rc"

@@ -23,11 +23,12 @@
 # Usage: jobgen_spares NODES
 # ceil(NODES * SITE_SPARES_PERCENT / 100), raised to SITE_SPARES_MIN when that still leaves at least 3/4 of
 # the allocation training: agpt.rundir.spares_for, the formula the failover loop inverts when it splits the
-# allocation (one formula, so the job asks for exactly the spares the loop keeps).
+# allocation (one formula, so the job asks for exactly the spares the loop keeps); unset SITE_SPARES_*: the
+# loop's fallback too (agpt.rundir.SPARES_*).
 # Globals read: SITE_SPARES_PERCENT, SITE_SPARES_MIN, AGPT_PYTHON
 jobgen_spares() {
   PYTHONPATH="$(_env_home)/python${PYTHONPATH:+:$PYTHONPATH}" "${AGPT_PYTHON:-python3}" -m agpt.rundir \
-    spares "$1" "${SITE_SPARES_PERCENT:-0}" "${SITE_SPARES_MIN:-0}"
+    spares "$1" "${SITE_SPARES_PERCENT:-}" "${SITE_SPARES_MIN:-}"
 }
 
 # Usage: jobgen_walltime SECONDS pbs|slurm

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agpt import rundir
+from agpt import ckptdir, rundir
 from agpt.errors import BadInput
 from agpt.evals import due
 from agpt.failover.hosts import read_bad
@@ -54,8 +54,8 @@ def verdict_of(rc: int) -> tuple[str, bool]:
 
 
 def latest_step(run_dir: Path) -> int:
-    """The highest step with a `.complete` marker: the only checkpoints resume trusts (docs/contract.md)."""
-    return rundir.latest_checkpoint(run_dir) or 0
+    """The step a resume starts from (agpt.ckptdir's rule), 0 when there is no complete checkpoint."""
+    return ckptdir.resume_step(run_dir) or 0
 
 
 def read_chain(run_dir: Path) -> list[dict[str, Any]]:

@@ -20,7 +20,6 @@ to name the knob that makes it run.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import shlex
@@ -30,8 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from agpt import ckptdir, rundir, yamlio
 from agpt.errors import BadInput, ConfigError
 from agpt.train import config as tconfig
 
@@ -109,20 +107,6 @@ def site_facts(name: str) -> SiteFacts:
         fs_bw_gbps=_num(prof, "SITE_FS_BW_GBPS", shown),
         profile=shown,
     )
-
-
-def load_yaml(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
-    try:
-        data = yaml.safe_load(text) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: top level must be a mapping of sections")
-    return data
 
 
 def load_trainer_config(path: Path, raw: dict[str, Any], environ: Mapping[str, str]) -> tconfig.Config:
@@ -297,33 +281,153 @@ def _run_dir_checks(rep: Report, run_dir: Path) -> None:
             "run dir", str(run_dir), f"{run_dir}: not writable ({exc.strerror}); job.run_dir or AGPT_RUN_DIR"
         )
         return
-    ck = run_dir / "ckpt"
-    newest: tuple[int, dict[str, Any]] | None = None
-    bad = []
-    if ck.is_dir():
-        for d in sorted(ck.iterdir()):
-            if not d.name.startswith("step-") or not (d / ".complete").exists():
-                continue
-            try:
-                meta = json.loads((d / ".complete").read_text())
-                step = int(meta["step"])
-            except (OSError, ValueError, KeyError, TypeError) as exc:
-                bad.append(f"{d / '.complete'}: unreadable ({exc}); move that directory aside")
-                continue
-            if d.name != f"step-{step}":
-                bad.append(f"{d / '.complete'}: step {step} in a directory named {d.name}; move it aside")
-                continue
-            if newest is None or step > newest[0]:
-                newest = (step, meta)
+    dirs = ckptdir.step_dirs(run_dir / rundir.CKPT)
+    done = [d for d in dirs if d.complete]
     value = f"{run_dir}: writable"
-    if newest is not None:
-        value += f"; resumes from step {newest[0]} (saved on {newest[1].get('world_size', '?')} ranks)"
+    if done:
+        value += f"; resumes from step {done[-1].step} (saved on {done[-1].world_size or '?'} ranks)"
     else:
         value += "; no checkpoint yet (starts at step 0)"
+    # Not resumed, and overwritten when the run reaches that step: a person should look (the rule: ckptdir).
+    bad = [f"{d.marker}: step {d.names_another_step} in a directory named {d.path.name}; move it aside"
+           for d in dirs if d.names_another_step is not None]  # fmt: skip
     if not bad:
         rep.add("run dir", value)
     for b in bad:
         rep.add("run dir", value, b)
+    for d in dirs:
+        if d.unreadable:
+            rep.info("run dir", f"{d.marker}: unreadable; the trainer tries step {d.step} with its data checked "
+                     "by size only (never pruned)")  # fmt: skip
+
+
+def _size(cfg_path: Path, job: dict[str, Any], facts: SiteFacts, nodes: int | None,
+          ranks_per_node: int | None) -> tuple[int, int]:  # fmt: skip
+    """(nodes, ranks per node): the flags, else the config's job section, else one node of the site's ranks."""
+    for key in ("nodes", "ranks_per_node"):
+        v = job.get(key)
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+            raise ConfigError(f"{cfg_path}: job.{key}: must be a whole number > 0 (got {v!r})")
+    if nodes is None:
+        nodes = int(job.get("nodes") or 1)
+    if nodes <= 0:
+        raise BadInput(f"--nodes: must be at least 1 (got {nodes})")
+    rpn = ranks_per_node or int(job.get("ranks_per_node") or 0) or facts.ranks_per_node
+    if rpn <= 0:
+        raise BadInput(f"--ranks-per-node: must be at least 1 (got {rpn})")
+    return nodes, rpn
+
+
+def _runs_the_trainer(job: dict[str, Any]) -> list[str]:
+    """The words of job.command when it runs something other than `agpt train` (nothing to check), else []."""
+    command = job.get("command")
+    if command is None:
+        return []
+    words = shlex.split(command) if isinstance(command, str) else [str(w) for w in command]
+    return [] if words[:2] == ["agpt", "train"] else words
+
+
+def _layout_check(rep: Report, cfg_path: Path, mc: tconfig.ModelConfig, world: int, rpn: int, tp: int) -> int:
+    """world = data x tensor: every size tensor parallelism splits must divide by tp.  Returns dp."""
+    tp_bad = [f"{k} {v}" for k, v in (("model.n_heads", mc.n_heads), ("model.n_kv_heads", mc.n_kv_heads),
+              ("ffn width", mc.hidden_dim), ("ranks per node", rpn)) if v % tp]  # fmt: skip
+    if world % tp:
+        tp_bad.append(f"world size {world}")
+    dp = world // tp if world % tp == 0 else 0
+    layout = f"{world} ranks = {dp or '?'} data x {tp} tensor"
+    rep.add("layout", layout, f"{cfg_path}: parallel.tp: {tp} does not divide {', '.join(tp_bad)}; use a divisor "
+            f"of each" if tp_bad else "")  # fmt: skip
+    return max(world // tp, 1) if tp_bad else dp
+
+
+def _batch_check(
+    rep: Report, cfg_path: Path, cfg: tconfig.Config, dp: int, rpn: int, tp: int, nodes: int
+) -> None:
+    """global_batch is a whole number of micro-batches on every data-parallel rank."""
+    tc = cfg.train
+    unit = tc.micro_batch * dp
+    bval = f"global {tc.global_batch} = {dp} data ranks x micro {tc.micro_batch} x accum {tc.global_batch / unit:.3g}"
+    fix = ""
+    if tc.global_batch % unit:
+        fix = (f"{cfg_path}: train.global_batch: {tc.global_batch} on {dp} data-parallel ranks x micro_batch "
+               f"{tc.micro_batch} is not a whole number of steps: "
+               f"{batch_fix(tc.global_batch, tc.micro_batch, dp, rpn, tp, nodes, cfg.model)}")  # fmt: skip
+    rep.add("batch", bval, fix)
+
+
+def _python_check(rep: Report) -> bool:
+    """This python imports torch (the job's environment is set up); False ends the checks."""
+    try:
+        import torch
+
+        rep.add("python", f"{sys.executable} (torch {torch.__version__})")
+        return True
+    except ImportError as exc:
+        rep.add("python", sys.executable, f"python env: {sys.executable} cannot import torch ({exc}); load the "
+                "site's modules and venv (env_setup) or run `agpt setup`")  # fmt: skip
+        return False
+
+
+def _memory_fix(cfg: tconfig.Config, cfg_path: Path, facts: SiteFacts, total: int, block: int, world: int, tp: int,
+                dp: int, rpn: int) -> str:  # fmt: skip
+    """What makes the model fit when it does not at this micro batch: the knob, or why none will."""
+    tc = cfg.train
+    usable = facts.device_mem_gib * GIB * (1 - HEADROOM)
+    mem = memory(cfg, total, block, world, tp, tc.micro_batch)
+    need = mem.total(tc.activation_checkpointing)
+    least = memory(cfg, total, block, world, tp, 1).total(True)
+    if least > usable:
+        room = usable - (least - mem.states)
+        more = (f"; {math.ceil(mem.states * world / room / rpn)} nodes would hold the sharded state" if room > 0
+                else "; even one block's working set does not fit: use tensor parallelism")  # fmt: skip
+        return (f"{cfg_path}: model: cannot fit in {facts.device_mem_gib:g} GiB ({facts.profile}: "
+                f"SITE_DEVICE_MEM_GIB) at any batch: {_gib(least)} GiB per device at micro_batch 1 with "
+                f"activation checkpointing, short by {_gib(least - usable)} GiB{more}")  # fmt: skip
+    opts = []
+    if not tc.activation_checkpointing and mem.total(True) <= usable:
+        opts.append("train.activation_checkpointing: true")
+    fitting = [m for m in range(1, tc.micro_batch) if tc.global_batch % (m * dp) == 0 and
+               memory(cfg, total, block, world, tp, m).total(tc.activation_checkpointing) <= usable]  # fmt: skip
+    if fitting:
+        opts.append(f"train.micro_batch: {max(fitting)}")
+    if not opts:
+        opts.append("train.activation_checkpointing: true and train.micro_batch: 1")
+    return (f"{cfg_path}: train.micro_batch: {tc.micro_batch} needs {_gib(need)} GiB per device, "
+            f"{facts.device_mem_gib:g} GiB minus {HEADROOM:.0%} headroom available: set "
+            f"{' or '.join(opts)}")  # fmt: skip
+
+
+def _memory_check(rep: Report, cfg: tconfig.Config, cfg_path: Path, facts: SiteFacts, total: int, block: int,
+                  world: int, tp: int, dp: int, rpn: int) -> None:  # fmt: skip
+    """The memory model's figure per device against the site's device memory less the headroom."""
+    mem = memory(cfg, total, block, world, tp, cfg.train.micro_batch)
+    need = mem.total(cfg.train.activation_checkpointing)
+    split = (f"state {_gib(mem.states)} + working {_gib(mem.working)} + act {_gib(mem.act_ckpt)} ckpt on / "
+             f"{_gib(mem.act_full)} off")  # fmt: skip
+    if facts.device_mem_gib <= 0:
+        rep.info("memory", f"{_gib(need)} GiB per device ({split}); {facts.profile} sets no device memory")
+        return
+    value = f"{_gib(need)} of {facts.device_mem_gib:g} GiB per device ({split})"
+    fits = need <= facts.device_mem_gib * GIB * (1 - HEADROOM)
+    rep.add(
+        "memory", value, "" if fits else _memory_fix(cfg, cfg_path, facts, total, block, world, tp, dp, rpn)
+    )
+
+
+def _volume_info(rep: Report, cfg: tconfig.Config, facts: SiteFacts, total: int) -> None:
+    """What a checkpoint weighs (model + AdamW moments in the master dtype) and the tokens the run reads."""
+    tc = cfg.train
+    ck_bytes = total * DTYPE_BYTES[tc.master_dtype] * 3
+    if facts.fs_bw_gbps > 0:
+        secs = ck_bytes / (facts.fs_bw_gbps * 1e9)
+        rep.info("checkpoint", f"{ck_bytes / 1e9:.4g} GB; >= {secs:.3g} s to write at the published {facts.fs_bw_gbps:g} GB/s "
+                 f"(SITE_FS_BW_GBPS), every {cfg.checkpoint.interval} steps")  # fmt: skip
+    else:
+        rep.info("checkpoint", f"{ck_bytes / 1e9:.4g} GB every {cfg.checkpoint.interval} steps")
+    per_step = tc.global_batch * tc.seq_len
+    budget = per_step * tc.steps
+    rep.info("tokens", f"{_human(per_step)} per step; {_human(budget)} in {tc.steps} steps "
+             f"({budget / max(total, 1):.3g} per parameter)")  # fmt: skip
 
 
 def check(
@@ -338,128 +442,34 @@ def check(
 ) -> Report:
     """Run every check; raises BadInput for input that leaves nothing to check (unknown site, no nodes)."""
     cfg_path = Path(config)
-    raw = load_yaml(cfg_path)
+    raw = yamlio.load_sections(cfg_path)
     job = raw.get("job") or {}
     if not isinstance(job, dict):
         raise ConfigError(f"{cfg_path}: 'job' must be a mapping")
     facts = site_facts(site)
-    for key in ("nodes", "ranks_per_node"):
-        v = job.get(key)
-        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
-            raise ConfigError(f"{cfg_path}: job.{key}: must be a whole number > 0 (got {v!r})")
-    if nodes is None:
-        nodes = int(job.get("nodes") or 1)
-    if nodes <= 0:
-        raise BadInput(f"--nodes: must be at least 1 (got {nodes})")
-    rpn = ranks_per_node or int(job.get("ranks_per_node") or 0) or facts.ranks_per_node
-    if rpn <= 0:
-        raise BadInput(f"--ranks-per-node: must be at least 1 (got {rpn})")
+    nodes, rpn = _size(cfg_path, job, facts, nodes, ranks_per_node)
     world = nodes * rpn
-    command = job.get("command")
-    if command is not None:
-        words = shlex.split(command) if isinstance(command, str) else [str(w) for w in command]
-        if words[:2] != ["agpt", "train"]:
-            rep = Report(title=f"agpt check {cfg_path} on {facts.name}: {nodes} node(s) x {rpn} ranks")
-            rep.info("command", f"job.command runs {' '.join(words[:2])}, not the trainer: nothing to check")
-            return rep
+    other = _runs_the_trainer(job)
+    if other:
+        rep = Report(title=f"agpt check {cfg_path} on {facts.name}: {nodes} node(s) x {rpn} ranks")
+        rep.info("command", f"job.command runs {' '.join(other[:2])}, not the trainer: nothing to check")
+        return rep
     rep = Report(title=f"agpt check {cfg_path} on {facts.name}: {nodes} node{'s' * (nodes != 1)} x {rpn} "
                  f"ranks = {world} ranks")  # fmt: skip
     cfg = load_trainer_config(cfg_path, raw, os.environ if environ is None else environ)
     sections = ", ".join(s for s in raw if s != "job") or "no trainer section (defaults)"
     rep.add("schema", f"{cfg_path}: {sections} valid")
     tp = tensor_parallel(raw, cfg_path)
-    mc, tc = cfg.model, cfg.train
-
-    # Layout: world = data x tensor.
-    tp_bad = [f"{k} {v}" for k, v in (("model.n_heads", mc.n_heads), ("model.n_kv_heads", mc.n_kv_heads),
-              ("ffn width", mc.hidden_dim), ("ranks per node", rpn)) if v % tp]  # fmt: skip
-    if world % tp:
-        tp_bad.append(f"world size {world}")
-    dp = world // tp if world % tp == 0 else 0
-    layout = f"{world} ranks = {dp or '?'} data x {tp} tensor"
-    rep.add("layout", layout, f"{cfg_path}: parallel.tp: {tp} does not divide {', '.join(tp_bad)}; use a divisor "
-            f"of each" if tp_bad else "")  # fmt: skip
-    if tp_bad:
-        dp = max(world // tp, 1)
-
-    # Batch.
-    unit = tc.micro_batch * dp
-    accum = tc.global_batch / unit
-    bval = f"global {tc.global_batch} = {dp} data ranks x micro {tc.micro_batch} x accum {accum:.3g}"
-    fix = ""
-    if tc.global_batch % unit:
-        fix = (f"{cfg_path}: train.global_batch: {tc.global_batch} on {dp} data-parallel ranks x micro_batch "
-               f"{tc.micro_batch} is not a whole number of steps: "
-               f"{batch_fix(tc.global_batch, tc.micro_batch, dp, rpn, tp, nodes, mc)}")  # fmt: skip
-    rep.add("batch", bval, fix)
-
-    # The python environment, then the model built on the meta device.
-    try:
-        import torch
-
-        rep.add("python", f"{sys.executable} (torch {torch.__version__})")
-    except ImportError as exc:
-        rep.add("python", sys.executable, f"python env: {sys.executable} cannot import torch ({exc}); load the "
-                "site's modules and venv (env_setup) or run `agpt setup`")  # fmt: skip
+    dp = _layout_check(rep, cfg_path, cfg.model, world, rpn, tp)
+    _batch_check(rep, cfg_path, cfg, dp, rpn, tp, nodes)
+    if not _python_check(rep):
         return rep
-    total, block = count_params(mc)
+    total, block = count_params(cfg.model)
+    mc = cfg.model
     rep.add("model", f"{_human(total)} parameters (meta device), {mc.n_layers} layers, dim {mc.dim}, "
             f"GQA {mc.n_heads}/{mc.n_kv_heads}")  # fmt: skip
-    mem = memory(cfg, total, block, world, tp, tc.micro_batch)
-    ckpt_on = tc.activation_checkpointing
-    need = mem.total(ckpt_on)
-    split = (f"state {_gib(mem.states)} + working {_gib(mem.working)} + act {_gib(mem.act_ckpt)} ckpt on / "
-             f"{_gib(mem.act_full)} off")  # fmt: skip
-    if facts.device_mem_gib <= 0:
-        rep.info("memory", f"{_gib(need)} GiB per device ({split}); {facts.profile} sets no device memory")
-    else:
-        usable = facts.device_mem_gib * GIB * (1 - HEADROOM)
-        value = f"{_gib(need)} of {facts.device_mem_gib:g} GiB per device ({split})"
-        fix = ""
-        if need > usable:
-            least = memory(cfg, total, block, world, tp, 1).total(True)
-            if least > usable:
-                short = least - usable
-                per_rank_state = mem.states * world
-                room = usable - (least - mem.states)
-                more = (
-                    f"; {math.ceil(per_rank_state / room / rpn)} nodes would hold the sharded state"
-                    if room > 0
-                    else "; even one block's working set does not fit: use tensor parallelism"
-                )
-                fix = (f"{cfg_path}: model: cannot fit in {facts.device_mem_gib:g} GiB ({facts.profile}: "
-                       f"SITE_DEVICE_MEM_GIB) at any batch: {_gib(least)} GiB per device at micro_batch 1 with "
-                       f"activation checkpointing, short by {_gib(short)} GiB{more}")  # fmt: skip
-            else:
-                opts = []
-                if not ckpt_on and mem.total(True) <= usable:
-                    opts.append("train.activation_checkpointing: true")
-                fitting = [m for m in range(1, tc.micro_batch) if tc.global_batch % (m * dp) == 0 and
-                           memory(cfg, total, block, world, tp, m).total(ckpt_on) <= usable]  # fmt: skip
-                if fitting:
-                    opts.append(f"train.micro_batch: {max(fitting)}")
-                if not opts:
-                    opts.append("train.activation_checkpointing: true and train.micro_batch: 1")
-                fix = (f"{cfg_path}: train.micro_batch: {tc.micro_batch} needs {_gib(need)} GiB per device, "
-                       f"{facts.device_mem_gib:g} GiB minus {HEADROOM:.0%} headroom available: set "
-                       f"{' or '.join(opts)}")  # fmt: skip
-        rep.add("memory", value, fix)
-
-    # Checkpoint: model + AdamW moments in the master dtype.
-    ck_bytes = total * DTYPE_BYTES[tc.master_dtype] * 3
-    if facts.fs_bw_gbps > 0:
-        secs = ck_bytes / (facts.fs_bw_gbps * 1e9)
-        rep.info("checkpoint", f"{ck_bytes / 1e9:.4g} GB; >= {secs:.3g} s to write at the published {facts.fs_bw_gbps:g} GB/s "
-                 f"(SITE_FS_BW_GBPS), every {cfg.checkpoint.interval} steps")  # fmt: skip
-    else:
-        rep.info("checkpoint", f"{ck_bytes / 1e9:.4g} GB every {cfg.checkpoint.interval} steps")
-
-    # Tokens.
-    per_step = tc.global_batch * tc.seq_len
-    budget = per_step * tc.steps
-    rep.info("tokens", f"{_human(per_step)} per step; {_human(budget)} in {tc.steps} steps "
-             f"({budget / max(total, 1):.3g} per parameter)")  # fmt: skip
-
+    _memory_check(rep, cfg, cfg_path, facts, total, block, world, tp, dp, rpn)
+    _volume_info(rep, cfg, facts, total)
     _data_checks(rep, cfg, cfg_path, raw, data)
     if run_dir is not None:
         _run_dir_checks(rep, Path(run_dir))

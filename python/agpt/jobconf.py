@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from agpt.errors import ConfigError
+from agpt.rundir import LAUNCH_NAMES
 
 # key -> one-line meaning (shown by `agpt jobgen --keys`).
 KEYS: dict[str, str] = {
@@ -42,7 +43,7 @@ KEYS: dict[str, str] = {
     "setup_env": "true: load modules and the venv from the site profile (default true)",
     "env": "extra environment for the job, a mapping KEY: VALUE",
 }
-LAUNCHERS = ("pals", "hydra", "openmpi", "srun")
+LAUNCHERS = LAUNCH_NAMES
 DEFAULT_COMMAND = ["agpt", "train", "--config", "{config}", "--run-dir", "{run_dir}"]
 _WALL = re.compile(r"^(?:(\d+)[-+])?(\d+):(\d{1,2}):(\d{1,2})$")
 
@@ -228,13 +229,6 @@ def load(path: Path) -> JobConf:
         ) from None
     from agpt import yamlio
 
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
-
     # YAML 1.1 reads an unquoted 06:00:00 as the base-60 integer 21600; a walltime must stay a string.
     class _Loader(yamlio.StrictLoader):
         pass
@@ -245,13 +239,7 @@ def load(path: Path) -> JobConf:
         for ch, rs in yaml.SafeLoader.yaml_implicit_resolvers.items()
     }
     _Loader.add_implicit_resolver(int_tag, re.compile(r"^[-+]?(?:0|[1-9][0-9_]*)$"), list("-+0123456789"))
-    try:
-        data = yamlio.load(text, _Loader)  # a SafeLoader subclass: safe
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML ({yamlio.first_line(exc)})") from None
-    except RecursionError:
-        raise ConfigError(f"{path}: not valid YAML (nested too deeply)") from None
-    return parse(path, data)
+    return parse(path, yamlio.load_file(path, _Loader))  # a SafeLoader subclass: safe
 
 
 def _word(w: str) -> str:

@@ -7,11 +7,12 @@ What lives here (docs/contract.md describes the same, for users):
 - JSON lines: one reader and one appender with the torn-line policy: a writer killed mid-line leaves a last line
   without its newline; the next append starts on a fresh line (so it is never glued onto the torn one), and every
   reader skips a line it cannot parse with a note on standard error;
-- the newest complete checkpoint (`ckpt/step-N/.complete`);
+- the checkpoint directory's names (`ckpt/step-N/.complete`; the rule that makes one complete is
+  `agpt.ckptdir`'s);
 - the hostfile parser and the host-name rule: names enter only as `[A-Za-z0-9._-]` (or an IP address), so a host
   name is never shell text;
 - the progress regex, the failure classes, the verdicts and their exit codes, the walltime margin, the spare-host
-  formula, the launchers' rank variables;
+  formula and its fallback, the launchers' rank variables (one table);
 - the bounds on durations read from flags, settings or records.
 """
 
@@ -98,6 +99,10 @@ class RunDir:
 # ----------------------------------------------------------------------------------------------- facts
 PROGRESS_RE = r"\bstep[=:] ?[0-9]+"  # FAILOVER_PROGRESS_RE's default: any trainer printing step=N or step: N
 WALLTIME_MARGIN_S = 120.0  # FAILOVER_WALLTIME_MARGIN: a kill this close to the deadline is `walltime`
+# The watchdog settings lib/failover.sh hands `agpt watch` (it states them too; test_contract holds them equal).
+IDLE_TIMEOUT_S = 900.0  # FAILOVER_IDLE_TIMEOUT: this long without a progress line is a hang
+STARTUP_TIMEOUT_S = 1800.0  # FAILOVER_STARTUP_TIMEOUT: ... before the first progress line
+GRACE_S = 30.0  # FAILOVER_GRACE: SIGTERM, then this long, then SIGKILL
 
 CLASSES = ("success", "walltime", "node", "hang", "crash", "system", "app")
 BLIND_CLASSES = ("hang", "crash")  # no host named: a rotating blind swap
@@ -114,17 +119,52 @@ VERDICT_EXIT: dict[str, int] = {
 }
 FAILOVER_VERDICTS = ("done", "failed", "stuck", "repeat", "resubmit")
 
-# (rank, world size) variables per launcher, in order of preference (torchrun first: it may run inside srun).
-# The trainer (train/dist.py) reads rank and size from the first row present; `agpt yeet` (yeet/mpi.py) takes any
+
+class Launcher:
+    """The variables one launcher exports for this process: rank, world size, rank on the node, ranks on it."""
+
+    __slots__ = ("local_rank", "local_size", "name", "rank", "size")
+
+    def __init__(self, name: str, rank: str, size: str, local_rank: str, local_size: str = "") -> None:
+        self.name, self.rank, self.size = name, rank, size
+        self.local_rank, self.local_size = local_rank, local_size  # local_size "": the launcher exports none
+
+
+# The launchers, in order of preference (torchrun first: it may run inside srun).  The one table: the trainer
+# (train/dist.py) reads rank and size from the first row present and the local variables in this order; the
+# heartbeats (heartbeat.py) and the data tools (data/dist.py) read the same; `agpt yeet` (yeet/mpi.py) takes any
 # row but torchrun's as "an MPI launcher or srun started this process".
-LAUNCHERS: tuple[tuple[str, str], ...] = (
-    ("RANK", "WORLD_SIZE"),  # torchrun
-    ("PALS_RANKID", "PALS_SIZE"),  # HPE PALS (PBS mpiexec) ...
-    ("PALS_RANKID", "PMI_SIZE"),  # ... which leaves the size to Cray PMI
-    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),  # Open MPI
-    ("PMI_RANK", "PMI_SIZE"),  # MPICH hydra, Cray PMI
-    ("SLURM_PROCID", "SLURM_NTASKS"),  # srun
+# fmt: off
+LAUNCHERS: tuple[Launcher, ...] = (
+    Launcher("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"),
+    Launcher("pals", "PALS_RANKID", "PALS_SIZE", "PALS_LOCAL_RANKID", "PALS_LOCAL_SIZE"),  # HPE PALS (PBS) ...
+    Launcher("pals", "PALS_RANKID", "PMI_SIZE", "PALS_LOCAL_RANKID", "PALS_LOCAL_SIZE"),  # ... size by Cray PMI
+    Launcher("openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+             "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"),
+    Launcher("hydra", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"),  # MPICH's hydra
+    Launcher("cray-pmi", "PMI_RANK", "PMI_SIZE", "PMI_LOCAL_RANK", "PMI_LOCAL_SIZE"),
+    Launcher("srun", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),  # srun: no local size of its own
 )
+# fmt: on
+RANK_SIZE_VARS: tuple[tuple[str, str], ...] = tuple(dict.fromkeys((x.rank, x.size) for x in LAUNCHERS))
+RANK_VARS: tuple[str, ...] = tuple(dict.fromkeys(x.rank for x in LAUNCHERS))
+LOCAL_RANK_VARS: tuple[str, ...] = tuple(dict.fromkeys(x.local_rank for x in LAUNCHERS))
+LOCAL_SIZE_VARS: tuple[str, ...] = tuple(dict.fromkeys(x.local_size for x in LAUNCHERS if x.local_size))
+# PMIx (Open MPI 5, `srun --mpi=pmix`) exports a rank and no size: MPI code asks MPI for the size.
+PMIX_RANK = "PMIX_RANK"
+_MPI = tuple(
+    x for x in LAUNCHERS if x.name not in ("torchrun", "srun")
+)  # MPI launchers: not torchrun, not srun
+MPI_RANK_VARS: tuple[str, ...] = (*dict.fromkeys(x.rank for x in _MPI), PMIX_RANK)
+# Any of these says an MPI launcher started this process (so MPI may be initialised).
+MPI_VARS: tuple[str, ...] = (
+    *dict.fromkeys(v for x in _MPI for v in (x.rank, x.size, x.local_rank)),
+    PMIX_RANK,
+)
+# What SITE_LAUNCHER and job.launcher may name: the launchers lib/launch.sh starts (test_rundir holds them equal).
+LAUNCH_NAMES = ("pals", "hydra", "openmpi", "srun")
+# The tasks per node a Slurm job asked for: an estimate of the ranks on this node where nothing better is set.
+SLURM_TASKS_PER_NODE = "SLURM_NTASKS_PER_NODE"
 
 # The longest duration any flag, setting or record may hold: a year.  Larger values (1e400 is inf) would overflow
 # the clocks and sleeps they feed.
@@ -311,23 +351,6 @@ def locked(path: Path) -> Iterator[None]:
         os.close(fd)
 
 
-# ----------------------------------------------------------------------------------------------- checkpoints
-def complete_steps(run_dir: Path) -> dict[int, Path]:
-    """step -> marker of every `ckpt/step-N/.complete`: the only checkpoints resume trusts."""
-    out: dict[int, Path] = {}
-    with contextlib.suppress(OSError):
-        for marker in (run_dir / CKPT).glob(f"step-*/{COMPLETE}"):
-            digits = marker.parent.name.removeprefix("step-")
-            if digits.isascii() and digits.isdigit() and len(digits) < 19 and marker.is_file():
-                out[int(digits)] = marker
-    return out
-
-
-def latest_checkpoint(run_dir: Path) -> int | None:
-    """The highest step with a `.complete` marker, None when there is none."""
-    return max(complete_steps(run_dir), default=None)
-
-
 # ----------------------------------------------------------------------------------------------- hosts
 _HOST_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")  # no leading "-": it would read as an option
 _HOST_SLOTS = re.compile(
@@ -398,6 +421,12 @@ def read_hostfile(path: Path, *, missing_ok: bool = False) -> list[str]:
 
 
 # ----------------------------------------------------------------------------------------------- spares
+# The spare formula's inputs when SITE_SPARES_PERCENT / SITE_SPARES_MIN are unset or empty (every checked site
+# profile sets both): lib/jobgen.sh and lib/failover.sh pass them as given and Python falls back to these.
+SPARES_PERCENT = 2.0
+SPARES_MIN = 4
+
+
 def spares_for(active: int, *, percent: float, minimum: int) -> int:
     """Spare hosts for `active` training hosts: ceil(active * percent / 100), raised to `minimum` when the spares
     then take at most a quarter of the allocation (3 * minimum <= active).  Job generation asks for active + this;
@@ -429,14 +458,30 @@ def split_counts(usable: int, *, percent: float, minimum: int) -> tuple[int, int
     return usable - spares, spares
 
 
+def spares_percent(text: str) -> float:
+    """SITE_SPARES_PERCENT as a flag or setting gives it: 0 to 100; '' is SPARES_PERCENT."""
+    if not text.strip():
+        return SPARES_PERCENT
+    try:
+        v = float(text)
+    except ValueError:
+        v = math.nan
+    if not 0 <= v <= 100:  # NaN fails too
+        raise BadInput(f"SITE_SPARES_PERCENT: must be 0 to 100, got {text!r}")
+    return v
+
+
+def spares_min(text: str) -> int:
+    """SITE_SPARES_MIN as a flag or setting gives it: a whole number; '' is SPARES_MIN."""
+    return whole(text, "SITE_SPARES_MIN", maximum=10**7) if text.strip() else SPARES_MIN
+
+
 def _spares_main(argv: list[str]) -> int:
     """`python -m agpt.rundir spares ACTIVE PERCENT MINIMUM`: spares_for, for lib/jobgen.sh."""
     try:
         active = whole(argv[0], "nodes", maximum=10**7)
-        percent = float(argv[1] or 0)
-        minimum = whole(argv[2] or 0, "SITE_SPARES_MIN", maximum=10**7)
-        if not math.isfinite(percent) or not 0 <= percent <= 100:
-            raise BadInput(f"SITE_SPARES_PERCENT: must be 0 to 100, got {argv[1]!r}")
+        percent = spares_percent(argv[1])
+        minimum = spares_min(argv[2])
     except (IndexError, ValueError) as e:
         sys.stderr.write(f"usage: python -m agpt.rundir spares ACTIVE PERCENT MINIMUM ({e})\n")
         return EXIT_USAGE

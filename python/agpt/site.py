@@ -23,6 +23,7 @@ from typing import Any
 
 from agpt.errors import BadInput, ConfigError
 from agpt.failover.patterns import DEFAULT_SETS
+from agpt.rundir import LAUNCH_NAMES
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -56,7 +57,7 @@ KEYS: dict[str, tuple[bool, str]] = {
     "SITE_FAILOVER_PATTERNS": (True, "failure-pattern sets for the failover classifier"),
 }
 SCHEDULERS = ("pbs", "slurm", "none")
-LAUNCHERS = ("pals", "hydra", "openmpi", "srun")
+LAUNCHERS = LAUNCH_NAMES
 PATTERN_SETS = DEFAULT_SETS  # the classifier's built-in sets (agpt.failover.patterns)
 INT_KEYS = ("SITE_GPUS_PER_NODE", "SITE_RANKS_PER_NODE", "SITE_SPARES_PERCENT", "SITE_SPARES_MIN")
 

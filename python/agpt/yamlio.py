@@ -6,10 +6,14 @@ silently winning); PyYAML keeps the last one without a word, so this loader stop
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import yaml
 from yaml.constructor import ConstructorError
+
+from agpt.errors import ConfigError
 
 MERGE_TAG = "tag:yaml.org,2002:merge"
 
@@ -40,6 +44,31 @@ class StrictLoader(yaml.SafeLoader):
 def load(text: str, loader: type[yaml.SafeLoader] = StrictLoader) -> Any:
     """Parse TEXT with LOADER (a StrictLoader subclass); raises yaml.YAMLError."""
     return yaml.load(text, Loader=loader)  # a SafeLoader subclass: builds no objects
+
+
+def load_file(path: Path, loader: type[yaml.SafeLoader] = StrictLoader) -> Any:
+    """A YAML file parsed with LOADER; a file that cannot be read, is not UTF-8 or is not YAML raises
+    ConfigError naming it, on one line."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    try:
+        return load(text, loader)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({first_line(exc)})") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: not valid YAML (nested too deeply)") from None
+
+
+def load_sections(path: Path) -> dict[str, Any]:
+    """A config file: a mapping of sections (an empty file is none)."""
+    data = load_file(path) or {}
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{path}: top level must be a mapping of sections")
+    return dict(data)
 
 
 def first_line(exc: yaml.YAMLError) -> str:

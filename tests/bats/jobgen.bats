@@ -158,30 +158,25 @@ conf() {  # conf NAME YAML-BODY: a config file holding only a job: section
   refute_line --partial "no-kill"
 }
 
+# refused NAME YAML-BODY: jobgen for Aurora refuses the config with exit 2; its one line is in $output.
+refused() {
+  c="$(conf "$1" "$2")"
+  run agpt jobgen --site aurora "$c"
+  assert_failure 2
+}
+
 @test "bad config: unknown key, nodes <= 0, spares < 0, walltime that does not parse: exit 2 naming the field" {
   first_pass_only
-  c="$(conf a 'job: {nodse: 2}')"
-  run agpt jobgen --site aurora "$c"
-  assert_failure 2
+  refused a 'job: {nodse: 2}'
   assert_output "agpt jobgen: $c: job.nodse: unknown key (did you mean nodes?)"
-  c="$(conf b 'job: {nodes: 0}')"
-  run agpt jobgen --site aurora "$c"
-  assert_failure 2
+  refused b 'job: {nodes: 0}'
   assert_output "agpt jobgen: $c: job.nodes: must be a whole number > 0 (got 0)"
-  c="$(conf c 'job: {nodes: 2, spares: -1}')"
-  run agpt jobgen --site aurora "$c"
-  assert_failure 2
+  refused c 'job: {nodes: 2, spares: -1}'
   assert_output "agpt jobgen: $c: job.spares: must be a whole number >= 0 (got -1)"
-  c="$(conf d 'job: {walltime: 6h}')"
-  run agpt jobgen --site aurora "$c"
-  assert_failure 2
+  refused d 'job: {walltime: 6h}'
   assert_output --partial "$c: job.walltime: '6h' does not parse"
-  c="$(conf e 'job: {walltime: "01:75:00"}')"
-  run agpt jobgen --site aurora "$c"
-  assert_failure 2
-  c="$(conf f 'job: [1, 2')"
-  run agpt jobgen --site aurora "$c"
-  assert_failure 2
+  refused e 'job: {walltime: "01:75:00"}'
+  refused f 'job: [1, 2'
   assert_output --partial "not valid YAML"
 }
 

@@ -7,6 +7,7 @@ import json
 import struct
 import subprocess
 import sysconfig
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,22 @@ def run_agpt(
     if mpi:
         cmd = [str(ROOT / ".venv" / "bin" / "mpiexec"), "-n", str(mpi), *cmd]
     return subprocess.run(cmd, capture_output=True, text=True, env=agpt_env(), cwd=cwd, timeout=timeout)
+
+
+def tokenize_cli(model: str | Path, inputs: Sequence[str | Path], out: str | Path, *extra: str,
+                 **kw: Any) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    """`agpt tokenize --model MODEL --input I... --output OUT EXTRA...`."""
+    args = ["tokenize", "--model", str(model), "--output", str(out)]
+    for f in inputs:
+        args += ["--input", str(f)]
+    return run_agpt(*args, *extra, **kw)
+
+
+def blend_cli(
+    file_list: str | Path, out: str | Path, *extra: str, **kw: Any
+) -> subprocess.CompletedProcess[str]:
+    """`agpt blend --file-list FILE_LIST --output OUT EXTRA...`."""
+    return run_agpt("blend", "--file-list", str(file_list), "--output", str(out), *extra, **kw)
 
 
 def independent_read(prefix: str | Path) -> list[np.ndarray]:

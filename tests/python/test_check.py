@@ -209,9 +209,31 @@ def test_the_run_directory_is_checked_writable_and_its_checkpoints_readable(tmp_
     assert "resumes from step 20 (saved on 2 ranks)" in r.stdout
     assert "SYNTHETIC tokens" in r.stdout
     (run_dir / "ckpt" / "step-30").mkdir()
-    (run_dir / "ckpt" / "step-30" / ".complete").write_text("{not json")
+    (run_dir / "ckpt" / "step-30" / ".complete").write_text('{"step": 20}')  # a copy of step 20, made by hand
     line = _one_error(run("check", "jobs/configs/tiny.yaml", "--site", "generic", "--run-dir", str(run_dir)))
-    assert "step-30/.complete: unreadable" in line
+    assert "step-30/.complete: step 20 in a directory named step-30; move it aside" in line
+    # A marker that does not parse is the trainer's resume step (data checked by size): said, not refused
+    # (tests/python/test_ckpt_rule.py holds every tool to the same step).
+    (run_dir / "ckpt" / "step-30" / ".complete").write_text("{not json")
+    r = run("check", "jobs/configs/tiny.yaml", "--site", "generic", "--run-dir", str(run_dir))
+    assert r.returncode == 0, r.stderr
+    assert (
+        "resumes from step 30 (saved on ? ranks)" in r.stdout and "step-30/.complete: unreadable" in r.stdout
+    )
+
+
+def test_check_reads_a_config_as_the_trainer_does(tmp_path: Path) -> None:
+    """One reader (agpt.yamlio.load_sections): `agpt check` used PyYAML's own loader, so it passed a config
+    with a repeated key, which the trainer refuses, and a config that is not UTF-8 ended in a traceback."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text((ROOT / "jobs/configs/tiny.yaml").read_text() + "optim:\n  lr: 1.0e-3\n")
+    line = _one_error(run("check", str(cfg), "--site", "generic"))
+    assert f"{cfg}: not valid YAML (duplicate key 'optim' on line" in line
+    cfg.write_bytes(b"optim:\n  lr: 3e-4 # \xe9\n")
+    assert (
+        _one_error(run("check", str(cfg), "--site", "generic"))
+        == f"agpt: error: {cfg}: not UTF-8 text (byte 20)"
+    )
 
 
 def test_tensor_parallel_layout_is_checked_when_the_config_asks_for_it(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from agpt.failover.decide import EVIDENCE_CHARS, Classification
 from agpt.failover.evidence import Evidence
 from agpt.failover.hostmatch import HostMatcher, host_key, parse_hosts
 from agpt.hostlist import expand_hostlist
+from failover_util import case_args, failover_cli, site_pattern_set
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "tests" / "fixtures" / "logs"
@@ -28,27 +29,7 @@ ALL_PATTERNS = pat.load(pat.DEFAULT_SETS)
 
 def run_cli(args: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """The command as the failover loop runs it: bin/agpt-failover under a plain, isolated python3."""
-    base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "AGPT_PYTHON": sys.executable}
-    base.update(env or {})
-    return subprocess.run(
-        [str(ROOT / "bin" / "agpt-failover"), "classify", *args],
-        capture_output=True,
-        text=True,
-        env=base,
-        timeout=120,
-    )
-
-
-def write_case_inputs(case: dict, tmp: Path) -> list[str]:
-    hostfile = tmp / "hosts"
-    hostfile.write_text(case.get("hostfile_text") or "\n".join(case["hosts"]) + "\n")
-    args = ["--rc", str(case["rc"]), "--hostfile", str(hostfile)]
-    if case.get("ipmap"):
-        (tmp / "ip").write_text("\n".join(case["ipmap"]) + "\n")
-        args += ["--ipmap", str(tmp / "ip")]
-    if case.get("deadline") is not None:
-        args += ["--deadline", str(case["deadline"]), "--now", str(case["now"])]
-    return args
+    return failover_cli("classify", *args, env=env)
 
 
 # --- the corpus ------------------------------------------------------------------------------------------------
@@ -63,7 +44,7 @@ def test_corpus_is_big_and_covers_the_sites() -> None:
 @pytest.mark.parametrize("case_path", CASES, ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_corpus_case(case_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     case = json.loads(case_path.read_text())
-    args = write_case_inputs(case, tmp_path)
+    args = case_args(case, tmp_path)
     assert cl.main([*args, str(case_path.with_suffix(".log"))]) == 0
     out = json.loads(capsys.readouterr().out)
     exp = case["expect"]
@@ -127,25 +108,8 @@ def test_pattern_sets_are_the_documented_ones() -> None:
 
 
 def test_a_site_adds_a_pattern_as_data(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "mysite.json").write_text(
-        json.dumps(
-            {
-                "set": "mysite",
-                "patterns": [
-                    {
-                        "id": "mysite.bmc",
-                        "class": "node",
-                        "regex": r"BMC reports node (?P<host>\S+) overheated",
-                        "description": "the site's BMC watcher",
-                        "positive": ["BMC reports node n3 overheated"],
-                        "negative": ["BMC reports node n3 ok"],
-                    }
-                ],
-            }
-        )
-    )
+    site = site_pattern_set(tmp_path / "site", "mysite", "mysite.bmc", "node", r"BMC reports node (?P<host>\S+) overheated",
+                            "BMC reports node n3 overheated", "BMC reports node n3 ok", "the site's BMC watcher")  # fmt: skip
     (tmp_path / "hosts").write_text("n1\nn2\nn3\n")
     (tmp_path / "log").write_text("step=4\nBMC reports node n3 overheated\n")
     env = {"FAILOVER_PATTERN_PATH": str(site), "FAILOVER_PATTERN_SETS": "srun,mysite"}

@@ -4,7 +4,6 @@ evidence placed through the rank->host map, service faults, the same fault every
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -17,6 +16,7 @@ from agpt.failover import patterns as pat
 from agpt.failover.decide import Classification
 from agpt.failover.hostmatch import HostMatcher
 from agpt.failover.labels import split_labels
+from failover_util import site_pattern_set
 
 ROOT = Path(__file__).resolve().parents[2]
 FQDN = [f"x4102c5s{i}b0n0.hostmgmt2102.cm.aurora.alcf.anl.gov" for i in range(2, 6)]
@@ -310,24 +310,8 @@ def test_the_patterns_command_lists_sources_and_counts_the_missing(tmp_path: Pat
     assert lines[-1].startswith(
         f"{len(ALL)} patterns in {len(pat.DEFAULT_SETS)} sets: 1 without a public source"
     )
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "mysite.json").write_text(
-        json.dumps(
-            {
-                "set": "mysite",
-                "patterns": [
-                    {
-                        "id": "mysite.gpu",
-                        "class": "node",
-                        "regex": "GPU is dead",
-                        "description": "x",
-                        "positive": ["GPU is dead"],
-                        "negative": ["GPU is fine"],
-                    }
-                ],
-            }
-        )
+    site = site_pattern_set(
+        tmp_path / "site", "mysite", "mysite.gpu", "node", "GPU is dead", "GPU is dead", "GPU is fine"
     )
     r = subprocess.run(
         [str(ROOT / "bin" / "agpt-failover"), "patterns", "--sets", "mysite"],

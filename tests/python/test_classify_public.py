@@ -11,6 +11,7 @@ import pytest
 
 from agpt.failover import classify as cl
 from agpt.failover.hostmatch import parse_hosts
+from failover_util import case_args
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "tests" / "fixtures" / "logs_public"
@@ -19,14 +20,7 @@ CASES = sorted(CORPUS.glob("*/*.json"))
 
 def _run(case_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> dict:
     case = json.loads(case_path.read_text())
-    hostfile = tmp_path / "hosts"
-    hostfile.write_text("\n".join(case["hosts"]) + "\n")
-    args = ["--rc", str(case["rc"]), "--hostfile", str(hostfile)]
-    if case.get("ipmap"):
-        (tmp_path / "ip").write_text("\n".join(case["ipmap"]) + "\n")
-        args += ["--ipmap", str(tmp_path / "ip")]
-    if case.get("deadline") is not None:
-        args += ["--deadline", str(case["deadline"]), "--now", str(case["now"])]
+    args = case_args(case, tmp_path)
     assert cl.main([*args, str(case_path.with_suffix(".log"))]) == 0
     return json.loads(capsys.readouterr().out)
 

@@ -5,10 +5,15 @@ from __future__ import annotations
 import re
 import subprocess
 from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
 
 from agpt import errors, rundir
 from agpt.chain import Limits, verdict_of
-from agpt.failover import classify, plan, policy
+from agpt.failover import classify, hosts, plan, policy
+from agpt.sim import model as sim_model
 from agpt.watch import settings as watch
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -79,11 +84,79 @@ def test_settings_defaults_are_one_fact_in_bash_python_and_the_contract() -> Non
         "FAILOVER_BACKOFF": " ".join(f"{b:g}" for b in s.backoff),
         "FAILOVER_PROGRESS_RE": rundir.PROGRESS_RE,
     }
-    assert _bash_defaults("failover.sh", list(want)) == want
+    assert _bash_defaults("failover.sh", list(want) + list(WATCHDOG)) == {**want, **WATCHDOG}
     chain = {"CHAIN_MAX_JOBS": str(limits.max_jobs), "CHAIN_MAX_NO_PROGRESS": str(limits.max_no_progress)}
     assert _bash_defaults("chain.sh", list(chain)) == chain
     rows = {r[0]: r[1] for r in _table("## Settings and their defaults")}
-    assert rows == {**want, **chain, "FAILOVER_WALLTIME_MARGIN": f"{rundir.WALLTIME_MARGIN_S:g}"}
+    assert rows == {**want, **WATCHDOG, **chain, "FAILOVER_WALLTIME_MARGIN": f"{rundir.WALLTIME_MARGIN_S:g}"}
+
+
+# The watchdog settings lib/failover.sh hands `agpt watch`, as Python states them.
+WATCHDOG = {
+    "FAILOVER_IDLE_TIMEOUT": f"{rundir.IDLE_TIMEOUT_S:g}",
+    "FAILOVER_STARTUP_TIMEOUT": f"{rundir.STARTUP_TIMEOUT_S:g}",
+    "FAILOVER_GRACE": f"{rundir.GRACE_S:g}",
+}
+SIM_MODELS = sorted((ROOT / "python" / "agpt" / "sim" / "models").glob("*.yaml"))
+# `key: value  # jobs/configs/X.yaml SECTION.KEY` or `# lib/failover.sh FAILOVER_X default`: a value a model cites.
+_CITED = re.compile(
+    r"^\s*(?P<key>\w+):\s*(?P<value>[^#\s]+)\s*#\s*(?:(?P<config>jobs/configs/[\w.-]+\.yaml) (?P<field>[\w.]+)"
+    r"|lib/failover\.sh (?P<setting>FAILOVER_\w+) default)",
+    re.M,
+)
+
+
+# `jobs/configs/X.yaml SECTION.KEY VALUE` anywhere in a comment: the config's value, as it is written there.
+_QUOTED = re.compile(
+    r"(?P<config>jobs/configs/[\w.-]+\.yaml)\s+#?\s*(?P<field>[a-z_]+\.[\w.]+) (?P<value>\w+(?:[.:]\w+)*)"
+)
+
+
+def _config_raw(config: str, dotted: str) -> Any:
+    value: Any = yaml.safe_load((ROOT / config).read_text())
+    for part in dotted.split("."):
+        value = value[part]
+    return value
+
+
+def _config_value(config: str, dotted: str) -> Any:
+    """A config's value in the model's units: job.walltime in hours."""
+    value = _config_raw(config, dotted)
+    if isinstance(value, str) and re.fullmatch(r"\d+:\d\d:\d\d", value):
+        h, m, sec = (int(x) for x in value.split(":"))
+        return h + m / 60 + sec / 3600
+    return value
+
+
+@pytest.mark.parametrize("path", SIM_MODELS, ids=lambda p: p.stem)
+def test_the_simulators_models_hold_the_values_they_cite(path: Path) -> None:
+    """A fault model that says it uses the loop's or the chain's defaults gets them from the code; a value it
+    cites from a job config or lib/failover.sh is that value (aurora-20b's step time once cited a batch the
+    20B config no longer had)."""
+    text = path.read_text()
+    m = sim_model.load(path)
+    for section, default in (("failover", sim_model.Failover()), ("chain", sim_model.Chain())):
+        if re.search(rf"^{section}:\s*# lib/\w+\.sh defaults", text, re.M):
+            assert getattr(m, section) == default, f"{path.name}: {section}"
+    assert sim_model.Failover().backoff == list(policy.Settings().backoff)
+    assert (sim_model.Chain().max_jobs, sim_model.Chain().max_no_progress) == (Limits().max_jobs, 2)
+    cited = list(_CITED.finditer(text))
+    assert cited or path.stem == "chaos", f"{path.name}: cites nothing"
+    for c in cited:
+        where = f"{path.name}: {c['key']}: {c['value']}"
+        if c["setting"] == "FAILOVER_SPARES":
+            spares = re.search(r"\((\d+) at (\d+)\)", text[c.start() :].split("\n", 1)[0])
+            assert spares is not None, where
+            fallback = {"percent": rundir.SPARES_PERCENT, "minimum": rundir.SPARES_MIN}
+            assert hosts.default_spares(int(spares[2]), **fallback) == int(spares[1]), where  # type: ignore[arg-type]
+        elif c["setting"]:
+            assert f"{float(c['value']):g}" == WATCHDOG[c["setting"]], where
+        else:
+            assert yaml.safe_load(c["value"]) == _config_value(c["config"], c["field"]), where
+    for q in _QUOTED.finditer(text):
+        got = _config_raw(q["config"], q["field"])
+        assert got == (q["value"] if isinstance(got, str) else yaml.safe_load(q["value"])), q.group(0)
+    assert any(q["field"] == "train.global_batch" for q in _QUOTED.finditer(text)) or path.stem == "chaos"
 
 
 def test_no_reference_to_a_contract_outside_the_repository() -> None:

@@ -16,7 +16,7 @@ from agpt.data.greedy import deficit_sequence
 from agpt.data.mmidx import Shard
 from agpt.data.tokenize import TokenizeSettings, run
 from agpt.errors import DataError
-from data_util import STDLIB, run_agpt, tree_bytes
+from data_util import STDLIB, blend_cli, run_agpt, tree_bytes
 
 L = 32
 
@@ -131,17 +131,7 @@ def test_samples_are_packed_shuffled_documents(blended: Path) -> None:
 
 
 def test_epochs_reported_for_a_corpus_asked_for_more_than_it_holds(shards: Path, tmp_path: Path) -> None:
-    r = run_agpt(
-        "blend",
-        "--file-list",
-        str(shards / "list.txt"),
-        "--seq-len",
-        str(L),
-        "--num-samples",
-        "4000",
-        "--output",
-        str(tmp_path / "b"),
-    )
+    r = blend_cli(shards / "list.txt", tmp_path / "b", "--seq-len", str(L), "--num-samples", "4000")
     assert r.returncode == 0, r.stderr
     assert "books asked for more tokens than held: repeated in epochs" in r.stdout
     m = json.loads((tmp_path / "b" / "manifest.json").read_text())
@@ -162,18 +152,15 @@ def test_builds_byte_identical_across_runs_and_rank_counts(
     shards: Path, blended: Path, tmp_path: Path
 ) -> None:
     _blend(shards, tmp_path / "again")
-    r = run_agpt(
-        "blend",
-        "--file-list",
-        str(shards / "list.txt"),
+    r = blend_cli(
+        shards / "list.txt",
+        tmp_path / "mpi",
         "--seq-len",
         str(L),
         "--num-samples",
         "4000",
         "--seed",
         "7",
-        "--output",
-        str(tmp_path / "mpi"),
         mpi=3,
     )
     assert r.returncode == 0, r.stderr
@@ -262,10 +249,7 @@ def test_changes_change_the_key_and_verify_names_them(shards: Path, sp_model: Pa
     with pytest.raises(DataError, match="tokenizer"):
         BlendedDataset(tmp_path / "s", tokenizer=str(model))
     # Shards that recorded their tokenizer refuse another one.
-    r = run_agpt(
-        "blend", "--file-list", str(shards / "list.txt"), "--seq-len", "8", "--num-samples", "10",
-        "--output", str(tmp_path / "x"), "--tokenizer", str(model),
-    )  # fmt: skip
+    r = blend_cli(shards / "list.txt", tmp_path / "x", "--seq-len", "8", "--num-samples", "10", "--tokenizer", str(model))  # fmt: skip
     assert r.returncode == 2 and "made with another tokenizer" in r.stderr
 
 
@@ -328,18 +312,7 @@ def test_bad_input_exit_2_naming_it_and_nothing_damaged(shards: Path, tmp_path: 
     before = tree_bytes(out, ("*.npy", "manifest.json"))
     needle = _corrupt(kind, lst)
     for target in (out, tmp_path / "new"):
-        r = run_agpt(
-            "blend",
-            "--file-list",
-            str(lst),
-            "--seq-len",
-            str(L),
-            "--num-samples",
-            "300",
-            "--output",
-            str(target),
-            "--overwrite",
-        )
+        r = blend_cli(lst, target, "--seq-len", str(L), "--num-samples", "300", "--overwrite")
         assert r.returncode == 2, r.stderr
         lines = [x for x in r.stderr.splitlines() if x.startswith("agpt: error:")]
         assert len(lines) == 1 and needle in lines[0], r.stderr
@@ -348,31 +321,9 @@ def test_bad_input_exit_2_naming_it_and_nothing_damaged(shards: Path, tmp_path: 
 
 
 def test_refuses_to_overwrite_another_blend(shards: Path, blended: Path) -> None:
-    r = run_agpt(
-        "blend",
-        "--file-list",
-        str(shards / "list.txt"),
-        "--seq-len",
-        str(L),
-        "--num-samples",
-        "4000",
-        "--seed",
-        "7",
-        "--output",
-        str(blended),
-    )
+    r = blend_cli(shards / "list.txt", blended, "--seq-len", str(L), "--num-samples", "4000", "--seed", "7")
     assert r.returncode == 0 and "up to date" in r.stdout
-    r = run_agpt(
-        "blend",
-        "--file-list",
-        str(shards / "list.txt"),
-        "--seq-len",
-        str(L),
-        "--num-samples",
-        "600",
-        "--output",
-        str(blended),
-    )
+    r = blend_cli(shards / "list.txt", blended, "--seq-len", str(L), "--num-samples", "600")
     assert r.returncode == 2 and "holds another blend" in r.stderr
 
 

@@ -14,7 +14,7 @@ import pytest
 from agpt.data.mmidx import Shard
 from agpt.data.tokenizer import load
 from agpt.errors import DataError
-from data_util import independent_read, run_agpt, shard_prefixes, stdlib_documents, tree_bytes
+from data_util import independent_read, run_agpt, shard_prefixes, stdlib_documents, tokenize_cli, tree_bytes
 
 
 def _write_inputs(d: Path, docs: list[str]) -> tuple[list[Path], list[str]]:
@@ -56,10 +56,7 @@ def _write_inputs(d: Path, docs: list[str]) -> tuple[list[Path], list[str]]:
 
 
 def _tokenize(model: Path, files: list[Path], out: Path, *extra: str, mpi: int = 0) -> None:
-    args = ["tokenize", "--model", str(model), "--output", str(out), "--shard-tokens", "3000"]
-    for f in files:
-        args += ["--input", str(f)]
-    r = run_agpt(*args, *extra, mpi=mpi)
+    r = tokenize_cli(model, files, out, "--shard-tokens", "3000", *extra, mpi=mpi)
     assert r.returncode == 0, r.stdout + r.stderr
 
 
@@ -99,19 +96,7 @@ def test_shards_fixed_size_and_file_list(tmp_path: Path, sp_model: Path) -> None
     src = tmp_path / "a.txt"
     src.write_text("\n\n".join(stdlib_documents(200)))
     out = tmp_path / "out"
-    r = run_agpt(
-        "tokenize",
-        "--model",
-        str(sp_model),
-        "--input",
-        str(src),
-        "--output",
-        str(out),
-        "--shard-tokens",
-        "2000",
-        "--corpus",
-        "code",
-    )
+    r = tokenize_cli(sp_model, [src], out, "--shard-tokens", "2000", "--corpus", "code")
     assert r.returncode == 0, r.stderr
     for word in ("documents", "tokens", "MB/s", "tokens/s"):
         assert word in r.stdout
@@ -147,17 +132,7 @@ def test_rerun_skips_finished_shards(tmp_path: Path, sp_model: Path, monkeypatch
     out = tmp_path / "out"
     _tokenize(sp_model, [src], out)
     before = tree_bytes(out)
-    r = run_agpt(
-        "tokenize",
-        "--model",
-        str(sp_model),
-        "--input",
-        str(src),
-        "--output",
-        str(out),
-        "--shard-tokens",
-        "3000",
-    )
+    r = tokenize_cli(sp_model, [src], out, "--shard-tokens", "3000")
     assert r.returncode == 0 and "up to date" in r.stdout
 
     # A crash while writing shard 2: shards 0 and 1 are complete, shard 2 is a half-written .tmp.
@@ -186,30 +161,9 @@ def test_rerun_skips_finished_shards(tmp_path: Path, sp_model: Path, monkeypatch
 
     # Shards with no record of how they were made are never trusted nor overwritten silently.
     (out / "tokenize.json").unlink()
-    r = run_agpt(
-        "tokenize",
-        "--model",
-        str(sp_model),
-        "--input",
-        str(src),
-        "--output",
-        str(out),
-        "--shard-tokens",
-        "3000",
-    )
+    r = tokenize_cli(sp_model, [src], out, "--shard-tokens", "3000")
     assert r.returncode == 2 and "did not record" in r.stderr
-    r = run_agpt(
-        "tokenize",
-        "--model",
-        str(sp_model),
-        "--input",
-        str(src),
-        "--output",
-        str(out),
-        "--shard-tokens",
-        "3000",
-        "--overwrite",
-    )
+    r = tokenize_cli(sp_model, [src], out, "--shard-tokens", "3000", "--overwrite")
     assert r.returncode == 0, r.stderr
     assert tree_bytes(out) == before
 
@@ -234,18 +188,7 @@ def test_bad_input_exit_2_and_nothing_damaged(
     bad = tmp_path / name
     bad.write_text(content)
     for target in (out, tmp_path / "new"):
-        r = run_agpt(
-            "tokenize",
-            "--model",
-            str(sp_model),
-            "--input",
-            str(good),
-            "--input",
-            str(bad),
-            "--output",
-            str(target),
-            "--overwrite",
-        )
+        r = tokenize_cli(sp_model, [good, bad], target, "--overwrite")
         assert r.returncode == 2, r.stderr
         lines = [x for x in r.stderr.splitlines() if x.startswith("agpt: error:")]
         assert len(lines) == 1 and needle in lines[0], r.stderr
@@ -257,16 +200,7 @@ def test_bad_input_exit_2_and_nothing_damaged(
 def test_empty_documents_can_be_skipped(tmp_path: Path, sp_model: Path) -> None:
     src = tmp_path / "x.jsonl"
     src.write_text('{"text": "a b"}\n{"text": "  "}\n{"text": "c"}\n')
-    r = run_agpt(
-        "tokenize",
-        "--model",
-        str(sp_model),
-        "--input",
-        str(src),
-        "--output",
-        str(tmp_path / "o"),
-        "--skip-empty",
-    )
+    r = tokenize_cli(sp_model, [src], tmp_path / "o", "--skip-empty")
     assert r.returncode == 0, r.stderr
     assert "skipped empty" in r.stdout
     meta = json.loads((tmp_path / "o" / "tokenize.json").read_text())
@@ -274,19 +208,9 @@ def test_empty_documents_can_be_skipped(tmp_path: Path, sp_model: Path) -> None:
 
 
 def test_missing_model_and_input(tmp_path: Path, sp_model: Path) -> None:
-    r = run_agpt(
-        "tokenize", "--model", str(tmp_path / "nope.model"), "--input", "x", "--output", str(tmp_path / "o")
-    )
+    r = tokenize_cli(tmp_path / "nope.model", ["x"], tmp_path / "o")
     assert r.returncode == 2 and "nope.model" in r.stderr
-    r = run_agpt(
-        "tokenize",
-        "--model",
-        str(sp_model),
-        "--input",
-        str(tmp_path / "none.txt"),
-        "--output",
-        str(tmp_path / "o"),
-    )
+    r = tokenize_cli(sp_model, [tmp_path / "none.txt"], tmp_path / "o")
     assert r.returncode == 2 and "none.txt" in r.stderr
 
 
@@ -295,10 +219,7 @@ def test_bad_input_under_mpi_is_one_line(tmp_path: Path, sp_model: Path) -> None
     good.write_text("\n\n".join(stdlib_documents(30)))
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "ok"}\n{"txt": "typo"}\n')
-    r = run_agpt(
-        "tokenize", "--model", str(sp_model), "--input", str(good), "--input", str(bad),
-        "--output", str(tmp_path / "o"), "--workers", "1", "--chunk-bytes", "1024", mpi=3,
-    )  # fmt: skip
+    r = tokenize_cli(sp_model, [good, bad], tmp_path / "o", "--workers", "1", "--chunk-bytes", "1024", mpi=3)
     assert r.returncode == 2
     errors = [line for line in r.stderr.splitlines() if line.startswith("agpt: error:")]
     assert errors == [f"agpt: error: {bad}:2: no 'text' field (set --text-key)"], r.stderr
@@ -374,17 +295,7 @@ def test_bos_no_eod_and_directory_input(tmp_path: Path, sp_model: Path) -> None:
     (d / "a.txt").write_text("\n\n".join(docs[:10]))
     (d / ".hidden" / "junk.bin").write_bytes(b"\xff\xfe")
     out = tmp_path / "o"
-    r = run_agpt(
-        "tokenize",
-        "--model",
-        str(sp_model),
-        "--input",
-        str(d),
-        "--output",
-        str(out),
-        "--bos",
-        "--no-append-eod",
-    )
+    r = tokenize_cli(sp_model, [d], out, "--bos", "--no-append-eod")
     assert r.returncode == 0, r.stderr
     sp = load(sp_model)
     got = [a.tolist() for p in shard_prefixes(out) for a in independent_read(p)]
@@ -398,17 +309,7 @@ def test_overwrite_with_less_data_leaves_no_stale_shards(tmp_path: Path, sp_mode
     _tokenize(sp_model, [src], out)
     many = len(list(out.glob("*.idx")))
     src.write_text("\n\n".join(stdlib_documents(30)))
-    r = run_agpt(
-        "tokenize",
-        "--model",
-        str(sp_model),
-        "--input",
-        str(src),
-        "--output",
-        str(out),
-        "--shard-tokens",
-        "3000",
-    )
+    r = tokenize_cli(sp_model, [src], out, "--shard-tokens", "3000")
     assert r.returncode == 2 and "other inputs" in r.stderr
     _tokenize(sp_model, [src], out, "--overwrite")
     assert (

@@ -99,7 +99,8 @@ def test_tiny_model_learns_bpb_falls_task_rises_and_lm_eval_agrees(demo: Path, t
     exp = tmp_path / "step-300"
     x = run_agpt("ckpt", "export", str(run / "ckpt" / "step-300"), str(exp), "--dtype", "fp32")
     assert x.returncode == 0, x.stderr
-    from agpt.evals import offline, tasks
+    from agpt.evalexport import offline
+    from agpt.evals import tasks
 
     opts = {"specs": tasks.parse_specs([str(demo / "word_order.jsonl")]), "limit": 180, "max_length": 64}
     ours = offline.evaluate_export(exp, offline.Options(scorer="agpt", **opts))  # type: ignore[arg-type]
@@ -180,7 +181,7 @@ def test_kill_9_and_resume_leaves_each_steps_evaluation_once(demo: Path, tmp_pat
 def test_regression_alarm_warns_or_rolls_back_like_a_spike(demo: Path, tmp_path: Path) -> None:
     args = ["--steps", "8", "--ckpt-interval", "2", *_eval_args(demo, "--set", "eval.interval=2",
             "--set", "eval.task_items=30", "--set", "eval.regression_acc=0.2", "--set", "eval.regression_bpb=0.5")]  # fmt: skip
-    fault = {"AGPT_FAULT_EVAL_AT": "6"}  # the evaluation of step 6 scores 0 and bpb x 10 (train/health.py)
+    fault = {"AGPT_FAULT_EVAL_AT": "6"}  # the evaluation of step 6 scores 0 and bpb x 10 (train/faults.py)
     warn = tmp_path / "warn"
     r = run_train(1, warn, *args, env=fault)
     assert r.returncode == 0, r.stdout + r.stderr

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +13,7 @@ import pytest
 from agpt.errors import BadInput
 from agpt.failover import plan as P
 from agpt.failover import policy
+from failover_util import plan_cli, run_with_attempt
 
 ACTIVE = ["h1", "h2", "h3", "h4"]
 SPARE = ["h5", "h6"]
@@ -328,39 +327,25 @@ def test_classification_fallback_when_the_classifier_said_nothing(tmp_path: Path
 
 
 def run_plan(run: Path, *args: str) -> dict[str, Any]:
-    out = subprocess.run(
-        [sys.executable, "-m", "agpt.failover", "plan", "--run-dir", str(run), *args],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    out = plan_cli(run, *args)
+    assert out.returncode == 0, out.stderr
     return dict(json.loads(out.stdout))
 
 
 def test_cli_applies_the_swap_and_writes_events(tmp_path: Path) -> None:
-    run = tmp_path / "run"
-    (run / "hosts").mkdir(parents=True)
-    (run / "hosts/active").write_text("h1\nh2\nh3\nh4\n")
-    (run / "hosts/spare").write_text("h5\nh6\n")
-    log = run / "attempts/j.1.log"
-    log.parent.mkdir()
-    log.write_text("step=1 loss=3\nstep=2 loss=2\nCUDA error: uncorrectable ECC error encountered on h2\n")
+    ecc = "step=1 loss=3\nstep=2 loss=2\nCUDA error: uncorrectable ECC error encountered on h2\n"
+    run, log = run_with_attempt(tmp_path, ["h1", "h2", "h3", "h4"], ["h5", "h6"], ecc)
     cls = tmp_path / "c.json"
     cls.write_text(
         json.dumps({"class": "node", "bad_hosts": ["h2"], "evidence": ["ECC on h2"], "last_step": 2})
     )
-    p = run_plan(
-        run,
+    flags = [
         "--jobid",
         "j",
         "--attempt",
         "1",
         "--rc",
         "1",
-        "--log",
-        str(log),
-        "--classification",
-        str(cls),
         "--started",
         "10",
         "--ended",
@@ -368,7 +353,8 @@ def test_cli_applies_the_swap_and_writes_events(tmp_path: Path) -> None:
         "--apply",
         "--backoff",
         "0",
-    )
+    ]
+    p = run_plan(run, *flags, "--log", str(log), "--classification", str(cls))
     assert p["action"] == "relaunch" and p["swap_out"] == ["h2"]
     assert (run / "hosts/active").read_text() == "h1\nh5\nh3\nh4\n"
     assert (run / "hosts/spare").read_text() == "h6\n"
@@ -385,18 +371,20 @@ def test_cli_before_writes_a_stop_event(tmp_path: Path) -> None:
     run.mkdir()
     p = run_plan(
         run,
-        "--jobid",
-        "j",
-        "--attempt",
-        "1",
-        "--before",
-        "--now",
-        "1000",
-        "--deadline",
-        "1100",
-        "--min-attempt-s",
-        "600",
-        "--apply",
+        *[
+            "--jobid",
+            "j",
+            "--attempt",
+            "1",
+            "--before",
+            "--now",
+            "1000",
+            "--deadline",
+            "1100",
+            "--min-attempt-s",
+            "600",
+            "--apply",
+        ],
     )
     assert (p["verdict"], p["exit"]) == ("resubmit", 75)
     (e,) = [json.loads(x) for x in (run / "events.jsonl").read_text().splitlines()]
@@ -404,24 +392,7 @@ def test_cli_before_writes_a_stop_event(tmp_path: Path) -> None:
 
 
 def test_cli_bad_flag_is_exit_2(tmp_path: Path) -> None:
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "agpt.failover",
-            "plan",
-            "--run-dir",
-            str(tmp_path),
-            "--attempt",
-            "1",
-            "--rc",
-            "1",
-            "--backoff",
-            "soon",
-        ],
-        capture_output=True,
-        text=True,
-    )
+    r = plan_cli(tmp_path, "--attempt", "1", "--rc", "1", "--backoff", "soon")
     assert r.returncode == 2 and "--backoff" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
@@ -438,20 +409,6 @@ def test_next_attempt_continues_a_requeued_job(tmp_path: Path) -> None:
     P.append_event(tmp_path / "events.jsonl", {"event": "attempt", "jobid": "8", "attempt": 5})
     P.append_event(tmp_path / "events.jsonl", {"event": "stop", "jobid": "7", "attempt": 9})
     assert P.next_attempt(tmp_path, "7") == 3
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "agpt.failover",
-            "plan",
-            "--run-dir",
-            str(tmp_path),
-            "--jobid",
-            "8",
-            "--next-attempt",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    r = plan_cli(tmp_path, "--jobid", "8", "--next-attempt")
+    assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "6"

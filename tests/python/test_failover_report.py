@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 from agpt.failover import report
+from failover_util import failover_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = 1715076000.0  # 2024-05-07 10:00:00 UTC
@@ -122,14 +121,7 @@ def make_run(d: Path, *, partial_tail: bool = False) -> Path:
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "AGPT_PYTHON": sys.executable}
-    return subprocess.run(
-        [str(ROOT / "bin" / "agpt-failover"), "report", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-    )
+    return failover_cli("report", *args, timeout=60)
 
 
 def test_json_report_counts_swaps_steps_and_lost_time(tmp_path: Path) -> None:

@@ -11,9 +11,11 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
+from agpt import ckptdir
 from agpt.data import mmidx
 from agpt.data.blend import parse_file_list
 from agpt.data.readers import iter_documents, plan_chunks
+from agpt.rundir import COMPLETE
 from agpt.train import checkpoint as ck
 from fuzz_util import EXTREME_NUMBERS, FUZZ, is_error, one_line_exit_2, truncations
 
@@ -113,8 +115,8 @@ def test_checkpoint_marker(tmp_path_factory, marker: bytes) -> None:  # type: ig
     d = root / "step-7"
     d.mkdir(parents=True)
     (d / "__0_0.distcp").write_bytes(b"data")
-    (d / ck.COMPLETE).write_bytes(marker)
-    rec = ck.read_complete(d)
+    (d / COMPLETE).write_bytes(marker)
+    rec = ckptdir.read_marker(d)
     assert rec is None or type(rec["step"]) is int
     steps = ck.complete_steps(root, warn_unreadable=False)
     assert steps == [(7, d)] or (rec is not None and rec["step"] != 7 and steps == [])

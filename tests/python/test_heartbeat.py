@@ -20,6 +20,7 @@ from agpt.heartbeat import format as hbformat
 from agpt.heartbeat import reader as hbs
 from agpt.heartbeat import writer as heartbeat
 from agpt.heartbeat.straggler import StragglerMonitor
+from agpt.train import faults
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE = ROOT / "tests" / "fixtures" / "fake_trainer.py"
@@ -319,10 +320,10 @@ def test_bench_heartbeat_runs_and_prints_the_writes_per_node_per_minute() -> Non
 
 def test_fault_drill_hooks_do_nothing_unless_set_and_slow_only_their_host() -> None:
     t0 = time.monotonic()
-    heartbeat.inject_fault(3, 0.2, env={})
-    heartbeat.inject_fault(3, 0.2, env={"AGPT_FAULT_SLOW_HOST": "other:3", "AGPT_HEARTBEAT_HOST": "me"})
+    faults.forward(3, 0.2, env={})
+    faults.forward(3, 0.2, env={"AGPT_FAULT_SLOW_HOST": "other:3", "AGPT_HEARTBEAT_HOST": "me"})
     assert time.monotonic() - t0 < 0.15
-    heartbeat.inject_fault(3, 0.1, env={"AGPT_FAULT_SLOW_HOST": "me:3", "AGPT_HEARTBEAT_HOST": "me"})
+    faults.forward(3, 0.1, env={"AGPT_FAULT_SLOW_HOST": "me:3", "AGPT_HEARTBEAT_HOST": "me"})
     assert time.monotonic() - t0 >= 0.2  # (3 - 1) x 0.1 s more
 
 

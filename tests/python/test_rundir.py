@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ from agpt.errors import BadInput
 from agpt.failover import hostmatch, hosts, plan
 from agpt.yeet import report as yeet_report
 from conftest import BIN, ROOT, agpt_env
+from failover_util import plan_cli, run_with_attempt
 
 
 def test_an_append_after_a_torn_line_starts_on_a_fresh_line(
@@ -114,15 +116,34 @@ def test_hosts_init_refuses_a_hostile_allocation_with_exit_2(tmp_path: Path) -> 
     assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "pwned").exists()
 
 
-def _jobgen_spares(active: int, percent: int, minimum: int) -> int:
+def _jobgen_spares(active: int, percent: int | None, minimum: int | None) -> int:
+    env = agpt_env({"SITE_SPARES_PERCENT": str(percent), "SITE_SPARES_MIN": str(minimum)})
+    for key, v in (("SITE_SPARES_PERCENT", percent), ("SITE_SPARES_MIN", minimum)):
+        if v is None:
+            del env[key]
     out = subprocess.run(
         ["bash", "-c", f'source "{ROOT}/lib/jobgen.sh"; jobgen_spares {active}'],
         capture_output=True,
         text=True,
         check=True,
-        env=agpt_env({"SITE_SPARES_PERCENT": str(percent), "SITE_SPARES_MIN": str(minimum)}),
+        env=env,
     )
     return int(out.stdout)
+
+
+def test_unset_site_spares_fall_back_to_one_python_default_in_the_job_and_the_loop(tmp_path: Path) -> None:
+    """lib/jobgen.sh fell back to 0% and 0 spares, lib/failover.sh to 2% and 4: both ask agpt.rundir now."""
+    want = rundir.spares_for(256, percent=rundir.SPARES_PERCENT, minimum=rundir.SPARES_MIN)
+    assert want == 6 and _jobgen_spares(256, None, None) == want
+    alloc = tmp_path / "alloc"
+    alloc.write_text("".join(f"n{i}\n" for i in range(256 + want)))
+    script = f'source "{ROOT}/lib/failover.sh"; failover_init'
+    env = agpt_env({"AGPT_RUN_DIR": str(tmp_path / "run"), "FAILOVER_HOSTS_FROM": str(alloc)})
+    for key in ("SITE_SPARES_PERCENT", "SITE_SPARES_MIN", "FAILOVER_SPARES", "FAILOVER_ACTIVE"):
+        env.pop(key, None)
+    r = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert len(hosts.read_hosts(tmp_path / "run/hosts/spare")) == want
 
 
 @pytest.mark.parametrize(
@@ -134,6 +155,13 @@ def test_the_job_asks_for_the_spares_the_loop_keeps(active: int, percent: int, m
     assert spares == rundir.spares_for(active, percent=percent, minimum=minimum)
     split = hosts.split_hosts([f"n{i}" for i in range(active + spares)], percent=percent, minimum=minimum)
     assert (len(split.active), len(split.spare)) == (active, spares)
+
+
+def test_the_launcher_names_a_site_may_give_are_the_ones_lib_launch_starts() -> None:
+    text = (ROOT / "lib" / "launch.sh").read_text()
+    arms = re.findall(r"^ {4}([a-z]+)\)$", text, re.M)
+    assert tuple(arms) == rundir.LAUNCH_NAMES
+    assert f"({', '.join(rundir.LAUNCH_NAMES)})" in text  # the refusal names them
 
 
 def test_split_inverts_spares_for_every_size() -> None:
@@ -180,25 +208,12 @@ def test_watch_refuses_a_huge_duration_before_starting_the_child(
     assert not marker.exists()
 
 
-def _plan(run: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "agpt.failover", "plan", "--run-dir", str(run), *args],
-        capture_output=True,
-        text=True,
-        env=agpt_env(),
-        timeout=120,
-    )
+_plan = plan_cli
 
 
 def _run_dir(tmp_path: Path) -> tuple[Path, Path]:
-    run = tmp_path / "run"
-    (run / "hosts").mkdir(parents=True)
-    (run / "hosts/active").write_text("h1\nh2\n")
-    (run / "hosts/spare").write_text("h3\n")
-    log = run / "attempts/j.1.log"
-    log.parent.mkdir()
-    log.write_text("step=1 loss=3\nstep=2 loss=2\n[h2] CUDA error: uncorrectable ECC error encountered\n")
-    return run, log
+    log = "step=1 loss=3\nstep=2 loss=2\n[h2] CUDA error: uncorrectable ECC error encountered\n"
+    return run_with_attempt(tmp_path, ["h1", "h2"], ["h3"], log)
 
 
 def test_plan_classifies_in_process_and_writes_class_json(tmp_path: Path) -> None:

@@ -13,19 +13,19 @@ from train_util import AGPT, TINY, losses, train_env
 pytestmark = pytest.mark.cluster
 
 
+def _srun_train(
+    env: dict[str, str], cwd: Path, srun: list[str], run: Path, *args: str
+) -> subprocess.CompletedProcess[str]:
+    """`srun SRUN agpt train` of the tiny config into RUN."""
+    cmd = ["srun", *srun, str(AGPT), "train", "--config", str(TINY), "--run-dir", str(run), *args]
+    return subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
 def test_srun_two_nodes_trains_and_checkpoints(cluster: dict[str, str], tmp_path: Path) -> None:
     run = tmp_path / "run"
     # The test nodes n1..n6 are all localhost but their names do not resolve: give the address only.
     env = train_env({**cluster, "MASTER_ADDR": "127.0.0.1"})
-    r = subprocess.run(
-        ["srun", "-N", "2", "-n", "2", str(AGPT), "train", "--config", str(TINY), "--run-dir", str(run),
-         "--steps", "3", "--ckpt-interval", "2"],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )  # fmt: skip
+    r = _srun_train(env, tmp_path, ["-N", "2", "-n", "2"], run, "--steps", "3", "--ckpt-interval", "2")
     assert r.returncode == 0, r.stdout + r.stderr
     assert sorted(losses(r.stdout)) == [1, 2, 3]
     assert (run / "ckpt/step-2/.complete").exists() and (run / "ckpt/step-3/.complete").exists()
@@ -38,15 +38,8 @@ def test_srun_tensor_parallel_groups_stay_inside_a_node(cluster: dict[str, str],
     env = train_env({**cluster, "MASTER_ADDR": "127.0.0.1"})
 
     def srun(tasks: int, run: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            ["srun", "-N", "2", f"--ntasks-per-node={tasks // 2}", str(AGPT), "train", "--config", str(TINY), "--run-dir",
-             str(tmp_path / run), "--steps", "2", "--ckpt-interval", "0", "--set", "parallel.tp=2"],
-            env=env,
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )  # fmt: skip
+        return _srun_train(env, tmp_path, ["-N", "2", f"--ntasks-per-node={tasks // 2}"], tmp_path / run,
+                           "--steps", "2", "--ckpt-interval", "0", "--set", "parallel.tp=2")  # fmt: skip
 
     r = srun(4, "ok")
     assert r.returncode == 0, r.stdout + r.stderr

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from agpt import rundir
 from agpt.errors import ConfigError
 from agpt.train import dist
 from agpt.train.config import load_config
@@ -86,6 +87,28 @@ def test_launcher_detection(env: dict[str, str], rank: int, world: int) -> None:
     assert 1024 < info.master_port < 65536
     if "MASTER_PORT" in env:
         assert (info.master_addr, info.master_port) == ("h0", 1234)
+
+
+@pytest.mark.parametrize("row", rundir.LAUNCHERS, ids=lambda x: f"{x.name}-{x.size}")
+def test_every_reader_of_a_launchers_rank_reads_one_table(
+    row: rundir.Launcher, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The trainer, the data tools and yeet read this process' rank from agpt.rundir.LAUNCHERS alone."""
+    from agpt.data import dist as data_dist
+    from agpt.yeet.mpi import under_launcher
+
+    env = {row.rank: "3", row.size: "8", row.local_rank: "1", "SLURM_STEP_ID": "0"}
+    if row.local_size:
+        env[row.local_size] = "4"
+    info = dist.detect(env)
+    assert (info.rank, info.world_size, info.local_rank) == (3, 8, 1)
+    assert info.local_world_size == (4 if row.local_size else 8)  # srun: all local when no host list says
+    assert dist.env_rank(env) == 3
+    assert under_launcher(env) is (row.name != "torchrun")
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    mpi = row.name not in ("torchrun", "srun")
+    assert (data_dist.under_mpi(), data_dist.launcher_rank()) == ((True, 3) if mpi else (False, 0))
 
 
 def test_rendezvous_from_host_list(tmp_path: Path) -> None:

@@ -94,7 +94,7 @@ def test_data_stages_switch_at_until_tokens_and_resume_exactly_after_kill_9(
     tmp_path: Path,
     sp_model: Path,
 ) -> None:
-    from train_util import kill_9_when, step_lines
+    from train_util import kill_9_mid_save, same_steps
 
     code = _blend(tmp_path, sp_model, "code", 64, {"code": CORPORA["code"]}, 0)
     prose = _blend(tmp_path, sp_model, "prose", 64, {"prose": CORPORA["prose"]}, 0)
@@ -109,14 +109,11 @@ def test_data_stages_switch_at_until_tokens_and_resume_exactly_after_kill_9(
 
     run = tmp_path / "run"
     log = tmp_path / "first.log"
-    kill_9_when(2, run, log, args, (lambda: (run / "ckpt/step-4/.complete").exists(), "step-4 complete"),
-                (lambda: "\nstep=7 " in log.read_text(), "step 7 (past the stage boundary)"))  # fmt: skip
+    kill_9_mid_save(2, run, log, args, saved=4, at_step=7)  # killed past the stage boundary (step 6)
     r = run_train(2, run, *args)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "step-4 (step 4" in r.stdout
-    got, want = step_lines(r.stdout), step_lines(ref.stdout)
-    assert sorted(got) == list(range(5, 11))
-    assert [got[s] for s in range(5, 11)] == [want[s] for s in range(5, 11)]
+    same_steps(r.stdout, ref.stdout, 5, 10)
 
     # A stage's blend swapped under the run is refused (pinned), and so are stages out of order.
     swapped = f"data.stages=[{{path: {code}, until_tokens: 2816}}, {{path: {code}}}]"

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -16,12 +15,14 @@ import pytest
 from train_util import (
     ckpt_steps,
     copy_ckpt,
-    kill_ranks,
+    kill_9_mid_save,
+    logged,
     losses,
     run_train,
-    step_lines,
-    train_cmd,
-    train_env,
+    same_steps,
+    trained,
+    training,
+    two_more_steps,
     wait_for,
 )
 
@@ -30,12 +31,10 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def straight(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    run = tmp_path_factory.mktemp("straight")
     # Every rank sleeps 2 s in its write slot at step 20: with max_writers=1 the slots cannot overlap.
     env = {"AGPT_TEST_CKPT_WRITE_DELAY": "20:2"}
-    r = run_train(2, run, "--steps", "40", "--ckpt-interval", "10", "--set", "checkpoint.keep=3", env=env)
-    assert r.returncode == 0, r.stdout + r.stderr
-    return run, r.stdout
+    return trained(tmp_path_factory, "straight", 2, "--steps", "40", "--ckpt-interval", "10",
+                   "--set", "checkpoint.keep=3", env=env)  # fmt: skip
 
 
 def test_straight_run_logs_contract_lines_and_progress(straight: tuple[Path, str]) -> None:
@@ -58,45 +57,22 @@ def test_kill_9_mid_async_save_then_exact_resume(straight: tuple[Path, str], tmp
     _, ref = straight
     run = tmp_path / "run"
     log = tmp_path / "first.log"
-    env = train_env({"AGPT_TEST_CKPT_WRITE_DELAY": "30:120"})
-    with open(log, "w") as fh:
-        proc = subprocess.Popen(
-            train_cmd(2, run, "--steps", "40", "--ckpt-interval", "10"), env=env, stdout=fh, stderr=fh
-        )
-        try:
-            wait_for(lambda: (run / "ckpt/step-20/.complete").exists(), 120, "step-20 complete", proc)
-            wait_for(lambda: "\nstep=32 " in log.read_text(), 120, "step 32 (save of 30 in flight)", proc)
-            assert kill_ranks(proc.pid) == 2
-            proc.wait(timeout=60)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+    env = {"AGPT_TEST_CKPT_WRITE_DELAY": "30:120"}
+    kill_9_mid_save(2, run, log, ["--steps", "40", "--ckpt-interval", "10"], saved=20, at_step=32, env=env)
     assert (run / "ckpt/step-30").is_dir()
     assert not (run / "ckpt/step-30/.complete").exists()
     r = run_train(2, run, "--steps", "40", "--ckpt-interval", "10")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "resumed from" in r.stdout and "step-20 (step 20" in r.stdout
-    got, want = step_lines(r.stdout), step_lines(ref)
-    assert sorted(got) == list(range(21, 41))
-    assert [got[s] for s in range(21, 41)] == [want[s] for s in range(21, 41)]
+    same_steps(r.stdout, ref, 21, 40)
     assert (run / "ckpt/step-30/.complete").exists()
 
 
 def test_resume_on_four_ranks(straight: tuple[Path, str], tmp_path: Path) -> None:
     """A 2-rank checkpoint resumes on 4 ranks (resharded) and continues the same curve."""
     src, ref = straight
-    run = tmp_path / "run"
-    copy_ckpt(src, run, 20)
-    r = run_train(
-        4, run, "--steps", "22", "--ckpt-interval", "0", "--set", "optim.decay_steps=40",
-        "--set", "checkpoint.save_final=false",
-    )  # fmt: skip
-    assert r.returncode == 0, r.stdout + r.stderr
+    r = two_more_steps(src, tmp_path / "run", 4, 40, 1e-5, ref)
     assert "saved by 2 ranks, now 4" in r.stdout
-    got, want = losses(r.stdout), losses(ref)
-    assert sorted(got) == [21, 22]
-    for s in (21, 22):
-        assert got[s] == pytest.approx(want[s], rel=1e-5)
 
 
 def test_one_rank_reports_the_same_global_loss(straight: tuple[Path, str], tmp_path: Path) -> None:
@@ -115,29 +91,20 @@ def test_one_rank_reports_the_same_global_loss(straight: tuple[Path, str], tmp_p
 def test_corrupt_newest_falls_back_and_marker_goes_first(straight: tuple[Path, str], tmp_path: Path) -> None:
     """Newest checkpoint truncated: warn, resume from the previous one; re-saving removes the old marker first."""
     src, ref = straight
-    run = tmp_path / "run"
-    copy_ckpt(src, run, 30, 40)
+    run = copy_ckpt(src, tmp_path / "run", 30, 40)
     data = run / "ckpt/step-40/__0_0.distcp"
     data.write_bytes(data.read_bytes()[:1000])
-    env = train_env({"AGPT_TEST_CKPT_WRITE_DELAY": "40:5"})
+    env = {"AGPT_TEST_CKPT_WRITE_DELAY": "40:5"}
     log = tmp_path / "log"
-    with open(log, "w") as fh:
-        proc = subprocess.Popen(
-            train_cmd(2, run, "--steps", "40", "--ckpt-interval", "10"), env=env, stdout=fh, stderr=fh
-        )
-        try:
-            wait_for(lambda: "\nstep=40 " in log.read_text(), 120, "step 40", proc)
-            # The save of step 40 into the existing directory is under way: its old marker is gone.
-            assert not (run / "ckpt/step-40/.complete").exists()
-            assert proc.wait(timeout=120) == 0, log.read_text()
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+    with training(2, run, "--steps", "40", "--ckpt-interval", "10", log=log, env=env) as proc:
+        wait_for(logged(log, 40), 120, "step 40", proc)
+        # The save of step 40 into the existing directory is under way: its old marker is gone.
+        assert not (run / "ckpt/step-40/.complete").exists()
+        assert proc.wait(timeout=120) == 0, log.read_text()
     out = log.read_text()
     assert "warning:" in out and "__0_0.distcp" in out and "truncated" in out
     assert "step-30 (step 30" in out
-    got, want = step_lines(out), step_lines(ref)
-    assert [got[s] for s in range(31, 41)] == [want[s] for s in range(31, 41)]
+    same_steps(out, ref, 31, 40)
     assert (run / "ckpt/step-40/.complete").exists()
     assert data.stat().st_size > 1000
 
@@ -146,8 +113,7 @@ def test_only_checkpoint_corrupt_exits_2_naming_the_file(straight: tuple[Path, s
     """No good checkpoint left: never start from scratch silently; name the bad file (resharded to 1 rank)."""
     src, _ = straight
     for damage in ("flip", "missing"):
-        run = tmp_path / damage
-        copy_ckpt(src, run, 40)
+        run = copy_ckpt(src, tmp_path / damage, 40)
         data = run / "ckpt/step-40/__1_0.distcp"
         if damage == "missing":
             data.unlink()
@@ -166,8 +132,7 @@ def test_checkpoint_of_another_model_exits_2_naming_the_tensor(
     straight: tuple[Path, str], tmp_path: Path
 ) -> None:
     src, _ = straight
-    run = tmp_path / "run"
-    copy_ckpt(src, run, 40)
+    run = copy_ckpt(src, tmp_path / "run", 40)
     r = run_train(1, run, "--steps", "41", "--set", "model.dim=128")
     assert r.returncode == 2, r.stdout + r.stderr
     assert "tensor model.tok_embeddings.weight" in r.stderr and "[512, 64]" in r.stderr

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import ROOT
 from data_util import stdlib_documents
-from train_util import AGPT, TINY, run_train, train_cmd, train_env, wait_for
+from train_util import AGPT, TINY, logged, run_train, smoke, train_env, training, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -70,20 +70,10 @@ def test_non_finite_loss_stops_with_one_line_and_exit_1(tmp_path: Path) -> None:
 def test_sigterm_saves_a_complete_checkpoint_and_exits_143(tmp_path: Path) -> None:
     run = tmp_path / "run"
     log = tmp_path / "log"
-    with open(log, "w") as fh:
-        proc = subprocess.Popen(
-            train_cmd(1, run, "--steps", "100000", "--ckpt-interval", "0"),
-            env=train_env(),
-            stdout=fh,
-            stderr=fh,
-        )
-        try:
-            wait_for(lambda: "\nstep=3 " in log.read_text(), 120, "step 3", proc)
-            proc.send_signal(signal.SIGTERM)
-            assert proc.wait(timeout=120) == 143, log.read_text()
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+    with training(1, run, "--steps", "100000", "--ckpt-interval", "0", log=log) as proc:
+        wait_for(logged(log, 3), 120, "step 3", proc)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 143, log.read_text()
     out = log.read_text()
     stopped = [ln for ln in out.splitlines() if ln.startswith("agpt: stopped at step")]
     assert stopped, out
@@ -105,13 +95,7 @@ SMOKE_STEPS = 10  # enough to record, repeat bit for bit and name a difference a
 
 
 def _smoke(baseline: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(AGPT), "smoke", "--steps", str(SMOKE_STEPS), "--baseline", str(baseline), *args],
-        env=train_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return smoke(baseline, *args, steps=SMOKE_STEPS)
 
 
 def test_smoke_passes_twice_and_fails_on_one_changed_hyperparameter(tmp_path: Path) -> None:

@@ -21,13 +21,14 @@ from train_util import (
     MPIEXEC,
     TINY,
     copy_ckpt,
-    kill_ranks,
+    kill_9_mid_save,
     losses,
     run_train,
-    step_lines,
-    train_cmd,
+    same_steps,
+    smoke,
     train_env,
-    wait_for,
+    trained,
+    two_more_steps,
 )
 
 pytestmark = pytest.mark.slow
@@ -40,21 +41,14 @@ LOSS_RTOL = 1e-3
 
 @pytest.fixture(scope="module")
 def tp2(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    run = tmp_path_factory.mktemp("tp2")
-    r = run_train(
-        4, run, "--steps", "30", "--ckpt-interval", "10", "--set", "checkpoint.keep=3", *TP2,
-        env={"SITE_PEAK_TFLOPS": "0.5"},
-    )  # fmt: skip
-    assert r.returncode == 0, r.stdout + r.stderr
-    return run, r.stdout
+    return trained(tmp_path_factory, "tp2", 4, "--steps", "30", "--ckpt-interval", "10", "--set", "checkpoint.keep=3",
+                   *TP2, env={"SITE_PEAK_TFLOPS": "0.5"})  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def dp4(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    run = tmp_path_factory.mktemp("dp4")
-    r = run_train(4, run, "--steps", "30", "--ckpt-interval", "20", "--set", "checkpoint.save_final=false")
-    assert r.returncode == 0, r.stdout + r.stderr
-    return run, r.stdout
+    return trained(tmp_path_factory, "dp4", 4, "--steps", "30", "--ckpt-interval", "20",
+                   "--set", "checkpoint.save_final=false")  # fmt: skip
 
 
 def test_dp2_tp2_matches_dp4_on_the_same_global_batch(tp2: tuple[Path, str], dp4: tuple[Path, str]) -> None:
@@ -84,25 +78,7 @@ def test_sequence_parallel_matches_too(tp2: tuple[Path, str], tmp_path: Path) ->
 
 
 def _smoke(baseline: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [
-            str(MPIEXEC),
-            "-n",
-            "4",
-            str(AGPT),
-            "smoke",
-            "--steps",
-            "8",
-            "--baseline",
-            str(baseline),
-            *TP2,
-            *args,
-        ],
-        env=train_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    return smoke(baseline, *TP2, *args, ranks=4, steps=8)
 
 
 def test_smoke_at_tp2_is_bit_identical_run_to_run(tmp_path: Path) -> None:
@@ -148,8 +124,7 @@ def test_checkpoint_resumes_at_another_layout_with_identical_parameters(
     """Saved by dp 2 × tp 2, loaded by dp 2 or dp 4 at tp 1; saved by dp 4 × tp 1, loaded by dp 2 × tp 2:
     every gathered parameter equals the saved one."""
     src = (tp2 if source == "tp2" else dp4)[0]
-    run = tmp_path / "run"
-    copy_ckpt(src, run, 20)
+    run = copy_ckpt(src, tmp_path / "run", 20)
     r = subprocess.run(
         [
             str(MPIEXEC),
@@ -173,43 +148,23 @@ def test_checkpoint_resumes_at_another_layout_with_identical_parameters(
 
 def test_training_continues_after_resuming_at_another_layout(tp2: tuple[Path, str], tmp_path: Path) -> None:
     src, ref = tp2
-    run = tmp_path / "run"
-    copy_ckpt(src, run, 20)
-    r = run_train(
-        4, run, "--steps", "22", "--ckpt-interval", "0", "--set", "optim.decay_steps=30",
-        "--set", "checkpoint.save_final=false",
-    )  # fmt: skip
-    assert r.returncode == 0, r.stdout + r.stderr
+    r = two_more_steps(src, tmp_path / "run", 4, 30, LOSS_RTOL, ref)
     assert "saved by 4 ranks, now 4" in r.stdout and "x tp" not in r.stdout
-    got, want = losses(r.stdout), losses(ref)
-    assert sorted(got) == [21, 22]
-    for s in (21, 22):
-        assert got[s] == pytest.approx(want[s], rel=LOSS_RTOL)
 
 
 def test_kill_9_mid_async_save_at_tp2_then_exact_resume(tp2: tuple[Path, str], tmp_path: Path) -> None:
     _, ref = tp2
     run = tmp_path / "run"
     log = tmp_path / "first.log"
-    env = train_env({"AGPT_TEST_CKPT_WRITE_DELAY": "20:120"})
-    cmd = train_cmd(4, run, "--steps", "30", "--ckpt-interval", "10", *TP2)
-    with open(log, "w") as fh:
-        proc = subprocess.Popen(cmd, env=env, stdout=fh, stderr=fh)
-        try:
-            wait_for(lambda: (run / "ckpt/step-10/.complete").exists(), 180, "step-10 complete", proc)
-            wait_for(lambda: "\nstep=22 " in log.read_text(), 180, "step 22 (save of 20 in flight)", proc)
-            assert kill_ranks(proc.pid) == 4
-            proc.wait(timeout=60)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+    env = {"AGPT_TEST_CKPT_WRITE_DELAY": "20:120"}
+    kill_9_mid_save(
+        4, run, log, ["--steps", "30", "--ckpt-interval", "10", *TP2], saved=10, at_step=22, env=env
+    )
     assert not (run / "ckpt/step-20/.complete").exists()
     r = run_train(4, run, "--steps", "30", "--ckpt-interval", "10", *TP2)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "step-10 (step 10" in r.stdout
-    got, want = step_lines(r.stdout), step_lines(ref)
-    assert sorted(got) == list(range(11, 31))
-    assert [got[s] for s in range(11, 31)] == [want[s] for s in range(11, 31)]
+    same_steps(r.stdout, ref, 11, 30)
 
 
 def test_metrics_jsonl_has_a_line_per_logged_step_and_plots(tp2: tuple[Path, str], tmp_path: Path) -> None:

@@ -8,13 +8,14 @@ import sys
 from conftest import ROOT, agpt_env
 
 
+def bench(script: str, *args: str, timeout: int) -> subprocess.CompletedProcess[str]:
+    """tests/bench/SCRIPT ARGS under this interpreter, as a person runs it from the checkout."""
+    cmd = [sys.executable, str(ROOT / "tests/bench" / script), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=agpt_env())
+
+
 def test_model_prints_every_strategy_for_each_node_count() -> None:
-    r = subprocess.run(
-        [sys.executable, str(ROOT / "tests/bench/yeet_model.py"), "--quick", "--nodes", "8,64,4096"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    r = bench("yeet_model.py", "--quick", "--nodes", "8,64,4096", timeout=120)
     assert r.returncode == 0, r.stderr
     rows = [line.split() for line in r.stdout.splitlines() if line.split() and line.split()[0].isdigit()]
     assert [row[0] for row in rows] == ["8", "64", "4096"]
@@ -23,12 +24,6 @@ def test_model_prints_every_strategy_for_each_node_count() -> None:
 
 
 def test_local_bench_runs_and_prints_the_ratio() -> None:
-    r = subprocess.run(
-        [sys.executable, str(ROOT / "tests/bench/bench_yeet.py"), "--small", "--ranks", "2"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=agpt_env(),
-    )
+    r = bench("bench_yeet.py", "--small", "--ranks", "2", timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "ratio rsync-par/yeet-warm" in r.stdout

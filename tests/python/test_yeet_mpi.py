@@ -79,12 +79,17 @@ def _unchanged(out: Path, n: int) -> None:
         assert _leftovers(out / str(rank)) == [], rank
 
 
-def test_corrupt_chunk_fails_loudly_and_leaves_every_dest_unchanged(tmp_path: Path) -> None:
+def _broadcast_with_fault(tmp_path: Path, fault: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """2.5 MB broadcast in 1 MB chunks to 4 ranks that hold an older tree, with AGPT_YEET_FAULT=FAULT."""
     src = make_data(tmp_path / "data", big=2_500_000)
     out = tmp_path / "out"
     _seed(out, 4)
-    env = {"AGPT_YEET_CHUNK_MB": "1", "AGPT_YEET_FAULT": "corrupt:2:1"}
-    r = mpiyeet(4, str(src), "--dest", f"{out}/{{rank}}/data", env=env)
+    env = {"AGPT_YEET_CHUNK_MB": "1", "AGPT_YEET_FAULT": fault}
+    return mpiyeet(4, str(src), "--dest", f"{out}/{{rank}}/data", env=env), out
+
+
+def test_corrupt_chunk_fails_loudly_and_leaves_every_dest_unchanged(tmp_path: Path) -> None:
+    r, out = _broadcast_with_fault(tmp_path, "corrupt:2:1")
     assert r.returncode == 1, r.stdout + r.stderr
     assert "rank=2" in r.stdout and "FAILED" in r.stdout
     assert "DEST left unchanged" in r.stdout
@@ -92,11 +97,7 @@ def test_corrupt_chunk_fails_loudly_and_leaves_every_dest_unchanged(tmp_path: Pa
 
 
 def test_killed_rank_fails_loudly_and_leaves_no_partial_dest(tmp_path: Path) -> None:
-    src = make_data(tmp_path / "data", big=2_500_000)
-    out = tmp_path / "out"
-    _seed(out, 4)
-    env = {"AGPT_YEET_CHUNK_MB": "1", "AGPT_YEET_FAULT": "kill:1:1"}
-    r = mpiyeet(4, str(src), "--dest", f"{out}/{{rank}}/data", env=env)
+    r, out = _broadcast_with_fault(tmp_path, "kill:1:1")
     assert r.returncode != 0
     assert "kill on rank 1" in r.stderr
     import time

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from agpt.yeet.pack import META_FORMAT, cache_paths, file_sha256, fingerprint
+from agpt.digest import file_sha256
+from agpt.yeet.pack import META_FORMAT, cache_paths, fingerprint
 from yeet_util import entry, evil_tar, make_data, yeet
 
 EVIL = [

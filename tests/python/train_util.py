@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from conftest import ROOT, agpt_env
 
@@ -38,6 +42,48 @@ def run_train(ranks: int, run_dir: Path, *args: str, env: dict[str, str] | None 
         text=True,
         timeout=timeout,
     )
+
+
+def trained(tmp_path_factory: pytest.TempPathFactory, name: str, ranks: int, *args: str,
+            env: dict[str, str] | None = None) -> tuple[Path, str]:  # fmt: skip
+    """A finished run for a module fixture: its run directory and standard output."""
+    run = tmp_path_factory.mktemp(name)
+    r = run_train(ranks, run, *args, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return run, r.stdout
+
+
+@contextlib.contextmanager
+def training(ranks: int, run_dir: Path, *args: str, log: Path,
+             env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[bytes]]:  # fmt: skip
+    """`agpt train` in the background, its output in LOG; killed if it still runs when the block ends."""
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(train_cmd(ranks, run_dir, *args), env=train_env(env), stdout=fh, stderr=fh)
+        try:
+            yield proc
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+
+
+def logged(log: Path, step: int):  # type: ignore[no-untyped-def]
+    """A condition for wait_for: LOG holds the progress line of STEP."""
+    return lambda: f"\nstep={step} " in log.read_text()
+
+
+def same_steps(out: str, ref: str, first: int, last: int) -> None:
+    """OUT logged exactly steps FIRST..LAST, each with REF's loss and grad norm to the last digit."""
+    got, want = step_lines(out), step_lines(ref)
+    assert sorted(got) == list(range(first, last + 1))
+    assert [got[s] for s in range(first, last + 1)] == [want[s] for s in range(first, last + 1)]
+
+
+def smoke(baseline: Path, *args: str, ranks: int = 1, steps: int = 50) -> subprocess.CompletedProcess[str]:
+    """`agpt smoke --steps STEPS --baseline BASELINE ARGS` (under mpiexec with RANKS > 1)."""
+    cmd = [str(AGPT), "smoke", "--steps", str(steps), "--baseline", str(baseline), *args]
+    if ranks > 1:
+        cmd = [str(MPIEXEC), "-n", str(ranks), *cmd]
+    return subprocess.run(cmd, env=train_env(), capture_output=True, text=True, timeout=300)
 
 
 def step_lines(text: str) -> dict[int, str]:
@@ -109,26 +155,47 @@ def wait_for(pred, timeout: float, what: str, proc: subprocess.Popen | None = No
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def copy_ckpt(src_run: Path, dst_run: Path, *steps: int) -> None:
+def copy_ckpt(src_run: Path, dst_run: Path, *steps: int) -> Path:
+    """DST_RUN holding copies of SRC_RUN's checkpoints at STEPS; returns DST_RUN."""
     (dst_run / "ckpt").mkdir(parents=True, exist_ok=True)
     for s in steps:
         shutil.copytree(src_run / "ckpt" / f"step-{s}", dst_run / "ckpt" / f"step-{s}")
+    return dst_run
+
+
+def two_more_steps(src_run: Path, dst_run: Path, ranks: int, decay_steps: int, rel: float,
+                   ref: str) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    """Steps 21 and 22 on RANKS ranks from a copy of SRC_RUN's step-20 (the schedule of a DECAY_STEPS run), their
+    losses within REL of REF's: resuming at another layout continues the same curve."""
+    copy_ckpt(src_run, dst_run, 20)
+    r = run_train(ranks, dst_run, "--steps", "22", "--ckpt-interval", "0", "--set", f"optim.decay_steps={decay_steps}",
+                  "--set", "checkpoint.save_final=false")  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    got, want = losses(r.stdout), losses(ref)
+    assert sorted(got) == [21, 22]
+    for s in (21, 22):
+        assert got[s] == pytest.approx(want[s], rel=rel)
+    return r
 
 
 def ckpt_steps(run_dir: Path) -> list[int]:
     return sorted(int(p.name[5:]) for p in (run_dir / "ckpt").iterdir() if p.name.startswith("step-"))
 
 
-def kill_9_when(ranks: int, run_dir: Path, log: Path, args: tuple[str, ...] | list[str], *waits) -> None:
+def kill_9_when(ranks: int, run_dir: Path, log: Path, args: tuple[str, ...] | list[str], *waits,  # type: ignore[no-untyped-def]
+                env: dict[str, str] | None = None, timeout: float = 180) -> None:  # fmt: skip
     """Start `agpt train` on `ranks` ranks (output in `log`), wait for each (predicate, what) in turn, then
     kill -9 every rank, as a node failure does."""
-    with open(log, "w") as fh:
-        proc = subprocess.Popen(train_cmd(ranks, run_dir, *args), env=train_env(), stdout=fh, stderr=fh)
-        try:
-            for pred, what in waits:
-                wait_for(pred, 180, what, proc)
-            assert kill_ranks(proc.pid) == ranks
-            proc.wait(timeout=60)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+    with training(ranks, run_dir, *args, log=log, env=env) as proc:
+        for pred, what in waits:
+            wait_for(pred, timeout, what, proc)
+        assert kill_ranks(proc.pid) == ranks
+        proc.wait(timeout=60)
+
+
+def kill_9_mid_save(ranks: int, run_dir: Path, log: Path, args: tuple[str, ...] | list[str], *, saved: int,
+                    at_step: int, env: dict[str, str] | None = None, timeout: float = 180) -> None:  # fmt: skip
+    """kill_9_when checkpoint SAVED is complete and step AT_STEP is logged (the next save is then in flight)."""
+    done = (lambda: (run_dir / f"ckpt/step-{saved}/.complete").exists(), f"step-{saved} complete")
+    kill_9_when(ranks, run_dir, log, args, done, (logged(log, at_step), f"step {at_step} (a save in flight)"),
+                env=env, timeout=timeout)  # fmt: skip

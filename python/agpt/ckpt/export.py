@@ -17,9 +17,11 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from agpt.ckpt import layout, provenance, stfile
+from agpt.ckpt import layout, stfile
+from agpt.digest import file_sha256
 from agpt.errors import BadInput, CheckpointError, DataError
 from agpt.progress import Progress
+from agpt.train import provenance
 from agpt.train.config import Config
 
 DTYPES = {"bf16": ("BF16", 2), "fp32": ("F32", 4)}
@@ -81,8 +83,6 @@ class TensorReader:
 
 def tokenizer_source(cfg: Config, sd: layout.StepDir, explicit: str | None) -> Path | None:
     """The SentencePiece model the run's blend pins (checked by sha256), or --tokenizer."""
-    from agpt.data.tokenizer import sha256_file
-
     if explicit:
         p = Path(explicit)
         if not p.is_file():
@@ -99,7 +99,7 @@ def tokenizer_source(cfg: Config, sd: layout.StepDir, explicit: str | None) -> P
     p = Path(tok["path"])
     if not p.is_file():
         raise DataError(f"{p}: the run's tokenizer is missing (pass --tokenizer)")
-    if tok.get("sha256") and sha256_file(p) != tok["sha256"]:
+    if tok.get("sha256") and file_sha256(p) != tok["sha256"]:
         raise DataError(f"{p}: sha256 differs from the one the run's data manifest pins")
     return p
 

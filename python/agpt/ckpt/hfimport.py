@@ -14,9 +14,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from agpt.ckpt import layout, provenance, stfile
+from agpt import ckptdir
+from agpt.ckpt import layout, stfile
 from agpt.errors import BadInput, CheckpointError, ConfigError
 from agpt.progress import Progress
+from agpt.rundir import CKPT
+from agpt.train import provenance
 from agpt.train.config import Config, load_config
 
 ARCH = "LlamaForCausalLM"
@@ -153,12 +156,10 @@ def import_hf(
     hc = check_config(src, cfg)
     tied = bool(hc.get("tie_word_embeddings", False))
     files = check_weights(src, cfg, tied)
-    from agpt.train import checkpoint as ck
-
-    done = ck.complete_steps(rd / "ckpt")
+    done = ckptdir.complete(rd / CKPT)
     if done:
         raise CheckpointError(
-            f"{done[-1][1]}: the run already has checkpoints; import into a new run directory"
+            f"{done[-1].path}: the run already has checkpoints; import into a new run directory"
         )
     if step > cfg.train.steps:
         raise ConfigError(f"--step {step}: beyond train.steps {cfg.train.steps}")
@@ -204,13 +205,7 @@ def _write(src: Path, cfg: Config, rd: Path, files: Located, step: int) -> Path:
     trainer.consumed = step * cfg.train.global_batch
     trainer.save(block=True)
     trainer.ckpt.wait()
-    path = ck_step_dir(rd, step)
+    path = ckptdir.step_dir(rd / CKPT, step)
     if trainer.rank == 0:
         print(f"agpt: imported {src} as {path} (step {step}); `agpt train` continues from it", flush=True)
     return path
-
-
-def ck_step_dir(rd: Path, step: int) -> Path:
-    from agpt.train import checkpoint as ck
-
-    return ck.step_dir(rd / "ckpt", step)

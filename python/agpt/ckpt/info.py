@@ -9,71 +9,93 @@ its newest complete checkpoint (or its newest one when none is complete).
 
 from __future__ import annotations
 
-import hashlib
 import json
+import math
 import warnings
 from pathlib import Path
 from typing import Any
 
-from agpt.ckpt import provenance
+from agpt import ckptdir
+from agpt.digest import file_sha256
 from agpt.errors import BadInput
+from agpt.rundir import CKPT, COMPLETE
+from agpt.train import provenance
 
 
 def _pick(path: Path) -> Path:
     """A step directory given itself, a run directory or its ckpt/ folder."""
-    from agpt.train import checkpoint as ck
-
-    if (path / ".metadata").exists() or (path / ck.COMPLETE).exists() or path.name.startswith("step-"):
+    if (path / ".metadata").exists() or (path / COMPLETE).exists() or path.name.startswith("step-"):
         return path
-    root = path / "ckpt" if (path / "ckpt").is_dir() else path
-    done = ck.complete_steps(root)
-    if done:
-        return done[-1][1]
-    steps = (
-        sorted((int(p.name[5:]), p) for p in root.glob("step-*") if p.is_dir() and p.name[5:].isdigit())
-        if root.is_dir()
-        else []
-    )
-    if steps:
-        return steps[-1][1]
+    root = path / CKPT if (path / CKPT).is_dir() else path
+    steps = ckptdir.step_dirs(root)
+    done = [d for d in steps if d.complete]
+    if done or steps:
+        return (done or steps)[-1].path
     raise BadInput(f"{path}: no checkpoint here (expected a step-N directory or a run directory)")
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 22):
-            h.update(chunk)
-    return h.hexdigest()
+def marker_problems(d: ckptdir.StepDir) -> list[str]:
+    """What keeps D's marker from proving a complete, intact checkpoint (agpt.ckptdir's rule)."""
+    if not d.marked:
+        return [f"{d.marker}: missing"]
+    if d.unreadable:
+        return [f"{d.marker}: unreadable"]
+    if d.names_another_step is not None:
+        return [f"{d.marker}: says step {d.names_another_step}, the directory is {d.path.name}"]
+    return []
 
 
 def inspect(path: str | Path) -> dict[str, Any]:
     """Everything known about a checkpoint; `complete` is False with `problems` naming each file."""
-    import torch
-
     from agpt.train import checkpoint as ck
 
     p = _pick(Path(path))
     if not p.is_dir():
         raise BadInput(f"{p}: not a checkpoint directory")
-    problems: list[str] = []
-    rec = ck.read_complete(p)
-    if rec is None:
-        problems.append(f"{p / ck.COMPLETE}: {'unreadable' if (p / ck.COMPLETE).exists() else 'missing'}")
-    meta = provenance.read(p)
-    files: list[dict[str, Any]] = []
-    need: dict[str, int] = {}
+    problems = marker_problems(ckptdir.read_step_dir(p))
+    rec = ckptdir.read_marker(p) or {}
+    meta = provenance.read(p) or {}
     md = None
     try:
         md = ck.read_metadata(p)
     except Exception as exc:
         problems.append(str(exc))
+    files = _files(p, md, problems)
+    step = consumed = None
+    tensors: dict[str, Any] = {}
     if md is not None:
-        for item in (md.storage_data or {}).values():
-            rel = str(item.relative_path)
-            need[rel] = max(need.get(rel, 0), int(item.offset) + int(item.length))
-    names = sorted({f.name for f in p.iterdir() if f.is_file()} | set(need))
-    for name in names:
+        tensors = _model_tensors(md)
+        if all(f["state"] == "ok" for f in files):
+            step, consumed = _trainer_position(p, md, problems)
+    config = meta.get("config")
+    seq_len = (config or {}).get("train", {}).get("seq_len") if isinstance(config, dict) else None
+    return {
+        "path": str(p),
+        "step": step if step is not None else rec.get("step"),
+        "complete": not problems,
+        "problems": problems,
+        "saved_by_ranks": rec.get("world_size"),
+        "saved_at": rec.get("time"),
+        "samples_consumed": consumed,
+        "tokens_consumed": consumed * seq_len if consumed is not None and isinstance(seq_len, int) else None,
+        "bytes": sum(f["bytes"] or 0 for f in files),
+        "files": files,
+        **tensors,
+        "data": _data_record(meta.get("data")),
+        "provenance": {k: v for k, v in meta.items() if k not in ("config", "data")} or None,
+        "config": config,
+    }
+
+
+def _files(p: Path, md: Any, problems: list[str]) -> list[dict[str, Any]]:
+    """Every file of the step directory and every one the DCP metadata MD names: its size and state (ok,
+    missing, truncated); each problem is added to PROBLEMS."""
+    need: dict[str, int] = {}
+    for item in (md.storage_data or {}).values() if md is not None else ():
+        rel = str(item.relative_path)
+        need[rel] = max(need.get(rel, 0), int(item.offset) + int(item.length))
+    files: list[dict[str, Any]] = []
+    for name in sorted({f.name for f in p.iterdir() if f.is_file()} | set(need)):
         f = p / name
         size = f.stat().st_size if f.exists() else None
         state = "ok"
@@ -85,58 +107,53 @@ def inspect(path: str | Path) -> dict[str, Any]:
         if state != "ok":
             problems.append(f"{f}: {state}")
         files.append({"name": name, "bytes": size, "state": state})
-    step = consumed = None
-    tensors: dict[str, Any] = {}
-    if md is not None:
-        from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+    return files
 
-        params = 0
-        for k, v in md.state_dict_metadata.items():
-            if k.startswith("model.") and isinstance(v, TensorStorageMetadata):
-                n = 1
-                for d in v.size:
-                    n *= d
-                params += n
-                tensors.setdefault("dtype", str(v.properties.dtype).removeprefix("torch."))
-        tensors["model_tensors"] = sum(1 for k in md.state_dict_metadata if k.startswith("model."))
-        tensors["parameters"] = params
-        files_ok = all(f["state"] == "ok" for f in files)
-        want = {k: torch.empty((), dtype=torch.int64) for k in ("trainer.step", "trainer.consumed")}
-        if files_ok and all(k in md.state_dict_metadata for k in want):
-            import torch.distributed.checkpoint as dcp
-            from torch.distributed.checkpoint import FileSystemReader
 
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    dcp.load(want, storage_reader=FileSystemReader(p), no_dist=True)
-                step, consumed = int(want["trainer.step"]), int(want["trainer.consumed"])
-            except (KeyboardInterrupt, SystemExit):
-                raise
-            except BaseException as exc:  # DCP's CheckpointException is a BaseException
-                problems.append(f"{p}: cannot read the trainer's step ({ck.one_line(exc)})")
-    config = (meta or {}).get("config")
-    seq_len = (config or {}).get("train", {}).get("seq_len") if isinstance(config, dict) else None
-    data = (meta or {}).get("data")
+def _model_tensors(md: Any) -> dict[str, Any]:
+    """The model's tensor count, parameter count and dtype, from the DCP metadata alone."""
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    out: dict[str, Any] = {}
+    params = 0
+    for k, v in md.state_dict_metadata.items():
+        if k.startswith("model.") and isinstance(v, TensorStorageMetadata):
+            params += math.prod(v.size)
+            out.setdefault("dtype", str(v.properties.dtype).removeprefix("torch."))
+    out["model_tensors"] = sum(1 for k in md.state_dict_metadata if k.startswith("model."))
+    out["parameters"] = params
+    return out
+
+
+def _trainer_position(p: Path, md: Any, problems: list[str]) -> tuple[int | None, int | None]:
+    """(step, samples consumed) as the checkpoint itself holds them; a read that fails is a problem."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import FileSystemReader
+
+    from agpt.train import checkpoint as ck
+
+    want = {k: torch.empty((), dtype=torch.int64) for k in ("trainer.step", "trainer.consumed")}
+    if not all(k in md.state_dict_metadata for k in want):
+        return None, None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            dcp.load(want, storage_reader=FileSystemReader(p), no_dist=True)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:  # DCP's CheckpointException is a BaseException
+        problems.append(f"{p}: cannot read the trainer's step ({ck.one_line(exc)})")
+        return None, None
+    return int(want["trainer.step"]), int(want["trainer.consumed"])
+
+
+def _data_record(data: Any) -> Any:
+    """meta.json's blend, with whether its manifest still has the digest the run trained on."""
     if isinstance(data, dict) and data.get("path") and data.get("manifest_sha256"):
         mpath = Path(data["path"]) / "manifest.json"
-        data = {**data, "manifest_matches": mpath.is_file() and _sha256(mpath) == data["manifest_sha256"]}
-    return {
-        "path": str(p),
-        "step": step if step is not None else (rec or {}).get("step"),
-        "complete": not problems,
-        "problems": problems,
-        "saved_by_ranks": (rec or {}).get("world_size"),
-        "saved_at": (rec or {}).get("time"),
-        "samples_consumed": consumed,
-        "tokens_consumed": consumed * seq_len if consumed is not None and isinstance(seq_len, int) else None,
-        "bytes": sum(f["bytes"] or 0 for f in files),
-        "files": files,
-        **tensors,
-        "data": data,
-        "provenance": {k: v for k, v in (meta or {}).items() if k not in ("config", "data")} or None,
-        "config": config,
-    }
+        return {**data, "manifest_matches": mpath.is_file() and file_sha256(mpath) == data["manifest_sha256"]}
+    return data
 
 
 def format_info(info: dict[str, Any]) -> str:

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agpt.ckpt import provenance
+from agpt import ckptdir
 from agpt.errors import CheckpointError, ConfigError
+from agpt.train import provenance
 from agpt.train.config import Config, ModelConfig, load_config
 
 _LAYER = {
@@ -82,14 +83,14 @@ def open_step(path: Path) -> StepDir:
 
     if not path.is_dir():
         raise CheckpointError(f"{path}: not a checkpoint directory")
-    marker = path / ck.COMPLETE
-    if not marker.exists():
-        raise CheckpointError(f"{marker}: missing (an incomplete checkpoint: its save never finished)")
-    rec = ck.read_complete(path)
+    d = ckptdir.read_step_dir(path)
+    if not d.marked:
+        raise CheckpointError(f"{d.marker}: missing (an incomplete checkpoint: its save never finished)")
+    rec = d.record
     if rec is None:
-        raise CheckpointError(f"{marker}: unreadable (expected JSON with an integer step)")
-    if path.name.startswith("step-") and path.name[5:].isdigit() and int(path.name[5:]) != rec["step"]:
-        raise CheckpointError(f"{marker}: says step {rec['step']}, the directory is {path.name}")
+        raise CheckpointError(f"{d.marker}: unreadable (expected JSON with an integer step)")
+    if d.names_another_step is not None:
+        raise CheckpointError(f"{d.marker}: says step {rec['step']}, the directory is {path.name}")
     meta = ck.read_metadata(path)
     ck.check_files(path, meta)
     ws = rec.get("world_size")

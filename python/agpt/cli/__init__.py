@@ -8,9 +8,11 @@ everything a user can type.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -22,77 +24,41 @@ from agpt.errors import AgptError
 # name -> (where, one-line help).  `where` is a click module (attribute `cli`), "bin" for a Bash
 # command in bin/agpt-NAME, or "stdlib:MODULE" for a recovery-path tool whose MODULE.main(argv) parses
 # its own arguments with argparse (standard library only, so it runs without the venv).
+# fmt: off
 COMMANDS: dict[str, tuple[str, str]] = {
-    "blend": (
-        "agpt.cli.blend",
-        "Blend token shards by corpus weights into a pinned, per-batch mixture index.",
-    ),
-    "check": (
-        "agpt.cli.check",
-        "Check a config at its real size on a site before queueing: layout, batch, memory, data.",
-    ),
-    "ckpt": (
-        "agpt.cli.ckpt",
-        "Export to Hugging Face, import from it, inspect a checkpoint, size the save interval.",
-    ),
+    "blend": ("agpt.cli.blend", "Blend token shards by corpus weights into a pinned, per-batch mixture index."),
+    "check": ("agpt.cli.check", "Check a config at its real size on a site before queueing: layout, batch, memory, data."),
+    "ckpt": ("agpt.cli.ckpt", "Export to Hugging Face, import from it, inspect a checkpoint, size the save interval."),
     "chain": ("stdlib:agpt.chain", "Show a run's chain of jobs (JOB layer): start, end, steps, verdict."),
     "data": ("agpt.cli.data", "Verify a blended data set against its manifest, or inspect its mixture."),
-    "eval": (
-        "agpt.cli.eval",
-        "Score multiple-choice tasks on an export with lm-eval (offline), or a run's held checkpoints.",
-    ),
-    "failover": (
-        "stdlib:agpt.failover",
-        "Classify a failed attempt, or report a run's recovery timeline (NODE layer).",
-    ),
+    "eval": ("agpt.cli.eval", "Score multiple-choice tasks on an export with lm-eval (offline), or a run's held checkpoints."),
+    "failover": ("stdlib:agpt.failover", "Classify a failed attempt, or report a run's recovery timeline (NODE layer)."),
     "jobgen": ("bin", "Generate a PBS or Slurm job script for a site from a run config (JOB layer)."),
-    "monitor": (
-        "agpt.cli.monitor",
-        "Watch a run in the terminal: progress, throughput, the last failure, hosts (--once: one frame).",
-    ),
+    "monitor": ("agpt.cli.monitor", "Watch a run in the terminal: progress, throughput, the last failure, hosts (--once: one frame)."),
     "mpi-hello": ("agpt.cli.mpihello", "Print rank, size and host from every MPI rank (a launcher check)."),
     "launch": ("bin", "Run a program on the job's active hosts with the site's launcher (JOB layer)."),
-    "lr-find": (
-        "agpt.cli.lrfind",
-        "Sweep the learning rate exponentially over a short run and plot loss vs LR.",
-    ),
+    "lr-find": ("agpt.cli.lrfind", "Sweep the learning rate exponentially over a short run and plot loss vs LR."),
     "plot": ("agpt.cli.plot", "Plot a run's loss curve with its failures and recoveries marked (PNG)."),
-    "preflight": (
-        "stdlib:agpt.preflight",
-        "Check one host can train: launcher, device, collective backend, a small allreduce.",
-    ),
-    "report": (
-        "agpt.cli.report",
-        "Write a self-contained HTML page about a run: timeline, failures, curves.",
-    ),
+    "preflight": ("stdlib:agpt.preflight", "Check one host can train: launcher, device, collective backend, a small allreduce."),
+    "report": ("agpt.cli.report", "Write a self-contained HTML page about a run: timeline, failures, curves."),
     "setup": ("bin", "Install the system packages and the pinned .venv this checkout needs."),
-    "sim": (
-        "agpt.cli.sim",
-        "Simulate effective training time at 512-4,096 nodes with the real recovery decisions.",
-    ),
+    "sim": ("agpt.cli.sim", "Simulate effective training time at 512-4,096 nodes with the real recovery decisions."),
     "site": ("agpt.cli.site", "List, show, check or detect site profiles."),
-    "smoke": (
-        "agpt.cli.smoke",
-        "Run a short deterministic training and compare it bit for bit to a baseline.",
-    ),
-    "tokenize": (
-        "agpt.cli.tokenize",
-        "Tokenize text/JSONL/parquet into Megatron MMIDIDX shards, in parallel.",
-    ),
+    "smoke": ("agpt.cli.smoke", "Run a short deterministic training and compare it bit for bit to a baseline."),
+    "tokenize": ("agpt.cli.tokenize", "Tokenize text/JSONL/parquet into Megatron MMIDIDX shards, in parallel."),
     "tokenizer": ("agpt.cli.tokenizer", "Train a SentencePiece tokenizer from local text."),
     "train": ("agpt.cli.train", "Train a Llama-style model with FSDP2, async checkpoints and exact resume."),
-    "watch": (
-        "stdlib:agpt.watch.cli",
-        "Run a command, kill it when its output goes idle, retry (PROCESS layer).",
-    ),
+    "watch": ("stdlib:agpt.watch.cli", "Run a command, kill it when its output goes idle, retry (PROCESS layer)."),
     "yeet": ("agpt.cli.yeet", "Broadcast a venv, checkpoint or dataset to every node's local storage."),
 }
+# fmt: on
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def _bin_command(name: str, help_text: str) -> click.Command:
-    """A pass-through command that runs the Bash implementation `bin/agpt-NAME`."""
+def _pass_through(name: str, help_text: str, run: Callable[[list[str]], Any]) -> click.Command:
+    """A command that hands every argument, --help included, to RUN: a Bash command or a standard-library tool
+    that parses its own."""
 
     @click.command(
         name=name,
@@ -101,28 +67,21 @@ def _bin_command(name: str, help_text: str) -> click.Command:
         add_help_option=False,
     )
     @click.argument("args", nargs=-1, type=click.UNPROCESSED)
-    def run(args: tuple[str, ...]) -> None:
-        exe = ROOT / "bin" / f"agpt-{name}"
-        os.execv(str(exe), [str(exe), *args])
+    def command(args: tuple[str, ...]) -> None:
+        run(list(args))
 
-    return run
+    return command
 
 
-def _stdlib_command(name: str, module: str, help_text: str) -> click.Command:
-    """A pass-through to a standard-library tool: `MODULE.main(argv)` parses and returns the exit code."""
+def _run_bin(name: str, args: list[str]) -> NoReturn:
+    """The Bash implementation `bin/agpt-NAME`, in this process's place."""
+    exe = ROOT / "bin" / f"agpt-{name}"
+    os.execv(str(exe), [str(exe), *args])
 
-    @click.command(
-        name=name,
-        help=help_text,
-        context_settings={"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []},
-        add_help_option=False,
-    )
-    @click.argument("args", nargs=-1, type=click.UNPROCESSED)
-    def run(args: tuple[str, ...]) -> None:
-        mod = importlib.import_module(module)
-        sys.exit(mod.main(list(args)))
 
-    return run
+def _run_stdlib(module: str, args: list[str]) -> NoReturn:
+    """A standard-library tool: `MODULE.main(argv)` parses and returns the exit code."""
+    sys.exit(importlib.import_module(module).main(args))
 
 
 class LazyGroup(click.Group):
@@ -136,9 +95,11 @@ class LazyGroup(click.Group):
             return None
         module, help_text = COMMANDS[cmd_name]
         if module == "bin":
-            return _bin_command(cmd_name, help_text)
+            return _pass_through(cmd_name, help_text, functools.partial(_run_bin, cmd_name))
         if module.startswith("stdlib:"):
-            return _stdlib_command(cmd_name, module.removeprefix("stdlib:"), help_text)
+            return _pass_through(
+                cmd_name, help_text, functools.partial(_run_stdlib, module.removeprefix("stdlib:"))
+            )
         try:
             mod = importlib.import_module(module)
         except ModuleNotFoundError as exc:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-import json
+from typing import Any
 
 import click
+
+from agpt.cli.output import show
 
 
 @click.command(name="blend")
@@ -16,37 +18,16 @@ import click
 @click.option("--tokenizer", default=None, help="Tokenizer model (default: the one tokenize recorded).")
 @click.option("--overwrite", is_flag=True, help="Replace another blend in --output.")
 @click.option("--json", "as_json", is_flag=True, help="Print the manifest as JSON.")
-def cli(
-    file_list: str,
-    seq_len: int,
-    num_samples: int,
-    seed: int,
-    output: str,
-    tokenizer: str | None,
-    overwrite: bool,
-    as_json: bool,
-) -> None:
+def cli(as_json: bool, **opts: Any) -> None:
     """Blend corpora first, then files within each corpus, by the largest-deficit rule; `mpiexec -n R`
     shares the per-file index work across ranks (the output is byte-identical for any R)."""
     from agpt.data.blend import BlendSettings, build
     from agpt.data.dist import root_reports
     from agpt.data.report import format_report
 
-    settings = BlendSettings(
-        file_list=file_list,
-        seq_len=seq_len,
-        num_samples=num_samples,
-        seed=seed,
-        output=output,
-        tokenizer=tokenizer,
-        overwrite=overwrite,
-    )
-    manifest = root_reports(lambda: build(settings))
-    if not manifest:
-        return  # not rank 0
-    if as_json:
-        click.echo(json.dumps(manifest, indent=1))
-        return
-    state = "up to date" if manifest.get("up_to_date") else f"built in {manifest.get('seconds', 0):.2f}s"
-    click.echo(f"{output}: {state}, cache key {manifest['cache_key'][:16]}")
-    click.echo(format_report(manifest))
+    def text(manifest: dict[str, Any]) -> str:
+        state = "up to date" if manifest.get("up_to_date") else f"built in {manifest.get('seconds', 0):.2f}s"
+        return f"{opts['output']}: {state}, cache key {manifest['cache_key'][:16]}\n{format_report(manifest)}"
+
+    settings = BlendSettings(**opts)
+    show(root_reports(lambda: build(settings)), as_json, text)

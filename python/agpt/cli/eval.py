@@ -90,7 +90,7 @@ def cli(export_dir: str | None, task: tuple[str, ...], config: str | None, sets:
     Exit 2 naming the file, line and field for a bad task file; exit 2 with how to install when lm-eval
     is missing.  Details: docs/eval.md.
     """
-    from agpt.evals import offline
+    from agpt.evalexport import offline
     from agpt.train.config import load_config
 
     cfg = load_config(config, list(sets), environ={}) if config else None
@@ -140,7 +140,8 @@ def _job_ranks(config: str) -> int:
 
 
 def _cost(cfg: Any, cfg_path: str, task: tuple[str, ...], ranks: int, rows: int, row_tokens: int) -> None:
-    from agpt.evals import cost, tasks
+    from agpt.evalexport import cost
+    from agpt.evals import tasks
 
     if cfg is None:
         raise BadInput("--cost: needs --config")

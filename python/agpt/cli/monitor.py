@@ -30,6 +30,6 @@ def cli(run_dir: Path, once: bool, interval: float) -> None:
       agpt monitor runs/20b
       agpt monitor runs/20b --once     # one frame, e.g. in a cron job or a job's epilogue
     """
-    from agpt.observe.monitor import run
+    from agpt.views.monitor import run
 
     sys.exit(run(run_dir, once=once, interval=interval))

@@ -25,6 +25,6 @@ def cli(run_dir: Path, out: Path) -> None:
     Example:
       agpt report runs/20b --html 20b.html
     """
-    from agpt.observe.html import write
+    from agpt.views.html import write
 
     click.echo(str(write(run_dir, out)))

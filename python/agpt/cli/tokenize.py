@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-import json
+from typing import Any
 
 import click
+
+from agpt.cli.output import show
 
 
 @click.command(name="tokenize")
@@ -28,53 +30,20 @@ import click
 @click.option("--overwrite", is_flag=True, help="Replace shards of other inputs in --output.")
 @click.option("--progress/--no-progress", default=None, help="Progress bar (default: on a terminal).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON instead of a table.")
-def cli(
-    model: str,
-    inputs: tuple[str, ...],
-    output: str,
-    text_key: str,
-    workers: int,
-    shard_tokens: int,
-    append_eod: bool,
-    bos: bool,
-    doc_per_file: bool,
-    chunk_bytes: int,
-    name: str,
-    corpus: str,
-    skip_empty: bool,
-    overwrite: bool,
-    progress: bool | None,
-    as_json: bool,
-) -> None:
+def cli(as_json: bool, **opts: Any) -> None:
     """Tokenize --input into fixed-size MMIDIDX shards; `mpiexec -n R agpt tokenize ...` spreads the
     work across ranks. Output is identical for any number of workers and ranks; a re-run skips
     finished work."""
     from agpt.data.dist import root_reports
     from agpt.data.tokenize import TokenizeSettings, format_table, run
 
-    settings = TokenizeSettings(
-        model=model,
-        inputs=list(inputs),
-        output=output,
-        text_key=text_key,
-        workers=workers,
-        shard_tokens=shard_tokens,
-        append_eod=append_eod,
-        bos=bos,
-        doc_per_file=doc_per_file,
-        chunk_bytes=chunk_bytes,
-        name=name,
-        corpus=corpus,
-        skip_empty=skip_empty,
-        overwrite=overwrite,
-        progress=progress,
-    )
-    report = root_reports(lambda: run(settings))
-    if not report:
-        return  # not rank 0
-    if as_json:
-        click.echo(json.dumps(report, indent=1))
-        return
-    if report.get("skipped"):
-        click.echo(f"{output}: up to date ({len(report['shards'])} shards)")
-    click.echo(format_table(report))
+    def text(report: dict[str, Any]) -> str:
+        head = (
+            f"{opts['output']}: up to date ({len(report['shards'])} shards)\n"
+            if report.get("skipped")
+            else ""
+        )
+        return head + format_table(report)
+
+    settings = TokenizeSettings(**{**opts, "inputs": list(opts["inputs"])})
+    show(root_reports(lambda: run(settings)), as_json, text)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-import json
+from typing import Any
 
 import click
+
+from agpt.cli.output import show
 
 
 @click.group(name="tokenizer")
@@ -28,36 +30,12 @@ def cli() -> None:
 @click.option("--text-key", default="text", show_default=True, help="JSON field holding the text.")
 @click.option("--threads", type=int, default=0, help="Training threads (0: all CPUs, at most 16).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def train_cmd(
-    inputs: tuple[str, ...],
-    vocab_size: int,
-    output: str,
-    model_type: str,
-    character_coverage: float,
-    max_sentences: int,
-    text_key: str,
-    threads: int,
-    as_json: bool,
-) -> None:
+def train_cmd(as_json: bool, **opts: Any) -> None:
     """Train OUTPUT.model on the lines of every --input document."""
     from agpt.data.tokenizer import TrainSettings, train
 
-    result = train(
-        TrainSettings(
-            inputs=list(inputs),
-            output=output,
-            vocab_size=vocab_size,
-            model_type=model_type,
-            character_coverage=character_coverage,
-            max_sentences=max_sentences,
-            text_key=text_key,
-            threads=threads,
-        )
-    )
-    if as_json:
-        click.echo(json.dumps(result, indent=1))
-    else:
-        click.echo(
-            f"wrote {result['model']} (vocab {result['vocab_size']}, {result['sentences']} lines, "
-            f"sha256 {result['sha256']})"
-        )
+    def text(result: dict[str, Any]) -> str:
+        return (f"wrote {result['model']} (vocab {result['vocab_size']}, {result['sentences']} lines, "
+                f"sha256 {result['sha256']})")  # fmt: skip
+
+    show(train(TrainSettings(**{**opts, "inputs": list(opts["inputs"])})), as_json, text)

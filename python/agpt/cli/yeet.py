@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -23,21 +24,11 @@ from agpt.errors import AgptError
     envvar="FAILOVER_HOSTFILE",
     help="Hosts, one per line (ssh targets; report spelling). Default: $FAILOVER_HOSTFILE.",
 )
-@click.option(
-    "--check", "check_cmd", metavar="CMD", help="Command run in the staged tree before it replaces DEST."
-)
+@click.option("--check", metavar="CMD", help="Command run in the staged tree before it replaces DEST.")
 @click.option(
     "--min-success", metavar="N|F", help="Nodes (count or fraction) that must succeed (default all)."
 )
-def cli(
-    src: Path,
-    dest: str | None,
-    mode: str,
-    transport: str | None,
-    hostfile: Path | None,
-    check_cmd: str | None,
-    min_success: str | None,
-) -> None:
+def cli(**opts: Any) -> None:
     """Stage a venv, checkpoint or data set (a directory or a tarball) on every node's local storage.
 
     SRC is packed once into a zstd tarball cached beside it, broadcast (MPI) or fanned out (ssh),
@@ -63,15 +54,7 @@ def cli(
         sys.stdout.flush()
 
     try:
-        settings = YeetSettings(
-            src=src,
-            dest=dest,
-            mode=mode,
-            transport=transport,
-            hostfile=hostfile,
-            check=check_cmd,
-            min_success=min_success,
-        )
+        settings = YeetSettings(**opts)
         rc = yeet(settings, emit)
     except AgptError as exc:
         if not getattr(exc, "silent", False):

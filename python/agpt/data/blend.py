@@ -32,7 +32,7 @@ import os
 import shutil
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +43,7 @@ from agpt.data import manifest as mf
 from agpt.data.dist import Comm, world
 from agpt.data.greedy import deficit_with_occurrence
 from agpt.data.tokenizer import load as load_tokenizer
-from agpt.data.tokenizer import sha256_file
+from agpt.digest import file_sha256
 from agpt.errors import AgptError, BadInput, DataError
 from agpt.progress import Progress
 
@@ -149,7 +149,7 @@ def _find_tokenizer(entries: list[Entry], explicit: str | None) -> tuple[str, st
     if explicit:
         if not Path(explicit).is_file():
             raise BadInput(f"--tokenizer {explicit}: no such file")
-        sha = sha256_file(explicit)
+        sha = file_sha256(explicit)
         for other, path in found.items():
             if other != sha:
                 raise DataError(
@@ -161,7 +161,7 @@ def _find_tokenizer(entries: list[Entry], explicit: str | None) -> tuple[str, st
     sha, path = next(iter(found.items()))
     if not Path(path).is_file():
         raise BadInput(f"tokenizer {path} (recorded by tokenize) is missing: pass --tokenizer")
-    if sha256_file(path) != sha:
+    if file_sha256(path) != sha:
         raise DataError(f"tokenizer {path}: sha256 differs from the one the shards were made with")
     return path, sha
 
@@ -237,7 +237,7 @@ def _bin_sha256(prefix: str, idx_sha: str, bin_bytes: int) -> str:
                 return str(rec["bin_sha256"])
     except (OSError, ValueError, AttributeError, RecursionError):
         pass
-    return sha256_file(mmidx.bin_path(prefix))
+    return file_sha256(mmidx.bin_path(prefix))
 
 
 def _inspect_files(entries: list[Entry], comm: Comm) -> list[dict[str, Any]]:
@@ -251,7 +251,7 @@ def _inspect_files(entries: list[Entry], comm: Comm) -> list[dict[str, Any]]:
             shard = mmidx.Shard(e.prefix)
             if len(shard) == 0:
                 raise DataError(f"{mmidx.idx_path(e.prefix)}: shard has no documents")
-            idx_sha = sha256_file(mmidx.idx_path(e.prefix))
+            idx_sha = file_sha256(mmidx.idx_path(e.prefix))
             bin_bytes = mmidx.bin_path(e.prefix).stat().st_size
             mine[i] = {
                 "idx_sha256": idx_sha,
@@ -306,18 +306,7 @@ def build(s: BlendSettings, comm: Comm | None = None) -> dict[str, Any]:
     t0 = time.monotonic()
     out = Path(s.output).resolve()
     entries = parse_file_list(s.file_list)
-    err: BaseException | None = None
-    tok: tuple[str, str] | None = None
-    if comm.rank == 0:
-        try:
-            tok = _find_tokenizer(entries, s.tokenizer)
-        except AgptError as exc:
-            err = exc
-    err = comm.first_error(err)
-    if err is not None:
-        raise err
-    tok = comm.bcast(tok)
-    assert tok is not None
+    tok = comm.on_root(lambda: _find_tokenizer(entries, s.tokenizer))
 
     def say(msg: str) -> None:
         """Plain stage lines on stderr (rank 0): a blend of millions of samples takes a while."""
@@ -325,49 +314,57 @@ def build(s: BlendSettings, comm: Comm | None = None) -> dict[str, Any]:
             print(f"blend: {msg} ({time.monotonic() - t0:.1f}s)", file=sys.stderr, flush=True)
 
     say(f"checking {len(entries)} shards on {comm.size} rank(s)")
-    infos = _inspect_files(entries, comm)
-    dtypes = {i["dtype"] for i in infos}
-    if len(dtypes) > 1:
-        raise DataError(f"file list mixes token dtypes {sorted(dtypes)} (shards of different tokenizers?)")
-    files = [
-        {"prefix": e.prefix, "corpus": e.corpus, "weight": e.weight, "line": e.line, **info}
-        for e, info in zip(entries, infos, strict=True)
-    ]
+    files = _checked_files(entries, comm)
     key = mf.cache_key(
         tokenizer_sha256=tok[1], files=files, seq_len=s.seq_len, num_samples=s.num_samples, seed=s.seed
     )
-    status = "run"
-    if comm.rank == 0:
-        try:
-            status = _prepare(out, key, s.overwrite)
-        except AgptError as exc:
-            err = exc
-    err = comm.first_error(err)
-    if err is not None:
-        raise err
-    status = comm.bcast(status)
-    if status == "done":
+    if comm.on_root(lambda: _prepare(out, key, s.overwrite)) == "done":
         if comm.rank != 0:
             return {}
         done = mf.load(out)
         done["up_to_date"] = True
         return done
-
-    corpora: list[str] = []
-    file_of = np.zeros(0, dtype=np.int32)
-    file_occ = np.zeros(0, dtype=np.int64)
-    cw = np.zeros(0)
+    picks = Picks()
     if comm.rank == 0:
         say("shards ok; choosing corpus then file for each sample")
-        corpora, file_of, file_occ, cw = plan(entries, s.num_samples)
+        picks = Picks(*plan(entries, s.num_samples))
         say("per-file sample indices")
-        counts = np.bincount(file_of, minlength=len(files)).tolist()
-    else:
-        counts = None
-    counts = comm.bcast(counts)
-    assert counts is not None
+    counts: list[int] = comm.bcast(np.bincount(picks.file_of, minlength=len(files)).tolist())
+    epochs = _file_indices(s, comm, out, files, counts)
+    report: dict[str, Any] = {}
+    if comm.rank == 0:
+        say("writing index files and manifest")
+        report = _write(s, out, key, tok, files, counts, epochs, picks, t0)
+    comm.barrier()
+    return report
 
-    # Per-file indices, shared across ranks (largest first).
+
+@dataclass(slots=True)
+class Picks:
+    """Rank 0's plan (`plan`): the corpora, then for each sample its file and that file's use count."""
+
+    corpora: list[str] = field(default_factory=list)
+    file_of: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
+    file_occ: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    weights: np.ndarray = field(default_factory=lambda: np.zeros(0))  # the corpora's normalised weights
+
+
+def _checked_files(entries: list[Entry], comm: Comm) -> list[dict[str, Any]]:
+    """The file list's shards with what their indices say (docs, tokens, dtype): one tokenizer's dtype."""
+    infos = _inspect_files(entries, comm)
+    dtypes = {i["dtype"] for i in infos}
+    if len(dtypes) > 1:
+        raise DataError(f"file list mixes token dtypes {sorted(dtypes)} (shards of different tokenizers?)")
+    return [
+        {"prefix": e.prefix, "corpus": e.corpus, "weight": e.weight, "line": e.line, **info}
+        for e, info in zip(entries, infos, strict=True)
+    ]
+
+
+def _file_indices(s: BlendSettings, comm: Comm, out: Path, files: list[dict[str, Any]],
+                  counts: list[int]) -> dict[int, int]:  # fmt: skip
+    """Each file's document order, sample index and shuffle in the work folder, the files shared across the
+    ranks (largest first); file -> the epochs it needs."""
     from agpt.data.tokenize import _assign
 
     owner = _assign([int(f["docs"]) * max(1, c) for f, c in zip(files, counts, strict=True)], comm.size)
@@ -385,12 +382,7 @@ def build(s: BlendSettings, comm: Comm | None = None) -> dict[str, Any]:
     for part in comm.allgather(epochs_mine):
         epochs.update(part)
     comm.barrier()
-    report: dict[str, Any] = {}
-    if comm.rank == 0:
-        say("writing index files and manifest")
-        report = _write(s, out, key, tok, files, counts, epochs, corpora, cw, file_of, file_occ, t0)
-    comm.barrier()
-    return report
+    return epochs
 
 
 def _prepare(out: Path, key: str, overwrite: bool) -> str:
@@ -418,27 +410,16 @@ def _prepare(out: Path, key: str, overwrite: bool) -> str:
     return "run"
 
 
-def _write(
-    s: BlendSettings,
-    out: Path,
-    key: str,
-    tok: tuple[str, str],
-    files: list[dict[str, Any]],
-    counts: list[int],
-    epochs: dict[int, int],
-    corpora: list[str],
-    cw: np.ndarray,
-    file_of: np.ndarray,
-    file_occ: np.ndarray,
-    t0: float,
-) -> dict[str, Any]:
-    """Rank 0: concatenate per-file arrays, map positions to file sample rows, write the manifest."""
+def _write_indices(out: Path, files: list[dict[str, Any]], counts: list[int], epochs: dict[int, int],
+                   picks: Picks) -> dict[str, Any]:  # fmt: skip
+    """The per-file arrays concatenated, each sample mapped to its file's sample row; FILES gain their offsets.
+    Returns the index files' records (bytes, sha256) for the manifest."""
     nf = len(files)
     # The j-th use of file f takes the j-th sample of f's shuffled order.
     shuffles = [np.load(_work(out, f, "shuffle")) for f in range(nf)]
     shuffle_off = np.zeros(nf, dtype=np.int64)
     np.cumsum([a.size for a in shuffles[:-1]], out=shuffle_off[1:])
-    blend_sample = np.concatenate(shuffles).astype(np.int64)[shuffle_off[file_of] + file_occ]
+    blend_sample = np.concatenate(shuffles).astype(np.int64)[shuffle_off[picks.file_of] + picks.file_occ]
     del shuffles
     doc_off = sample_off = 0
     for f in range(nf):
@@ -456,7 +437,7 @@ def _write(
         doc_off += n_doc
         sample_off += n_smp
     index: dict[str, Any] = {}
-    for name, arr in (("blend_file.npy", file_of.astype(np.int32)), ("blend_sample.npy", blend_sample)):
+    for name, arr in (("blend_file.npy", picks.file_of.astype(np.int32)), ("blend_sample.npy", blend_sample)):
         _save(out / name, arr)
         index[name] = {"bytes": (out / name).stat().st_size}
     index["doc_order.npy"] = _concat(
@@ -466,18 +447,25 @@ def _write(
         out / "sample_idx.npy", [_work(out, f, "sample_idx") for f in range(nf)], np.dtype(np.int64), 2
     )
     for name in index:
-        index[name]["sha256"] = sha256_file(out / name)
-    sp = load_tokenizer(tok[0])
-    per_byte = bytecount.count(files, corpora, sp)  # pinned here: bits per byte of the held-out loss
+        index[name]["sha256"] = file_sha256(out / name)
+    return index
+
+
+def _corpus_rows(s: BlendSettings, files: list[dict[str, Any]], counts: list[int], epochs: dict[int, int],
+                 picks: Picks, sp: Any) -> list[dict[str, Any]]:  # fmt: skip
+    """Per corpus: the weight asked for and the one the samples give, samples, tokens, epochs and bytes per
+    token (tokenizer SP)."""
+    nf = len(files)
+    per_byte = bytecount.count(files, picks.corpora, sp)  # pinned here: bits per byte of the held-out loss
     corpus_rows = []
-    for k, c in enumerate(corpora):
+    for k, c in enumerate(picks.corpora):
         members = [f for f in range(nf) if files[f]["corpus"] == c]
         n_c = sum(counts[f] for f in members)
         tokens = sum(int(files[f]["tokens"]) for f in members)
         corpus_rows.append(
             {
                 "name": c,
-                "weight_requested": float(cw[k]),
+                "weight_requested": float(picks.weights[k]),
                 "weight_effective": n_c / s.num_samples,
                 "samples": n_c,
                 "tokens": tokens,
@@ -486,6 +474,24 @@ def _write(
                 "bytes_per_token": per_byte[c],
             }
         )
+    return corpus_rows
+
+
+def _write(
+    s: BlendSettings,
+    out: Path,
+    key: str,
+    tok: tuple[str, str],
+    files: list[dict[str, Any]],
+    counts: list[int],
+    epochs: dict[int, int],
+    picks: Picks,
+    t0: float,
+) -> dict[str, Any]:
+    """Rank 0: the index files, then the manifest that pins them (written last), then the work folder goes."""
+    index = _write_indices(out, files, counts, epochs, picks)
+    sp = load_tokenizer(tok[0])
+    corpus_rows = _corpus_rows(s, files, counts, epochs, picks, sp)
     manifest = {
         "format": mf.FORMAT,
         "cache_key": key,
@@ -501,7 +507,7 @@ def _write(
         "num_samples": s.num_samples,
         "seed": s.seed,
         "shuffle": "splitmix64 counter keys, stable argsort (agpt.data.rng)",
-        "file_list": {"path": str(Path(s.file_list).resolve()), "sha256": sha256_file(s.file_list)},
+        "file_list": {"path": str(Path(s.file_list).resolve()), "sha256": file_sha256(s.file_list)},
         "corpora": corpus_rows,
         "files": [{k: v for k, v in f.items() if k != "dtype"} for f in files],
         "index_files": index,

@@ -12,9 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-T = TypeVar("T")
+from agpt.errors import AgptError
+from agpt.rundir import LOCAL_SIZE_VARS, MPI_RANK_VARS, MPI_VARS, SLURM_TASKS_PER_NODE
 
-_LAUNCH_VARS = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PALS_RANKID", "MPI_LOCALRANKID")
+T = TypeVar("T")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -44,8 +45,6 @@ class Comm:
         """Every rank learns the lowest rank's error, so all ranks stop together with the same message."""
         if self.mpi is None:
             return error
-        from agpt.errors import AgptError
-
         code = getattr(error, "exit_code", 1)
         errors = self.allgather(None if error is None else (code, str(error)))
         for i, item in enumerate(errors):
@@ -57,19 +56,33 @@ class Comm:
                 return remote
         return None
 
+    def on_every_rank(self, fn: Callable[[], T]) -> T | None:
+        """FN's value on every rank; an AgptError on any rank is raised on all of them (the lowest rank's)."""
+        value: T | None = None
+        err: BaseException | None = None
+        try:
+            value = fn()
+        except AgptError as exc:
+            err = exc
+        err = self.first_error(err)
+        if err is not None:
+            raise err
+        return value
 
-_RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PALS_RANKID")
-_LOCAL_SIZE_VARS = (
-    "MPI_LOCALNRANKS",
-    "OMPI_COMM_WORLD_LOCAL_SIZE",
-    "PALS_LOCAL_SIZE",
-    "SLURM_NTASKS_PER_NODE",
-)
+    def on_root(self, fn: Callable[[], T]) -> T:
+        """FN run on rank 0 and its value broadcast; an AgptError there is raised on every rank."""
+        out: T = self.bcast(self.on_every_rank(lambda: fn() if self.rank == 0 else None))
+        return out
+
+
+# The launchers' variables: one table (agpt.rundir.LAUNCHERS).  A Slurm job's tasks per node count when nothing
+# else says how many ranks share this node.
+_LOCAL_SIZE_VARS = (*LOCAL_SIZE_VARS, SLURM_TASKS_PER_NODE)
 
 
 def launcher_rank() -> int:
     """This process' rank as the launcher told it (0 when not under MPI), without initializing MPI."""
-    for v in _RANK_VARS:
+    for v in MPI_RANK_VARS:
         value = os.environ.get(v, "")
         if value.isdigit():
             return int(value)
@@ -86,7 +99,7 @@ def local_ranks() -> int:
 
 
 def under_mpi() -> bool:
-    return any(v in os.environ for v in _LAUNCH_VARS)
+    return any(v in os.environ for v in MPI_VARS)
 
 
 def world() -> Comm:
@@ -104,8 +117,6 @@ def world() -> Comm:
 def root_reports(fn: Callable[[], T]) -> T:
     """Run `fn`; on an AgptError, only rank 0 prints it (every rank exits with its code), so a bad
     input under `mpiexec -n 64` is one line, not 64."""
-    from agpt.errors import AgptError
-
     try:
         return fn()
     except AgptError as exc:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from agpt.data import mmidx
-from agpt.data.tokenizer import sha256_file
+from agpt.digest import file_sha256
 from agpt.errors import BadInput, DataError
 
 FORMAT = "agpt-blend-1"
@@ -166,7 +166,7 @@ def first_mismatch(
     if tokenizer is not None or deep >= 2:
         if not tok_path.is_file():
             return f"tokenizer {tok_path}: missing (manifest pins sha256 {tok['sha256'][:16]}...)"
-        got = sha256_file(tok_path)
+        got = file_sha256(tok_path)
         if got != tok["sha256"]:
             return f"tokenizer {tok_path}: sha256 {got[:16]}... differs from the manifest's {tok['sha256'][:16]}..."
     lst = manifest.get("file_list", {})
@@ -175,7 +175,7 @@ def first_mismatch(
         deep >= 2
         and list_path is not None
         and list_path.is_file()
-        and sha256_file(list_path) != lst["sha256"]
+        and file_sha256(list_path) != lst["sha256"]
     ):
         return f"file list {lst['path']}: changed since this blend (weights or shards differ)"
     for f in manifest["files"]:
@@ -189,13 +189,13 @@ def first_mismatch(
         if _size(ip) is None:
             return f"shard {ip}: missing"
         if deep >= 1:
-            got = sha256_file(ip)
+            got = file_sha256(ip)
             if got != f["idx_sha256"]:
                 return (
                     f"shard {ip}: sha256 {got[:16]}... differs from the manifest's {f['idx_sha256'][:16]}..."
                 )
         if deep >= 2 and f.get("bin_sha256"):
-            got = sha256_file(bp)
+            got = file_sha256(bp)
             if got != f["bin_sha256"]:
                 return (
                     f"shard {bp}: sha256 {got[:16]}... differs from the manifest's {f['bin_sha256'][:16]}... "
@@ -208,7 +208,7 @@ def first_mismatch(
             return f"index {p}: missing"
         if size != rec["bytes"]:
             return f"index {p}: {size} bytes, manifest says {rec['bytes']}"
-        if deep >= 2 and sha256_file(p) != rec["sha256"]:
+        if deep >= 2 and file_sha256(p) != rec["sha256"]:
             return f"index {p}: sha256 differs from the manifest"
     return None
 

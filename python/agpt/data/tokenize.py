@@ -31,8 +31,9 @@ import numpy as np
 from agpt.data import mmidx, workdir
 from agpt.data.dist import Comm, local_ranks, world
 from agpt.data.readers import Chunk, expand_inputs, iter_documents, plan_chunks
-from agpt.data.tokenizer import load, sha256_file
-from agpt.errors import AgptError, BadInput, DataError
+from agpt.data.tokenizer import load
+from agpt.digest import file_sha256
+from agpt.errors import BadInput, DataError
 from agpt.progress import Progress
 
 WORK = ".work"
@@ -252,7 +253,7 @@ def write_shard(args: tuple[_ShardPlan, str, str]) -> int:
         writer.abort()
         raise
     # The .bin's digest, read back right after it was written (page cache): the blend manifest pins it.
-    _marker(work, plan).write_text(sha256_file(mmidx.bin_path(plan.prefix)) + "\n")
+    _marker(work, plan).write_text(file_sha256(mmidx.bin_path(plan.prefix)) + "\n")
     return plan.index
 
 
@@ -264,7 +265,7 @@ def _bin_sha256(work: str, plan: _ShardPlan) -> str:
         text = ""
     if len(text) == 64 and all(c in "0123456789abcdef" for c in text):
         return text
-    return sha256_file(mmidx.bin_path(plan.prefix))
+    return file_sha256(mmidx.bin_path(plan.prefix))
 
 
 def _pool(workers: int, comm: Comm) -> Any:
@@ -360,37 +361,7 @@ def run(s: TokenizeSettings, comm: Comm | None = None) -> dict[str, Any]:
     comm = comm or world()
     t0 = time.monotonic()
     out = Path(s.output).resolve()
-    err: BaseException | None = None
-    state: Any = None
-    if comm.rank == 0:
-        try:
-            sp = load(s.model)
-            if s.append_eod and sp.eos_id() < 0:
-                raise DataError(f"{s.model}: the model has no eos id, so no EOD can be appended")
-            if s.bos and sp.bos_id() < 0:
-                raise DataError(f"{s.model}: the model has no bos id (--bos)")
-            model_sha = sha256_file(s.model)
-            files = expand_inputs(s.inputs)
-            ident = _identity(s, files, model_sha)
-            status = _prepare(s, out, ident)
-            dtype = mmidx.token_dtype(sp.GetPieceSize()).str
-            planned = plan_chunks(files, s.chunk_bytes, s.doc_per_file) if status == "run" else []
-            state = {
-                "status": status,
-                "chunks": planned,
-                "dtype": dtype,
-                "model_sha": model_sha,
-                "ident": ident,
-                "vocab": sp.GetPieceSize(),
-                "eos": sp.eos_id(),
-                "bos": sp.bos_id(),
-            }
-        except AgptError as exc:
-            err = exc
-    err = comm.first_error(err)
-    if err is not None:
-        raise err
-    state = comm.bcast(state)
+    state = comm.on_root(lambda: _plan(s, out))
     if state["status"] == "done":
         if comm.rank != 0:
             return {}
@@ -401,71 +372,86 @@ def run(s: TokenizeSettings, comm: Comm | None = None) -> dict[str, Any]:
     dtype = np.dtype(state["dtype"])
     work = str(out / WORK)
     workers = s.workers or _default_workers(comm)
-
-    # Phase 1: chunks -> work files.
-    owner = _assign([c.nbytes for c in chunks], comm.size)
-    mine = [
-        _Job(
-            index=i,
-            chunk=c,
-            work=work,
-            model=str(Path(s.model).resolve()),
-            text_key=s.text_key,
-            append_eod=s.append_eod,
-            bos=s.bos,
-            skip_empty=s.skip_empty,
-            dtype=dtype.str,
-        )
-        for i, c in enumerate(chunks)
-        if owner[i] == comm.rank and not _chunk_done(work, i, dtype.itemsize)
-    ]
-    total = sum(j.chunk.nbytes for j in mine)
-    label = "tokenize" if comm.size == 1 else f"tokenize[rank {comm.rank}/{comm.size}]"
-    progress = Progress(total, label, unit="B", scale=True, bar=s.progress, quiet=s.quiet or comm.rank != 0)
-    results: list[Any] = []
-    try:
-        results = _run_jobs(
-            tokenize_chunk,
-            mine,
-            workers,
-            comm,
-            progress,
-            lambda r: r[3] if isinstance(r, tuple) else r.chunk.nbytes,
-        )
-    except AgptError as exc:
-        err = exc
-    finally:
-        progress.close()
-    err = comm.first_error(err)
-    if err is not None:
-        raise err
+    bytes_done, skipped_docs = _tokenize_chunks(s, comm, chunks, work, dtype, workers)
     t1 = time.monotonic()
-    stats = comm.allgather((sum(r[3] for r in results), sum(r[4] for r in results)))
-    bytes_done = sum(x[0] for x in stats)
-    skipped_docs = sum(x[1] for x in stats)
-
-    # Phase 2: shards, one writer each.
-    plans = _plan_shards(work, len(chunks), s.shard_tokens, out, s.name) if comm.rank == 0 else None
-    plans = comm.bcast(plans)
-    assert plans is not None
-    if comm.rank == 0:
-        # Phase 1 succeeded: only now does the previous result's record go (it stops describing DIR).
-        (out / META).unlink(missing_ok=True)
-    comm.barrier()
-    todo = [p for i, p in enumerate(plans) if i % comm.size == comm.rank and not _shard_done(p, work)]
-    try:
-        _run_jobs(write_shard, [(p, work, dtype.str) for p in todo], workers, comm, None, lambda _: 0)
-    except AgptError as exc:
-        err = exc
-    err = comm.first_error(err)
-    if err is not None:
-        raise err
-    comm.barrier()
+    plans = _write_shards(s, comm, len(chunks), work, dtype, workers, out)
     report: dict[str, Any] = {}
     if comm.rank == 0:
         report = _finish(s, out, plans, state, bytes_done, skipped_docs, t0, t1)
     comm.barrier()
     return report
+
+
+def _plan(s: TokenizeSettings, out: Path) -> dict[str, Any]:
+    """Rank 0: check the tokenizer and the output, and plan the chunks (none when the output is up to date)."""
+    sp = load(s.model)
+    if s.append_eod and sp.eos_id() < 0:
+        raise DataError(f"{s.model}: the model has no eos id, so no EOD can be appended")
+    if s.bos and sp.bos_id() < 0:
+        raise DataError(f"{s.model}: the model has no bos id (--bos)")
+    model_sha = file_sha256(s.model)
+    files = expand_inputs(s.inputs)
+    ident = _identity(s, files, model_sha)
+    status = _prepare(s, out, ident)
+    return {
+        "status": status,
+        "chunks": plan_chunks(files, s.chunk_bytes, s.doc_per_file) if status == "run" else [],
+        "dtype": mmidx.token_dtype(sp.GetPieceSize()).str,
+        "model_sha": model_sha,
+        "ident": ident,
+        "vocab": sp.GetPieceSize(),
+        "eos": sp.eos_id(),
+        "bos": sp.bos_id(),
+    }
+
+
+def _tokenize_chunks(s: TokenizeSettings, comm: Comm, chunks: list[Chunk], work: str, dtype: np.dtype[Any],
+                     workers: int) -> tuple[int, int]:  # fmt: skip
+    """Phase 1, chunks -> work files, each rank its share (largest first); (input bytes, skipped documents)."""
+    owner = _assign([c.nbytes for c in chunks], comm.size)
+    model = str(Path(s.model).resolve())
+
+    def job(i: int, c: Chunk) -> _Job:
+        return _Job(index=i, chunk=c, work=work, model=model, text_key=s.text_key, append_eod=s.append_eod,
+                    bos=s.bos, skip_empty=s.skip_empty, dtype=dtype.str)  # fmt: skip
+
+    mine = [
+        job(i, c)
+        for i, c in enumerate(chunks)
+        if owner[i] == comm.rank and not _chunk_done(work, i, dtype.itemsize)
+    ]
+    label = "tokenize" if comm.size == 1 else f"tokenize[rank {comm.rank}/{comm.size}]"
+    total = sum(j.chunk.nbytes for j in mine)
+    progress = Progress(total, label, unit="B", scale=True, bar=s.progress, quiet=s.quiet or comm.rank != 0)
+
+    def weight(r: Any) -> int:  # bytes done: a result (tuple) or, without a pool, the job itself
+        return int(r[3] if isinstance(r, tuple) else r.chunk.nbytes)
+
+    def tokenize_mine() -> list[Any]:
+        try:
+            return _run_jobs(tokenize_chunk, mine, workers, comm, progress, weight)
+        finally:
+            progress.close()
+
+    results = comm.on_every_rank(tokenize_mine) or []
+    stats = comm.allgather((sum(r[3] for r in results), sum(r[4] for r in results)))
+    return sum(x[0] for x in stats), sum(x[1] for x in stats)
+
+
+def _write_shards(s: TokenizeSettings, comm: Comm, nchunks: int, work: str, dtype: np.dtype[Any], workers: int,
+                  out: Path) -> list[_ShardPlan]:  # fmt: skip
+    """Phase 2, work files -> shards, one writer each; the previous result's record goes once phase 1 is done
+    (it stops describing the output)."""
+    plans = comm.bcast(_plan_shards(work, nchunks, s.shard_tokens, out, s.name) if comm.rank == 0 else None)
+    assert plans is not None
+    if comm.rank == 0:
+        (out / META).unlink(missing_ok=True)
+    comm.barrier()
+    todo = [p for i, p in enumerate(plans) if i % comm.size == comm.rank and not _shard_done(p, work)]
+    jobs = [(p, work, dtype.str) for p in todo]
+    comm.on_every_rank(lambda: _run_jobs(write_shard, jobs, workers, comm, None, lambda _: 0))
+    comm.barrier()
+    return plans
 
 
 def _finish(
@@ -491,7 +477,7 @@ def _finish(
             "prefix": p.prefix,
             "docs": p.docs,
             "tokens": p.tokens,
-            "idx_sha256": sha256_file(mmidx.idx_path(p.prefix)),
+            "idx_sha256": file_sha256(mmidx.idx_path(p.prefix)),
             "bin_bytes": mmidx.bin_path(p.prefix).stat().st_size,
             "bin_sha256": _bin_sha256(str(out / WORK), p),
         }

@@ -6,7 +6,6 @@ nothing is ever downloaded. Ids are fixed (unk 0, bos 1, eos 2, no pad) so EOD i
 
 from __future__ import annotations
 
-import hashlib
 import os
 import tempfile
 from collections.abc import Iterator
@@ -14,15 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agpt.digest import file_sha256
 from agpt.errors import BadInput, DataError
-
-
-def sha256_file(path: str | Path, block: int = 1 << 22) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(block):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def load(path: str | Path) -> Any:
@@ -118,7 +110,7 @@ def train(settings: TrainSettings) -> dict[str, Any]:
     sp = load(out)
     return {
         "model": str(out),
-        "sha256": sha256_file(out),
+        "sha256": file_sha256(out),
         "vocab_size": sp.GetPieceSize(),
         "sentences": len(sentences),
     }

@@ -12,6 +12,7 @@ import stat
 from pathlib import Path
 
 from agpt.errors import BadInput
+from agpt.ours import ours_or_empty
 
 WORK = ".work"
 MARKER = ".agpt-work"
@@ -45,14 +46,11 @@ def claim(out: Path, tool: str, *, also_ours: tuple[str, ...] = ()) -> Path:
         raise BadInput(
             f"--output {out}: {work} exists and is not a directory {tool} made; remove it yourself"
         )
-    if (work / MARKER).exists() or any((work / name).exists() for name in also_ours):
-        return work
     try:
-        with os.scandir(work) as it:
-            empty = next(it, None) is None
+        ours = ours_or_empty(work, MARKER, *also_ours)
     except OSError as exc:
         raise BadInput(f"--output {out}: cannot read {work} ({exc.strerror})") from None
-    if not empty:
+    if not ours:
         raise BadInput(
             f"--output {out}: {work} was not made by {tool} (no {MARKER}); it would be deleted: "
             "remove it yourself or use another --output"

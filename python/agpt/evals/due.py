@@ -14,7 +14,7 @@ import json
 import os
 from pathlib import Path
 
-from agpt import rundir
+from agpt import ckptdir, rundir
 
 STATE = "eval/due.json"  # {"last": newest step counted, "count": checkpoints counted}
 
@@ -41,14 +41,14 @@ def mark(run_dir: Path, every: int) -> list[int]:
     with rundir.locked(path.with_name(".due.lock")):
         state = _load(run_dir)
         held: list[int] = []
-        for step, marker in sorted(rundir.complete_steps(run_dir).items()):
-            if step <= state["last"]:
+        for d in ckptdir.complete(run_dir / rundir.CKPT):
+            if d.step <= state["last"]:
                 continue
             state["count"] += 1
-            state["last"] = step
+            state["last"] = d.step
             if state["count"] % every == 0:
-                (marker.parent / rundir.EVAL_HOLD).touch()
-                held.append(step)
+                (d.path / rundir.EVAL_HOLD).touch()
+                held.append(d.step)
         tmp = path.with_name(f".{path.name}.{os.getpid()}")
         tmp.write_text(json.dumps(state) + "\n")
         os.replace(tmp, path)
@@ -57,12 +57,12 @@ def mark(run_dir: Path, every: int) -> list[int]:
 
 def pending(run_dir: Path) -> list[int]:
     """Complete checkpoints held for evaluation, oldest first."""
-    return sorted(
-        s for s, m in rundir.complete_steps(Path(run_dir)).items() if (m.parent / rundir.EVAL_HOLD).exists()
-    )
+    return [
+        d.step for d in ckptdir.complete(Path(run_dir) / rundir.CKPT) if (d.path / rundir.EVAL_HOLD).exists()
+    ]
 
 
 def release(run_dir: Path, step: int) -> None:
-    marker = rundir.complete_steps(Path(run_dir)).get(step)
-    if marker is not None:
-        (marker.parent / rundir.EVAL_HOLD).unlink(missing_ok=True)
+    for d in ckptdir.complete(Path(run_dir) / rundir.CKPT):
+        if d.step == step:
+            (d.path / rundir.EVAL_HOLD).unlink(missing_ok=True)

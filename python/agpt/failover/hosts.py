@@ -169,8 +169,8 @@ def split_hosts(
     bad: Sequence[BadRecord] = (),
     active: int | None = None,
     spares: int | None = None,
-    percent: float = 2.0,
-    minimum: int = 4,
+    percent: float = rundir.SPARES_PERCENT,
+    minimum: int = rundir.SPARES_MIN,
     degrade: bool = False,
 ) -> Split:
     """Divide the allocation into active and spare hosts.
@@ -307,8 +307,8 @@ def init_run_hosts(
     *,
     active: int | None = None,
     spares: int | None = None,
-    percent: float = 2.0,
-    minimum: int = 4,
+    percent: float = rundir.SPARES_PERCENT,
+    minimum: int = rundir.SPARES_MIN,
     degrade: bool = False,
     resolve_timeout: float = 10.0,
 ) -> Split:
@@ -476,8 +476,10 @@ def _parser() -> argparse.ArgumentParser:
     src.add_argument("--hosts", help="comma-separated hosts")
     p.add_argument("--active", help="active hosts wanted (default: all but the spares)")
     p.add_argument("--spares", help="spare hosts (default: ~PERCENT%% of active, at least MIN when allowed)")
-    p.add_argument("--spares-percent", type=float, default=2.0)
-    p.add_argument("--spares-min", type=int, default=4)
+    p.add_argument("--spares-percent", type=rundir.spares_percent, default=rundir.SPARES_PERCENT,
+                   help=f"SITE_SPARES_PERCENT ('' or absent: {rundir.SPARES_PERCENT:g})")  # fmt: skip
+    p.add_argument("--spares-min", type=rundir.spares_min, default=rundir.SPARES_MIN,
+                   help=f"SITE_SPARES_MIN ('' or absent: {rundir.SPARES_MIN})")  # fmt: skip
     p.add_argument("--degrade", action="store_true", help="run on fewer hosts than asked instead of refusing")
     p.add_argument(
         "--resolve-timeout",

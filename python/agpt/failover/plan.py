@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from agpt import rundir
+from agpt import ckptdir, rundir
 from agpt.errors import BadInput
 from agpt.failover import hosts as hostlib
 from agpt.failover.policy import Attempt, Plan, Settings, before_attempt, decide, effective_class
@@ -63,8 +63,8 @@ def scan_steps(log: Path, pattern: str = DEFAULT_PROGRESS_RE) -> tuple[int | Non
 
 
 def latest_checkpoint(run_dir: Path) -> int | None:
-    """The highest N of RUN_DIR/ckpt/step-N/.complete (docs/contract.md), None when there is none."""
-    return rundir.latest_checkpoint(run_dir)
+    """The step a resume starts from (agpt.ckptdir's rule), None when there is no complete checkpoint."""
+    return ckptdir.resume_step(run_dir)
 
 
 def read_events(path: Path) -> list[dict[str, Any]]:

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
+from agpt import ckptdir, rundir
 from agpt import goodput as gp
-from agpt import rundir
 from agpt.errors import BadInput
 from agpt.evals import records
 from agpt.failover import hosts
@@ -98,6 +98,7 @@ class Report:
     )
     stragglers: list[dict[str, Any]] = field(default_factory=list)  # heartbeat monitor events
     stacks: list[str] = field(default_factory=list)  # attempts/JOBID.N.stacks/: where each rank was
+    resume_step: int | None = None  # the newest complete checkpoint: where the next attempt starts
     evaluation: dict[str, Any] | None = (
         None  # eval.jsonl: newest record per scorer, bests (agpt.evals.records)
     )
@@ -126,6 +127,7 @@ class Report:
             "lost_s": _round(sum(lost)) if lost else None,
             "between_attempts_s": _round(wall - busy) if wall is not None else None,
             "wall_s": _round(wall),
+            "resume_step": self.resume_step,
             "verdict": last.get("verdict"),
             "exit": last.get("exit"),
             "reason": last.get("reason"),
@@ -175,24 +177,8 @@ def read_bad(path: Path) -> list[dict[str, Any]]:
 
 
 def checkpoint_times(run_dir: Path) -> dict[int, float]:
-    """step -> time of each complete checkpoint (`ckpt/step-N/.complete`), to date the work an attempt saved."""
-    times: dict[int, float] = {}
-    for dir_step, marker in rundir.complete_steps(run_dir).items():
-        try:
-            doc = rundir.parse_json_line(marker.read_text(errors="replace") or "{}")
-        except (OSError, ValueError, RecursionError):
-            doc = {}
-        step = _int(doc.get("step")) if isinstance(doc, dict) else None
-        if step is None:
-            step = dir_step
-        when = _num(doc.get("time")) if isinstance(doc, dict) else None
-        if when is None:
-            try:
-                when = marker.stat().st_mtime
-            except OSError:
-                continue
-        times[step] = when
-    return times
+    """step -> time of each complete checkpoint (agpt.ckptdir's rule), to date the work an attempt saved."""
+    return {d.step: t for d in ckptdir.complete(run_dir / rundir.CKPT) if (t := d.time) is not None}
 
 
 def _strs(v: Any) -> list[str]:
@@ -319,6 +305,7 @@ def build(run_dir: str | Path) -> Report:
         goodput=goodput,
         stragglers=stragglers,
         stacks=[f"{p}/" for p in sorted((d / rundir.ATTEMPTS).glob(f"*{STACKS_SUFFIX}")) if p.is_dir()],
+        resume_step=ckptdir.resume_step(d),
         evaluation=records.summary(d, notes=notes),
     )
 
@@ -453,6 +440,8 @@ def _summary(t: dict[str, Any]) -> list[str]:
         + (f"; {t['preflight_evicted']} host(s) evicted by the preflight" if t["preflight_evicted"] else ""),
         f"steps made: {t['steps_made']}"
         + (f" (last step {t['last_step']})" if t["last_step"] is not None else ""),
+        "resumes from: "
+        + ("step 0 (no complete checkpoint)" if t["resume_step"] is None else f"step {t['resume_step']}"),
         f"time lost: {fmt_duration(t['lost_s'])} after the last checkpoints"
         + (f", {fmt_duration(t['between_attempts_s'])} between attempts" if t["between_attempts_s"] else "")
         + (f", wall {fmt_duration(t['wall_s'])}" if t["wall_s"] is not None else ""),

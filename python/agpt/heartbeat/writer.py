@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from agpt.heartbeat.format import DIR, FORMAT, node_file, stacks_dir, write_atomic
+from agpt.rundir import LOCAL_RANK_VARS, LOCAL_SIZE_VARS, RANK_VARS, SLURM_TASKS_PER_NODE
 
 DEFAULT_INTERVAL_S = 15.0
 RECENT_STEPS = 8
@@ -47,11 +48,7 @@ RECENT_STEPS = 8
 # ranks of one launch start within seconds of each other).
 STALE_LAUNCH_S = 60.0
 
-_RANK = ("RANK", "PMI_RANK", "PALS_RANKID", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
-_LOCAL_RANK = ("LOCAL_RANK", "PALS_LOCAL_RANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
-               "PMI_LOCAL_RANK", "SLURM_LOCALID")  # fmt: skip
-_LOCAL_SIZE = ("LOCAL_WORLD_SIZE", "PALS_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
-               "PMI_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE")  # fmt: skip
+_LOCAL_SIZE = (*LOCAL_SIZE_VARS, SLURM_TASKS_PER_NODE)  # the launchers' table: agpt.rundir.LAUNCHERS
 
 
 def _env_int(env: Mapping[str, str], names: tuple[str, ...], default: int) -> int:
@@ -59,7 +56,7 @@ def _env_int(env: Mapping[str, str], names: tuple[str, ...], default: int) -> in
         v = env.get(n, "")
         if v.strip().isdigit():
             return int(v)
-        if n == "SLURM_NTASKS_PER_NODE" and v[:1].isdigit():  # "2(x6)"
+        if n == SLURM_TASKS_PER_NODE and v[:1].isdigit():  # "2(x6)"
             return int(v.split("(")[0])
     return default
 
@@ -332,13 +329,13 @@ def start(
     dump: float | None = dump_s or _env_float(env, "AGPT_HEARTBEAT_DUMP_S", idle / 2 if idle else 600.0)
     if env.get("AGPT_HEARTBEAT_DUMP_S", "").strip() == "0":
         dump = None
-    rank = _env_int(env, _RANK, 0)
+    rank = _env_int(env, RANK_VARS, 0)
     hb = Heartbeat(
         rd,
         attempt=attempt_id(env),
         rank=rank,
         host=host or host_name(env),
-        local_rank=_env_int(env, _LOCAL_RANK, 0),
+        local_rank=_env_int(env, LOCAL_RANK_VARS, 0),
         local_size=_env_int(env, _LOCAL_SIZE, 1),
         interval_s=interval,
         tick_s=tick_s or _env_float(env, "AGPT_HEARTBEAT_TICK_S", 0.0) or None,
@@ -351,22 +348,3 @@ def start(
     except OSError as e:
         print(f"agpt: heartbeat off: {e}", flush=True)
         return None
-
-
-def inject_fault(step: int, compute_s: float, env: Mapping[str, str] | None = None) -> None:
-    """Test hook for fault drills, a no-op unless set: AGPT_FAULT_SLEEP_AT=STEP[:HOST] makes the ranks (of HOST)
-    sleep forever, alive, when they reach STEP; AGPT_FAULT_SLOW_HOST=HOST[:FACTOR] stretches HOST's forward passes by
-    FACTOR (default 3).  Call it right after a forward pass with that pass's time."""
-    env = os.environ if env is None else env
-    me = host_name(env)
-    at, _, where = env.get("AGPT_FAULT_SLEEP_AT", "").partition(":")
-    if at.isdigit() and int(at) == step and where in ("", me):
-        print(f"agpt: fault drill: sleeping in the forward pass of step {step} on {me}", flush=True)
-        while True:
-            time.sleep(3600)
-    slow, _, factor = env.get("AGPT_FAULT_SLOW_HOST", "").partition(":")
-    if slow and slow == me:
-        try:
-            time.sleep(max(0.0, (float(factor or 3) - 1) * compute_s))
-        except ValueError:
-            pass

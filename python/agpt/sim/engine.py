@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from agpt import chain as chainlib
-from agpt import goodput
+from agpt import ckptdir, goodput, rundir
 from agpt.failover import classify as classifylib
 from agpt.failover import hosts as hostlib
 from agpt.failover import patterns as patlib
@@ -178,6 +178,41 @@ def _clock(faults: list[FaultRecord]) -> dict[str, float | None]:
     }
 
 
+@dataclass(kw_only=True, slots=True)
+class AttemptEnd:
+    """How one simulated attempt ended."""
+
+    kind: str  # node, hang, crash, system, app, deadline, done, horizon (sim/logs.py writes each)
+    bad: str | None  # the host its log names
+    at: float  # when it ended, before detection
+    step: int  # the step it reached
+    first: int | None = None  # the first and last step it logged
+    last: int | None = None
+    fault: FaultRecord | None = None  # the failure that ended it
+
+
+@dataclass(slots=True)
+class _Run:
+    """An attempt's position on the virtual clock."""
+
+    step: int
+    clock: float
+    first: int | None = None
+
+    @property
+    def last(self) -> int | None:
+        """The last step logged (None before the first)."""
+        return self.step if self.first else None
+
+    def advance(self, sim: Sim, k: int, st: float) -> None:
+        """K steps of ST seconds (the productive time into SIM's buckets)."""
+        sim._steps(k, st)
+        if k and self.first is None:
+            self.first = self.step + 1
+        self.step += k
+        self.clock += k * st
+
+
 @contextlib.contextmanager
 def _cached_patterns() -> Any:
     """Pattern files are read and compiled once per simulation instead of once per attempt (the classifier
@@ -199,12 +234,9 @@ class Sim:
         self.run_dir = workdir / "run"
         self.run_dir.mkdir(parents=True)
         self.pool = logs.host_names(m.machine_nodes, m.launcher)
-        self.spares = (
-            m.spares
-            if m.spares is not None
-            else hostlib.default_spares(m.nodes, percent=2.0, minimum=4)
-            + 0  # FAILOVER_SPARES default: ~2% of the active hosts, at least 4 (lib/failover.sh)
-        )
+        # FAILOVER_SPARES unset: the failover loop's split, with the fallback SITE_SPARES_* of agpt.rundir.
+        fallback = hostlib.default_spares(m.nodes, percent=rundir.SPARES_PERCENT, minimum=rundir.SPARES_MIN)
+        self.spares: int = fallback if m.spares is None else m.spares
         self.t = 0.0
         self.horizon = m.horizon_days * 86400.0
         self.next_fail: dict[str, float] = {}
@@ -294,12 +326,13 @@ class Sim:
         return buf.getvalue().strip()
 
     def _mark_complete(self, step: int, when: float) -> None:
-        d = self.run_dir / "ckpt" / f"step-{step}"
+        """The marker the trainer writes last (agpt.ckptdir), then the trainer's pruning to `checkpoint_keep`."""
+        root = self.run_dir / rundir.CKPT
+        d = ckptdir.step_dir(root, step)
         d.mkdir(parents=True, exist_ok=True)
-        (d / ".complete").write_text(json.dumps({"step": step, "time": EPOCH + when}))
-        done = sorted(int(p.name.split("-")[1]) for p in (self.run_dir / "ckpt").glob("step-*"))
-        for old in done[: -self.m.train.checkpoint_keep]:
-            shutil.rmtree(self.run_dir / "ckpt" / f"step-{old}", ignore_errors=True)
+        (d / rundir.COMPLETE).write_text(ckptdir.marker_record(step, when=EPOCH + when))
+        for old in ckptdir.complete(root)[: -self.m.train.checkpoint_keep]:
+            shutil.rmtree(old.path, ignore_errors=True)
 
     def _settle(self, now: float) -> None:
         """Saves whose write finished by `now` become complete (their marker is written)."""
@@ -436,7 +469,9 @@ class Sim:
                 return 75
 
     def _attempt(self, jobid: str, n: int, deadline: float) -> tuple[int, planlib.Plan]:
-        m, c, tr = self.m, self.m.costs, self.m.train
+        """One attempt: launch, train until something ends it, detection; then the real classifier and planner
+        on its log, as lib/failover.sh calls them."""
+        c = self.m.costs
         self.attempts += 1
         self.attempt_serial += 1
         active = hostlib.read_hosts(self.run_dir / "hosts" / "active")
@@ -447,188 +482,208 @@ class Sim:
             f.attempts += 1
         resumed = self.ckpt
         ready = launch + c.launcher_start_s + c.model_build_s + (c.load_s if resumed else 0.0)
-        kind, bad, t_fail, first, last, s, fault = self._train(active, launch, ready, resumed, deadline)
-        # Detection: the failure -> the end of the attempt.
-        if kind == "hang":
-            if m.heartbeats:
-                end = max(t_fail, ready) + c.heartbeat_timeout_s + c.grace_s
-            elif first is None:
-                end = launch + c.startup_timeout_s + c.grace_s
+        end = self._train(active, launch, ready, resumed, deadline)
+        ended = self._detected(end, launch, ready, deadline)
+        self._account(end, launch, ready, ended)
+        self.t = ended
+        if end.kind == "horizon":
+            self.done = True
+            return 75, planlib.Plan(action="stop", verdict="resubmit", exit=75)
+        return self._classify_and_plan(jobid, n, end, active, resumed, launch, ended, deadline)
+
+    def _detected(self, end: AttemptEnd, launch: float, ready: float, deadline: float) -> float:
+        """When the failover loop sees the attempt over: the watchdog, the heartbeats or the launcher's
+        teardown after the failure, never past the job's deadline."""
+        c = self.m.costs
+        if end.kind == "hang":
+            if self.m.heartbeats:
+                at = max(end.at, ready) + c.heartbeat_timeout_s + c.grace_s
+            elif end.first is None:
+                at = launch + c.startup_timeout_s + c.grace_s
             else:
-                end = t_fail + c.watchdog_timeout_s + c.grace_s
-        elif kind in ("deadline", "done", "horizon"):
-            end = t_fail
+                at = end.at + c.watchdog_timeout_s + c.grace_s
+        elif end.kind in ("deadline", "done", "horizon"):
+            at = end.at
         else:
-            end = t_fail + c.teardown_s
-        end = min(max(end, t_fail), max(deadline, t_fail))
-        self.time["restarts"] += max(0.0, min(ready, t_fail) - launch)
-        if kind not in ("deadline", "done", "horizon"):
-            self.time["detection"] += end - t_fail
-        self._settle(end)
+            at = end.at + c.teardown_s
+        return min(max(at, end.at), max(deadline, end.at))
+
+    def _account(self, end: AttemptEnd, launch: float, ready: float, ended: float) -> None:
+        """The attempt's time into the buckets; its failure opened, the failures it recovered from closed."""
+        tr = self.m.train
+        self.time["restarts"] += max(0.0, min(ready, end.at) - launch)
+        if end.kind not in ("deadline", "done", "horizon"):
+            self.time["detection"] += ended - end.at
+        self._settle(ended)
+        fault = end.fault
         if fault is not None:
-            fault.detected_s = end - fault.time_s
-            fault.steps_lost = max(0, s - self.ckpt)
+            fault.detected_s = ended - fault.time_s
+            fault.steps_lost = max(0, end.step - self.ckpt)
             self.open.append(fault)
-        if first is not None:  # back to training: close the failures this attempt recovered from
+        if end.first is not None:  # back to training: close the failures this attempt recovered from
             for f in self.open:
                 if f is not fault and f.back_s is None:
                     f.back_s = ready - f.time_s
             self.open = [f for f in self.open if f is fault]
-        if s > self.ckpt and kind not in ("done", "horizon"):
-            self.time["lost_work"] += (s - self.ckpt) * tr.step_s * self.slow
-            self.time["productive"] -= (s - self.ckpt) * tr.step_s
-            self.time["slow_steps"] -= (s - self.ckpt) * tr.step_s * (self.slow - 1.0)
-        self.t = end
-        if kind == "horizon":
-            self.done = True
-            return 75, planlib.Plan(action="stop", verdict="resubmit", exit=75)
+        lost = end.step - self.ckpt  # steps past the newest complete checkpoint: done again
+        if lost > 0 and end.kind not in ("done", "horizon"):
+            self.time["lost_work"] += lost * tr.step_s * self.slow
+            self.time["productive"] -= lost * tr.step_s
+            self.time["slow_steps"] -= lost * tr.step_s * (self.slow - 1.0)
+
+    def _classify_and_plan(self, jobid: str, n: int, end: AttemptEnd, active: list[str], resumed: int,
+                           launch: float, ended: float, deadline: float) -> tuple[int, planlib.Plan]:  # fmt: skip
+        """The attempt's log in the launcher's format, the real classifier on it, the real planner's decision."""
+        m = self.m
         log = self.run_dir / "attempts" / f"{jobid}.{n}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        rc = logs.write(
-            log,
-            launcher=m.launcher,
-            kind=kind,
-            hosts=active,
-            bad=bad,
-            resumed=resumed or None,
-            first=first,
-            last=last,
-        )
+        rc = logs.write(log, launcher=m.launcher, kind=end.kind, hosts=active, bad=end.bad, resumed=resumed or None,
+                        first=end.first, last=end.last)  # fmt: skip
         cls = classifylib.classify(
-            log, rc, active, None, EPOCH + deadline, EPOCH + end, None,
+            log, rc, active, None, EPOCH + deadline, EPOCH + ended, None,
             margin_s=m.failover.walltime_margin_s,
         ).to_json()  # fmt: skip
-        if kind == "hang" and m.heartbeats and bad:
-            cls["suspect_hosts"] = [bad, *[h for h in cls.get("suspect_hosts", []) if h != bad]]
+        if end.kind == "hang" and m.heartbeats and end.bad:
+            cls["suspect_hosts"] = [end.bad, *[h for h in cls.get("suspect_hosts", []) if h != end.bad]]
         self.classes[cls["class"]] = self.classes.get(cls["class"], 0) + 1
         cls_path = log.with_suffix(".class.json")
         cls_path.write_text(json.dumps(cls))
         plan = planlib.run(
-            self._args(
-                jobid=jobid,
-                attempt=n,
-                rc=rc,
-                log=str(log),
-                classification=str(cls_path),
-                started=EPOCH + launch,
-                ended=EPOCH + end,
-                now=EPOCH + end,
-                deadline=str(EPOCH + deadline),
-            )
-        )
+            self._args(jobid=jobid, attempt=n, rc=rc, log=str(log), classification=str(cls_path),
+                       started=EPOCH + launch, ended=EPOCH + ended, now=EPOCH + ended, deadline=str(EPOCH + deadline))
+        )  # fmt: skip
         for h in plan.swap_out:
             if not plan.blind:
-                self.down_until[h] = end + m.failures.repair_h * 3600.0
+                self.down_until[h] = ended + m.failures.repair_h * 3600.0
         return rc, plan
 
     def _train(
         self, active: list[str], launch: float, ready: float, resumed: int, deadline: float
-    ) -> tuple[str, str | None, float, int | None, int | None, int, FaultRecord | None]:
-        """Run one attempt on the virtual clock: (kind, bad host, when it ended, first, last step, step
-        reached, the failure that ended it)."""
-        m, c, tr = self.m, self.m.costs, self.m.train
+    ) -> AttemptEnd:
+        """Run one attempt on the virtual clock, segment by segment (to the next save, the end of training, a
+        scripted fault or the recurring bug), until a failure, the deadline or the horizon ends it."""
+        c, tr = self.m.costs, self.m.train
         if launch < self.outage_until:
-            return "system", None, launch + c.launcher_start_s, None, None, resumed, None
+            return AttemptEnd(kind="system", bad=None, at=launch + c.launcher_start_s, step=resumed)
         hung = [h for h in active if self.hung_until.get(h, 0.0) > launch]
         if hung:
-            return "hang", hung[0], ready, None, None, resumed, None
-        s, tc = resumed, ready
-        first: int | None = None
+            return AttemptEnd(kind="hang", bad=hung[0], at=ready, step=resumed)
+        run = _Run(step=resumed, clock=ready)
         stop_at = deadline - tr.deadline_margin_s
         failer = min(active, key=self._fail_time) if self.random_failures else None
         while True:
             st = tr.step_s * self.slow
             nxt = ckpt_policy.next_save(
-                s, interval=tr.checkpoint_interval, interval_s=tr.checkpoint_interval_s, step_s=st
+                run.step, interval=tr.checkpoint_interval, interval_s=tr.checkpoint_interval_s, step_s=st
             )
-            bound = INF if nxt is None else nxt
-            if tr.steps:
-                bound = min(bound, tr.steps)
-            if self.app_bug_step is not None and self.app_bug_step > s:
-                bound = min(bound, self.app_bug_step)
             sf = self._scripted_next()
-            if sf is not None and sf.step > s and not sf.during_save:
-                bound = min(bound, sf.step)
-            seg_end = tc + (bound - s) * st if bound < INF else INF
+            bound = self._bound(run.step, nxt, sf)
+            seg_end = run.clock + (bound - run.step) * st if bound < INF else INF
             tf = self._fail_time(failer) if failer else INF
             tev = min(tf, stop_at, self.horizon)
             if tev < seg_end:
-                k = max(0, int((tev - tc) / st)) if tev > tc else 0
-                self._steps(k, st)
-                if k and first is None:
-                    first = s + 1
-                s += k
-                tc += k * st
-                partial = max(0.0, tev - tc)  # the step under way when the attempt ends is never finished
-                if tev == self.horizon:
-                    self.time["lost_work"] += partial
-                    return "horizon", None, self.horizon, first, s if first else None, s, None
-                if tev == stop_at:  # the trainer's deadline stop: one more step, a blocking save, exit 75
-                    self._steps(1, st)
-                    s += 1
-                    first = first or s
-                    tc += st
-                    stall = c.save_stall_s
-                    self.time["checkpoint_stalls"] += stall
-                    self.ckpts.append((s, tc + stall))
-                    return "deadline", None, tc + stall, first, s, s, None
-                # a node's clock ran out
-                assert failer is not None
-                cls = self._draw_class()
-                self.next_fail[failer] = self._sample(tev)
-                if cls == "straggler":
-                    self.slow = max(self.slow, m.behaviour.straggler_slowdown)
-                    self.faults.append(FaultRecord(cls=cls, time_s=tev, step=s))
-                    failer = min(active, key=self._fail_time)
-                    continue
-                self.time["lost_work"] += partial
-                rec = FaultRecord(cls=cls, time_s=tev, step=s)
-                self.faults.append(rec)
-                last = s if first else None
-                if cls == "node":
-                    self.down_until[failer] = tev + m.failures.repair_h * 3600.0
-                    return "node", failer, tev, first, last, s, rec
-                if cls == "hang":
-                    if self.rng.random() < m.behaviour.hang_persists:
-                        self.hung_until[failer] = tev + m.failures.repair_h * 3600.0
-                    return "hang", failer, tev, first, last, s, rec
-                if cls == "system":
-                    self.outage_until = tev + m.behaviour.system_outage_s
-                    return "system", None, tev, first, last, s, rec
-                if self.rng.random() < m.behaviour.app_deterministic:
-                    self.app_bug_step = s + 1
-                return "app", None, tev, first, last, s, rec
+                end = self._interrupted(run, st, tev, stop_at, failer, active)
+                if end is not None:
+                    return end
+                failer = min(active, key=self._fail_time)  # a straggler: slower from now on, and on
+                continue
             if seg_end == INF:
                 raise RuntimeError(
                     "no save, no failure, no deadline and no horizon: nothing ends the attempt"
                 )
-            end_step = int(bound)
-            k = end_step - s
-            self._steps(k, st)
-            if k and first is None:
-                first = s + 1
-            s, tc = end_step, seg_end
-            if self.app_bug_step is not None and s == self.app_bug_step:
-                self._steps(-1, st)  # the step that fails is not done
-                self.time["lost_work"] += st
-                s -= 1
-                first = first if first is not None and first <= s else None
-                return "app", None, tc, first, s if first else None, s, None
-            if sf is not None and s == sf.step and not sf.during_save:
-                rec = self._fire(sf, tc, s)
-                return self._scripted_kind(sf, active), self._scripted_host(sf, active), tc, first, s, s, rec
-            if (nxt is not None and s == nxt) or (tr.steps and s >= tr.steps):
-                if sf is not None and sf.during_save and s >= sf.step:
-                    rec = self._fire(sf, tc, s)
-                    return "crash", None, tc, first, s, s, rec
-                stall = c.async_stall_s if tr.async_save else c.save_stall_s
-                written = tc + stall + (c.save_stall_s if tr.async_save else 0.0)
-                self.time["checkpoint_stalls"] += stall
-                self.ckpts.append((s, written))
-                tc += stall
-                if tr.steps and s >= tr.steps:
-                    self._settle(written)
-                    return "done", None, written, first, s, s, None
+            end = self._segment_done(run, st, int(bound), seg_end, nxt, sf, active)
+            if end is not None:
+                return end
+
+    def _bound(self, step: int, nxt: int | None, sf: ScriptedFault | None) -> float:
+        """Where the segment from STEP ends: the next save, the last step, the recurring bug, a scripted fault."""
+        bound: float = INF if nxt is None else nxt
+        if self.m.train.steps:
+            bound = min(bound, self.m.train.steps)
+        if self.app_bug_step is not None and self.app_bug_step > step:
+            bound = min(bound, self.app_bug_step)
+        if sf is not None and sf.step > step and not sf.during_save:
+            bound = min(bound, sf.step)
+        return bound
+
+    def _interrupted(self, run: _Run, st: float, tev: float, stop_at: float, failer: str | None,
+                     active: list[str]) -> AttemptEnd | None:  # fmt: skip
+        """The segment ends early at TEV: the horizon, the trainer's deadline stop, or a node's failure clock.
+        None for a straggler (the attempt goes on, slower)."""
+        m = self.m
+        run.advance(self, max(0, int((tev - run.clock) / st)) if tev > run.clock else 0, st)
+        partial = max(0.0, tev - run.clock)  # the step under way when the attempt ends is never finished
+        if tev == self.horizon:
+            self.time["lost_work"] += partial
+            return AttemptEnd(kind="horizon", bad=None, at=self.horizon, first=run.first, last=run.last,
+                              step=run.step)  # fmt: skip
+        if tev == stop_at:  # the trainer's deadline stop: one more step, a blocking save, exit 75
+            run.advance(self, 1, st)
+            stall = m.costs.save_stall_s
+            self.time["checkpoint_stalls"] += stall
+            self.ckpts.append((run.step, run.clock + stall))
+            return AttemptEnd(kind="deadline", bad=None, at=run.clock + stall, first=run.first, last=run.step,
+                              step=run.step)  # fmt: skip
+        assert failer is not None  # a node's clock ran out
+        cls = self._draw_class()
+        self.next_fail[failer] = self._sample(tev)
+        if cls == "straggler":
+            self.slow = max(self.slow, m.behaviour.straggler_slowdown)
+            self.faults.append(FaultRecord(cls=cls, time_s=tev, step=run.step))
+            return None
+        self.time["lost_work"] += partial
+        rec = FaultRecord(cls=cls, time_s=tev, step=run.step)
+        self.faults.append(rec)
+        end = AttemptEnd(kind=cls, bad=None, at=tev, first=run.first, last=run.last, step=run.step, fault=rec)
+        if cls == "node":
+            self.down_until[failer] = tev + m.failures.repair_h * 3600.0
+            end.bad = failer
+        elif cls == "hang":
+            if self.rng.random() < m.behaviour.hang_persists:
+                self.hung_until[failer] = tev + m.failures.repair_h * 3600.0
+            end.bad = failer
+        elif cls == "system":
+            self.outage_until = tev + m.behaviour.system_outage_s
+        elif self.rng.random() < m.behaviour.app_deterministic:
+            self.app_bug_step = run.step + 1
+        return end
+
+    def _segment_done(self, run: _Run, st: float, end_step: int, seg_end: float, nxt: int | None,
+                      sf: ScriptedFault | None, active: list[str]) -> AttemptEnd | None:  # fmt: skip
+        """The segment ran to END_STEP: the recurring bug strikes, a scripted fault fires, or a save starts (the
+        last one ends training).  None: train on."""
+        tr, c = self.m.train, self.m.costs
+        run.advance(self, end_step - run.step, st)
+        run.clock = seg_end
+        s = run.step
+        if self.app_bug_step is not None and s == self.app_bug_step:
+            self._steps(-1, st)  # the step that fails is not done
+            self.time["lost_work"] += st
+            run.step -= 1
+            first = run.first if run.first is not None and run.first <= run.step else None
+            return AttemptEnd(kind="app", bad=None, at=run.clock, first=first, last=run.step if first else None,
+                              step=run.step)  # fmt: skip
+        if sf is not None and s == sf.step and not sf.during_save:
+            rec = self._fire(sf, run.clock, s)
+            kind = self._scripted_kind(sf, active)
+            return AttemptEnd(kind=kind, bad=self._scripted_host(sf, active), at=run.clock, first=run.first, last=s,
+                              step=s, fault=rec)  # fmt: skip
+        if not ((nxt is not None and s == nxt) or (tr.steps and s >= tr.steps)):
+            return None
+        if sf is not None and sf.during_save and s >= sf.step:
+            rec = self._fire(sf, run.clock, s)
+            return AttemptEnd(
+                kind="crash", bad=None, at=run.clock, first=run.first, last=s, step=s, fault=rec
+            )
+        stall = c.async_stall_s if tr.async_save else c.save_stall_s
+        written = run.clock + stall + (c.save_stall_s if tr.async_save else 0.0)
+        self.time["checkpoint_stalls"] += stall
+        self.ckpts.append((s, written))
+        run.clock += stall
+        if tr.steps and s >= tr.steps:
+            self._settle(written)
+            return AttemptEnd(kind="done", bad=None, at=written, first=run.first, last=s, step=s)
+        return None
 
     def _steps(self, k: int, st: float) -> None:
         self.time["productive"] += k * self.m.train.step_s

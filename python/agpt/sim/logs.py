@@ -44,7 +44,6 @@ def write(
     srun = launcher == "srun"
     h0 = hosts[0]
     bad = bad or h0
-    rank = hosts.index(bad) if bad in hosts else 0
     lab = "0: " if srun else ""
     out: list[str] = []
     if srun:
@@ -58,55 +57,58 @@ def write(
         out.append(_step_line(first, lab))
         if last != first:
             out.append(_step_line(last, lab))
-    rc = 1
-    if kind == "node":
-        if srun:
-            out.append(f"srun: error: Node failure on {bad}")
-            out.append(
-                f"slurmstepd: error: *** STEP 123456.0 ON {h0} CANCELLED AT 2026-01-01T00:00:00 DUE TO NODE FAILURE ***"
-            )
-            out.append(f"srun: error: {h0}: task 0: Killed")
-        else:
-            out.append(
-                f"{bad}: RuntimeError: level_zero backend failed with error: 20 (UR_RESULT_ERROR_DEVICE_LOST)"
-            )
-            out.append(f"{bad}: rank {rank} exited with code 1")
-            out.append(f"{h0}: rank 0 died from signal 15")
-    elif kind == "hang":
-        rc = 124
-        out.append(f"srun: error: {h0}: task 0: Terminated" if srun else f"{h0}: rank 0 died from signal 15")
-    elif kind == "crash":
-        rc = 137
-        if srun:
-            out.append(f"srun: error: {bad}: task {rank}: Killed")
-        else:
-            out.append(f"{bad}: rank {rank} died from signal 9")
-    elif kind == "system":
-        if srun:
-            out.append(
-                "srun: error: Unable to create step for job 123456: Socket timed out on send/recv operation"
-            )
-        else:
-            out.append(f"{h0}: dfuse: ERROR: daos_obj_fetch() failed: DER_TIMEDOUT(-1011): 'Time out'")
-            out.append(
-                f"{h0}: OSError: [Errno 5] Input/output error: '/tmp/dfuse/ckpt/step-{last or 0}/__0_0.distcp'"
-            )
-            out.append(f"{h0}: rank 0 exited with code 1")
-    elif kind == "app":
-        step = (last or 0) + 1
-        out.append(f"{lab}step={step} loss=nan grad_norm=nan lr=2.9e-04 tps=5120.3 stall_ms=0.0")
-        out.append(f"{lab}agpt: error: non-finite loss at step {step}")
-        out.append(
-            f"srun: error: {h0}: task 0: Exited with exit code 1"
-            if srun
-            else f"{h0}: rank 0 exited with code 1"
-        )
-    elif kind == "deadline":
-        rc = 75
-        out.append(f"{lab}agpt: stopped at step {last} on SIGUSR1 or the deadline, checkpoint saved")
-    elif kind == "done":
-        rc = 0
-    else:
+    if kind not in ENDINGS:
         raise ValueError(f"unknown log kind {kind!r}")
+    rc, rank = ENDINGS[kind], hosts.index(bad) if bad in hosts else 0
+    out += (_srun_ending if srun else _pals_ending)(kind, h0, bad, rank, last)
     path.write_text("\n".join(out) + "\n")
     return rc
+
+
+# The exit status the launcher gives for each way an attempt ends.
+ENDINGS = {"node": 1, "hang": 124, "crash": 137, "system": 1, "app": 1, "deadline": 75, "done": 0}
+
+
+def _app_lines(lab: str, last: int | None) -> list[str]:
+    step = (last or 0) + 1
+    return [f"{lab}step={step} loss=nan grad_norm=nan lr=2.9e-04 tps=5120.3 stall_ms=0.0",
+            f"{lab}agpt: error: non-finite loss at step {step}"]  # fmt: skip
+
+
+def _deadline_line(lab: str, last: int | None) -> str:
+    return f"{lab}agpt: stopped at step {last} on SIGUSR1 or the deadline, checkpoint saved"
+
+
+def _srun_ending(kind: str, h0: str, bad: str, rank: int, last: int | None) -> list[str]:
+    """How an attempt ends in `srun --label` output."""
+    if kind == "node":
+        return [f"srun: error: Node failure on {bad}",
+                f"slurmstepd: error: *** STEP 123456.0 ON {h0} CANCELLED AT 2026-01-01T00:00:00 DUE TO NODE FAILURE ***",
+                f"srun: error: {h0}: task 0: Killed"]  # fmt: skip
+    if kind == "hang":
+        return [f"srun: error: {h0}: task 0: Terminated"]
+    if kind == "crash":
+        return [f"srun: error: {bad}: task {rank}: Killed"]
+    if kind == "system":
+        return ["srun: error: Unable to create step for job 123456: Socket timed out on send/recv operation"]
+    if kind == "app":
+        return [*_app_lines("0: ", last), f"srun: error: {h0}: task 0: Exited with exit code 1"]
+    return [_deadline_line("0: ", last)] if kind == "deadline" else []
+
+
+def _pals_ending(kind: str, h0: str, bad: str, rank: int, last: int | None) -> list[str]:
+    """How an attempt ends in PALS `mpiexec` output (`HOST: ` prefixes)."""
+    if kind == "node":
+        return [f"{bad}: RuntimeError: level_zero backend failed with error: 20 (UR_RESULT_ERROR_DEVICE_LOST)",
+                f"{bad}: rank {rank} exited with code 1", f"{h0}: rank 0 died from signal 15"]  # fmt: skip
+    if kind == "hang":
+        return [f"{h0}: rank 0 died from signal 15"]
+    if kind == "crash":
+        return [f"{bad}: rank {rank} died from signal 9"]
+    if kind == "system":
+        return [f"{h0}: dfuse: ERROR: daos_obj_fetch() failed: DER_TIMEDOUT(-1011): 'Time out'",
+                f"{h0}: OSError: [Errno 5] Input/output error: '/tmp/dfuse/ckpt/step-{last or 0}/__0_0.distcp'",
+                f"{h0}: rank 0 exited with code 1"]  # fmt: skip
+    if kind == "app":
+        return [*_app_lines("", last), f"{h0}: rank 0 exited with code 1"]
+    return [_deadline_line("", last)] if kind == "deadline" else []

@@ -14,12 +14,18 @@ from typing import Any
 
 import yaml
 
+from agpt import rundir
+from agpt.chain import Limits
 from agpt.errors import ConfigError
+from agpt.failover.policy import Settings
 
 MODELS_DIR = Path(__file__).resolve().parent / "models"
 CLASSES = ("node", "hang", "straggler", "system", "app")
 LAUNCHERS = ("pals", "srun")
 DISTRIBUTIONS = ("exponential", "weibull")
+# The failover loop's and the chain's own defaults: a model that does not set them simulates what ships.
+_LOOP = Settings()
+_CHAIN = Limits()
 
 
 @dataclass(kw_only=True, slots=True)
@@ -48,11 +54,11 @@ class Costs:
     fs_write_gb_s: float = 9.83
     fs_read_gb_s: float = 3.93
     async_stall_s: float = 5.4
-    watchdog_timeout_s: float = 900.0
-    startup_timeout_s: float = 1800.0
+    watchdog_timeout_s: float = rundir.IDLE_TIMEOUT_S
+    startup_timeout_s: float = rundir.STARTUP_TIMEOUT_S
     heartbeat_timeout_s: float = 120.0
-    teardown_s: float = 30.0
-    grace_s: float = 30.0
+    teardown_s: float = rundir.GRACE_S  # the launcher's SIGTERM-to-SIGKILL
+    grace_s: float = rundir.GRACE_S
     classify_s: float = 1.0
     person_response_h: float = 8.0
 
@@ -79,18 +85,18 @@ class Train:
 
 @dataclass(kw_only=True, slots=True)
 class Failover:
-    max_attempts: int = 20
-    max_repeat: int = 3
-    max_blind: int = 8
-    min_attempt_s: float = 600.0
-    backoff: list[float] = field(default_factory=lambda: [5.0, 10.0, 20.0, 40.0, 60.0])
-    walltime_margin_s: float = 120.0
+    max_attempts: int = _LOOP.max_attempts
+    max_repeat: int = _LOOP.max_repeat
+    max_blind: int = _LOOP.max_blind
+    min_attempt_s: float = _LOOP.min_attempt_s
+    backoff: list[float] = field(default_factory=lambda: list(_LOOP.backoff))
+    walltime_margin_s: float = rundir.WALLTIME_MARGIN_S
 
 
 @dataclass(kw_only=True, slots=True)
 class Chain:
-    max_jobs: int = 50
-    max_no_progress: int = 2
+    max_jobs: int = _CHAIN.max_jobs
+    max_no_progress: int = _CHAIN.max_no_progress
 
 
 @dataclass(kw_only=True, slots=True)
@@ -106,7 +112,7 @@ class ScriptedFault:
 class FaultModel:
     name: str = "custom"
     nodes: int = 512
-    spares: int | None = None  # None: the failover loop's default (~2%, at least 4)
+    spares: int | None = None  # None: the failover loop's split with the fallback SITE_SPARES_* (agpt.rundir)
     machine_nodes: int = 10624
     launcher: str = "pals"
     horizon_days: float = 14.0

@@ -1,23 +1,24 @@
 """Distributed checkpoints in RUN_DIR/ckpt/step-N/ that are either complete or visibly not.
 
-A step directory counts only when its `.complete` marker (JSON: step, time, world_size, sha256) exists;
-the marker is written by rank 0 after every rank's files are written and fsynced, and removed before
-anything is written into an existing directory, so a kill at any moment never leaves a placeholder
-that looks complete.  `sha256` maps each file of the step to its digest, hashed by the rank that wrote
-it right after the fsync (from the page cache); a load verifies them (the files split over the ranks) and
-falls back to an older checkpoint, naming the file, when one differs.  A directory whose marker exists but
-does not parse is still a candidate (its data checked by size) and is never pruned.  Async saves copy the state to host buffers on the training thread (the only
-stall) and write from a background thread on their own gloo group (collectives on the default group
-from two threads can hang), one save in flight at most, and at most `max_writers` ranks writing at
-once so a thousand ranks do not flood the filesystem together.
+Which step directories count is agpt.ckptdir's rule, the one every tool reads: a `.complete` marker (JSON:
+step, time, world_size, sha256) that names no other step.  Rank 0 writes the marker after every rank's files
+are written and fsynced, and removes it before anything is written into an existing directory, so a kill at
+any moment never leaves a placeholder that looks complete.  `sha256` maps each file of the step to its
+digest, hashed by the rank that wrote it right after the fsync (from the page cache); a load verifies them
+(the files split over the ranks) and falls back to an older checkpoint, naming the file, when one differs.
+A directory whose marker exists but does not parse is still a candidate (its data checked by size) and is
+never pruned.
+
+Async saves copy the state to host buffers on the training thread (the only stall) and write from a
+background thread on their own gloo group (collectives on the default group from two threads can hang), one
+save in flight at most, and at most `max_writers` ranks writing at once so a thousand ranks do not flood the
+filesystem together.
 """
 
 from __future__ import annotations
 
 import errno
-import hashlib
 import io
-import json
 import os
 import shutil
 import sys
@@ -35,31 +36,15 @@ from torch.distributed.checkpoint.metadata import Metadata, TensorStorageMetadat
 from torch.distributed.checkpoint.planner import SavePlan, SavePlanner
 from torch.futures import Future
 
-from agpt import rundir
+from agpt import ckptdir, rundir
+from agpt.digest import file_sha256
 from agpt.errors import AgptError, CheckpointError
+from agpt.rundir import COMPLETE
+from agpt.train import faults, provenance
 from agpt.train.config import CheckpointConfig
 
-COMPLETE = ".complete"
-
-
-def step_dir(ckpt_root: Path, step: int) -> Path:
-    return ckpt_root / f"step-{step}"
-
-
-HASH_BUF = 4 << 20
 # Step directories that failed verification in this process: never pruned, never counted as kept.
 SUSPECT: set[Path] = set()
-
-
-def read_complete(path: Path) -> dict[str, Any] | None:
-    """The `.complete` record of a step directory, or None when it is missing or unreadable."""
-    try:
-        data = json.loads((path / COMPLETE).read_bytes())
-    except (OSError, ValueError, RecursionError):
-        return None
-    if not isinstance(data, dict) or type(data.get("step")) is not int:
-        return None
-    return data
 
 
 def _is_rank0() -> bool:
@@ -67,40 +52,22 @@ def _is_rank0() -> bool:
 
 
 def complete_steps(ckpt_root: Path, *, warn_unreadable: bool = True) -> list[tuple[int, Path]]:
-    """Complete checkpoints, oldest first; directories without a marker are ignored.  A marker that exists
-    but does not parse (bit rot, a hand edit) still counts, by its directory's step: the marker is only ever
-    written last, so its presence is the evidence; the data is then checked by size on load."""
-    out: list[tuple[int, Path]] = []
-    if not ckpt_root.is_dir():
-        return out
-    for p in ckpt_root.iterdir():
-        if not p.name.startswith("step-") or not p.name[5:].isdigit():
-            continue
-        step = int(p.name[5:])
-        rec = read_complete(p)
-        if rec is not None and rec["step"] == step:
-            out.append((step, p))
-        elif rec is None and (p / COMPLETE).is_file():
-            if warn_unreadable and _is_rank0():
+    """(step, directory) of each complete checkpoint (agpt.ckptdir's rule), oldest first.  A marker that does
+    not parse still counts, with a warning: its data is then checked by size only."""
+    done = ckptdir.complete(ckpt_root)
+    if warn_unreadable and _is_rank0():
+        for d in done:
+            if d.unreadable:
                 warn(
-                    f"{p / COMPLETE}: unreadable marker; trying step {step} with its data checked by size only"
+                    f"{d.marker}: unreadable marker; trying step {d.step} with its data checked by size only"
                 )
-            out.append((step, p))
-    return sorted(out)
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(HASH_BUF):
-            h.update(chunk)
-    return h.hexdigest()
+    return [(d.step, d.path) for d in done]
 
 
 def verify_digests(path: Path, group: Any = None) -> None:
     """Every file `.complete` pins has its digest (the files split over the ranks of GROUP); raise
     CheckpointError naming the first that differs.  A marker without digests (older runs) verifies nothing."""
-    rec = read_complete(path) or {}
+    rec = ckptdir.read_marker(path) or {}
     raw = rec.get("sha256")
     pinned: dict[str, Any] = raw if isinstance(raw, dict) else {}
     names = sorted(str(k) for k in pinned)
@@ -147,18 +114,6 @@ def _write_atomic(path: Path, text: str) -> None:
     _fsync_dir(path.parent)
 
 
-def _test_delay(step: int) -> float:
-    """AGPT_TEST_CKPT_WRITE_DELAY=SECONDS or STEP:SECONDS[,...]: sleep before writing (tests kill mid-save)."""
-    raw = os.environ.get("AGPT_TEST_CKPT_WRITE_DELAY", "")
-    for item in filter(None, raw.split(",")):
-        key, sep, val = item.partition(":")
-        if not sep:
-            return float(key)
-        if int(key) == step:
-            return float(val)
-    return 0.0
-
-
 class ThrottledWriter(FileSystemWriter):
     """A FileSystemWriter whose ranks write in waves of `max_writers`, a barrier between waves."""
 
@@ -178,7 +133,7 @@ class ThrottledWriter(FileSystemWriter):
         fut: Future[Any] | None = None
         for wave in range(waves):
             if wave == mine:
-                delay = _test_delay(self._step)
+                delay = faults.ckpt_write_delay(self._step)
                 if delay:
                     time.sleep(delay)
                 fut = super().write_data(plan, planner)
@@ -212,7 +167,7 @@ class Checkpointer:
         self._staged: dict[str, Any] | None = None
         self.in_flight_step: int | None = None
         self.last_saved_step: int | None = None
-        # What produced the checkpoints (agpt.ckpt.provenance.build); written as meta.json before `.complete`.
+        # What produced the checkpoints (provenance.build); written as meta.json before `.complete`.
         self.meta: dict[str, Any] | None = None
 
     # -- saving ---------------------------------------------------------------------------------
@@ -221,7 +176,7 @@ class Checkpointer:
         t0 = time.perf_counter()
         self.wait()
         if self.rank == 0:
-            self._drop_marker(step_dir(self.root, step))  # before anything else touches the directory
+            self._drop_marker(ckptdir.step_dir(self.root, step))  # before anything else touches the directory
         sd = state()
         if self.cfg.async_save and not block:
             snapshot = self._snapshot(sd)
@@ -255,7 +210,7 @@ class Checkpointer:
             self.in_flight_step = None
 
     def _write(self, step: int, sd: dict[str, Any]) -> None:
-        path = step_dir(self.root, step)
+        path = ckptdir.step_dir(self.root, step)
         if self.rank == 0:
             self.root.mkdir(parents=True, exist_ok=True)
             self._drop_marker(path)
@@ -277,18 +232,17 @@ class Checkpointer:
             dist.all_gather_object(gathered, writer.digests, group=self.group)
             if self.rank == 0:
                 if self.meta is not None:
-                    from agpt.ckpt import provenance
-
                     provenance.write(path, self.meta, step=step, world_size=self.world)
                 digests: dict[str, str] = {}
                 for d in gathered:
                     digests.update(d)
                 digests[".metadata"] = file_sha256(path / ".metadata")
-                if (path / "meta.json").is_file():  # provenance is pinned like the data it describes
-                    digests["meta.json"] = file_sha256(path / "meta.json")
+                if (path / provenance.META).is_file():  # provenance is pinned like the data it describes
+                    digests[provenance.META] = file_sha256(path / provenance.META)
                 _fsync_dir(path)
-                record = {"step": step, "time": int(time.time()), "world_size": self.world, "sha256": digests}
-                _write_atomic(path / COMPLETE, json.dumps(record, sort_keys=True) + "\n")
+                _write_atomic(
+                    path / COMPLETE, ckptdir.marker_record(step, world_size=self.world, sha256=digests)
+                )
                 self.prune()
         except BaseException as exc:
             if _disk_full(exc):
@@ -317,21 +271,18 @@ class Checkpointer:
         """Keep the newest `keep` complete checkpoints; drop directories with no marker older than the newest.
         Never pruned: a checkpoint whose marker does not parse or whose data failed verification (what could
         not be read is evidence, and maybe the only copy), and those do not count toward `keep`."""
-        done = complete_steps(self.root, warn_unreadable=False)
+        dirs = ckptdir.step_dirs(self.root)
+        done = [d for d in dirs if d.complete]
         if not done:
             return
-        newest = done[-1][0]
-        good = [(s, p) for s, p in done if p not in SUSPECT and read_complete(p) is not None]
-        for _step, p in good[: -self.cfg.keep]:
-            if not (p / rundir.EVAL_HOLD).exists():  # held for an evaluation job (agpt.evals.due)
-                shutil.rmtree(p, ignore_errors=True)
-        for p in self.root.iterdir():
-            name = p.name
-            if not (name.startswith("step-") and name[5:].isdigit()):
-                continue
-            step = int(name[5:])
-            if step < newest and step != self.in_flight_step and not os.path.lexists(p / COMPLETE):
-                shutil.rmtree(p, ignore_errors=True)
+        newest = done[-1].step
+        good = [d for d in done if d.path not in SUSPECT and not d.unreadable]
+        for d in good[: -self.cfg.keep]:
+            if not (d.path / rundir.EVAL_HOLD).exists():  # held for an evaluation job (agpt.evals.due)
+                shutil.rmtree(d.path, ignore_errors=True)
+        for d in dirs:
+            if d.step < newest and d.step != self.in_flight_step and not os.path.lexists(d.marker):
+                shutil.rmtree(d.path, ignore_errors=True)
 
 
 # -- loading ------------------------------------------------------------------------------------

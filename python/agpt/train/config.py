@@ -520,24 +520,9 @@ def load_config(
     """Build a validated Config: defaults < YAML < AGPT_* env < `--set` < shorthand flags."""
     cfg = Config()
     if path is not None:
-        p = Path(path)
         from agpt import yamlio
 
-        try:
-            text = p.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError(f"{p}: cannot read ({exc.strerror})") from None
-        except UnicodeDecodeError as exc:
-            raise ConfigError(f"{p}: not UTF-8 text (byte {exc.start})") from None
-        try:
-            data = yamlio.load(text) or {}
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{p}: not valid YAML ({yamlio.first_line(exc)})") from None
-        except RecursionError:
-            raise ConfigError(f"{p}: not valid YAML (nested too deeply)") from None
-        if not isinstance(data, Mapping):
-            raise ConfigError(f"{p}: top level must be a mapping of sections")
-        _apply(cfg, data, str(p))
+        _apply(cfg, yamlio.load_sections(Path(path)), str(path))
     _apply(cfg, env_overrides(os.environ if environ is None else environ), "environment")
     for item in overrides:
         key, value = parse_set(item)

@@ -21,17 +21,7 @@ from typing import Any
 from agpt.errors import ConfigError
 from agpt.failover.hostmatch import parse_hosts
 from agpt.hostlist import expand_hostlist
-from agpt.rundir import LAUNCHERS
-
-# (rank, world size) per launcher, in order of preference: the one table in agpt.rundir.
-_LAUNCHERS: tuple[tuple[str, str], ...] = LAUNCHERS
-# The rank variables alone, in the same order: for code that must not fail (error reporting).
-RANK_VARS: tuple[str, ...] = tuple(dict.fromkeys(r for r, _ in _LAUNCHERS))
-# Ranks on this node: whichever the launcher exported (they agree when several are present).
-_LOCAL_RANK = ("LOCAL_RANK", "PALS_LOCAL_RANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
-               "PMI_LOCAL_RANK", "SLURM_LOCALID")  # fmt: skip
-_LOCAL_SIZE = ("LOCAL_WORLD_SIZE", "PALS_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS",
-               "PMI_LOCAL_SIZE")  # fmt: skip
+from agpt.rundir import LOCAL_RANK_VARS, LOCAL_SIZE_VARS, RANK_SIZE_VARS, RANK_VARS
 
 
 @dataclass(kw_only=True, slots=True)
@@ -48,7 +38,7 @@ class DistInfo:
 
 
 def env_rank(env: Mapping[str, str] | None = None) -> int:
-    """This process' rank as the launcher exported it, 0 when none did; never raises."""
+    """This process' rank as the launcher exported it, 0 when none did; never raises (error reporting)."""
     env = os.environ if env is None else env
     for name in RANK_VARS:
         raw = env.get(name, "")
@@ -117,14 +107,14 @@ def detect(env: Mapping[str, str] | None = None) -> DistInfo:
     """Rank and rendezvous from the launcher's environment; a lone process is rank 0 of 1."""
     env = os.environ if env is None else env
     rank, world, launcher = 0, 1, "none"
-    for r, w in _LAUNCHERS:
+    for r, w in RANK_SIZE_VARS:
         if r in env and w in env:
             rank, world, launcher = _int(env, r, 0), _int(env, w, 1), r
             break
     if not 0 <= rank < world:
         raise ConfigError(f"{launcher}: rank {rank} is outside world size {world}")
-    local_rank = next((_int(env, v, 0) for v in _LOCAL_RANK if v in env), None)
-    local_world = next((_int(env, v, 1) for v in _LOCAL_SIZE if v in env), None)
+    local_rank = next((_int(env, v, 0) for v in LOCAL_RANK_VARS if v in env), None)
+    local_world = next((_int(env, v, 1) for v in LOCAL_SIZE_VARS if v in env), None)
     if local_world is None and launcher == "SLURM_PROCID":
         local_world = _slurm_node_tasks(env)
     if world == 1:

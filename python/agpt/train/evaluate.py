@@ -209,7 +209,7 @@ class InLoop:
         if self.tasks is not None:
             out["tasks"] = self.tasks.run(trainer)
         out["eval_s"] = round(time.perf_counter() - t0, 3)
-        out = trainer.health.inject_eval(trainer.step, out)  # the tests' fault hook (rank 0)
+        out = trainer.faults.evaluation(trainer.step, out)  # the tests' fault hook (rank 0)
         if self.run_dir is None:
             return out, []
         rec = {"step": trainer.step, "source": "loop", "tokens": trainer.consumed * trainer.cfg.train.seq_len}

@@ -33,10 +33,6 @@ from agpt.train.entry import NonFinite
 
 SKIPS = "skips.json"
 EVENTS = rundir.HEALTH
-FAULT_NAN_ENV = "AGPT_FAULT_NAN_AT"
-FAULT_SPIKE_ENV = "AGPT_FAULT_SPIKE_AT"
-FAULT_EVAL_ENV = "AGPT_FAULT_EVAL_AT"  # the evaluation at step k scores every task 0 and bpb x 10
-SPIKE_FAULT_SCALE = 1000.0  # an injected spike multiplies the step's loss by this
 
 
 class Fault(Exception):
@@ -99,13 +95,8 @@ def merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
-def _env_step(name: str) -> int | None:
-    raw = os.environ.get(name, "").strip()
-    return int(raw) if raw.isdigit() else None
-
-
 class Health:
-    """The skip list, the spike rule, the rollback budget and the fault hooks of one rank."""
+    """The skip list, the spike rule and the rollback budget of one rank."""
 
     def __init__(self, cfg: Any, run_dir: Path | None, rank: int) -> None:
         tc = cfg.train
@@ -124,7 +115,6 @@ class Health:
             rb = saved.get("rollbacks")
             self.rollbacks = [r for r in rb if isinstance(r, dict)] if isinstance(rb, list) else []
         self.skips = merge(skips)
-        self._fired: set[str] = set()
 
     # -- files ----------------------------------------------------------------------------------
     def _skips_path(self) -> Path | None:
@@ -185,38 +175,6 @@ class Health:
         return 1.0
 
     # -- detection --------------------------------------------------------------------------------
-    def inject(self, step: int, value: Any) -> Any:
-        """The fault-injection hooks (tests): NaN or a spike in rank 0's loss at a step, once per run dir."""
-        if self.rank != 0:
-            return value
-        for env, kind in ((FAULT_NAN_ENV, "nan"), (FAULT_SPIKE_ENV, "spike")):
-            if _env_step(env) != step or kind in self._fired:
-                continue
-            marker = None if self.run_dir is None else self.run_dir / f".fault-{kind}-{step}"
-            if marker is not None and marker.exists():
-                continue
-            self._fired.add(kind)
-            if marker is not None:
-                marker.touch()
-            value = value * float("nan") if kind == "nan" else value * SPIKE_FAULT_SCALE
-        return value
-
-    def inject_eval(self, step: int, out: dict[str, Any]) -> dict[str, Any]:
-        """The regression hook (tests): at step AGPT_FAULT_EVAL_AT every accuracy is 0 and every bits per
-        byte 10 times larger, on rank 0 (which judges), once per run dir (marker `.fault-eval-k`)."""
-        if self.rank != 0 or _env_step(FAULT_EVAL_ENV) != step or "eval" in self._fired:
-            return out
-        marker = None if self.run_dir is None else self.run_dir / f".fault-eval-{step}"
-        if marker is not None and marker.exists():
-            return out
-        self._fired.add("eval")
-        if marker is not None:
-            marker.touch()
-        bad = dict(out)
-        bad["bpb"] = {k: 10 * v for k, v in (out.get("bpb") or {}).items()}
-        bad["tasks"] = {k: {**v, "acc": 0.0, "acc_norm": 0.0} for k, v in (out.get("tasks") or {}).items()}
-        return bad
-
     def check(self, step: int, loss: float, grad_norm: float) -> None:
         """Raise Fault (rollback) or NonFinite/SpikeStop (stop) when this step must not be applied."""
         if not (math.isfinite(loss) and math.isfinite(grad_norm)):

@@ -46,6 +46,23 @@ def peak_tflops(environ: dict[str, str] | None = None) -> float | None:
 
 
 @dataclass(kw_only=True, slots=True)
+class StepRecord:
+    """What one optimizer step did (the trainer's record; the logged ones become metrics.jsonl lines)."""
+
+    step: int
+    loss: float
+    grad_norm: float
+    lr: float
+    tokens: int
+    seconds: float
+    peak_mem: int
+    compute_s: float = 0.0  # forward, backward, clip, update
+    wait_s: float = 0.0  # reading the batch and waiting for every rank at the step's reduction
+    update: dict[str, float] | None = None  # |Δw|/|w| per parameter group (logged steps)
+    eval: dict[str, Any] | None = None  # held-out loss, bits per byte, tasks (eval.interval steps)
+
+
+@dataclass(kw_only=True, slots=True)
 class Window:
     """What happened since the previous logged step."""
 
@@ -58,6 +75,13 @@ class Window:
     def reset(self) -> None:
         self.steps, self.tokens, self.compute_s, self.wait_s = 0, 0, 0.0, 0.0
         self.started = time.perf_counter()
+
+    def add(self, tokens: int, compute_s: float, wait_s: float) -> None:
+        """One more step in the window."""
+        self.steps += 1
+        self.tokens += tokens
+        self.compute_s += compute_s
+        self.wait_s += wait_s
 
 
 class MetricsWriter:
@@ -73,40 +97,36 @@ class MetricsWriter:
         self._fh: IO[str] | None = None
 
     def record(
-        self,
-        *,
-        step: int,
-        tokens_consumed: int,
-        loss: float,
-        grad_norm: float,
-        lr: float,
-        peak_mem: int,
-        window: Window,
-        stall_s: float,
+        self, rec: StepRecord, *, tokens_consumed: int, window: Window, stall_s: float
     ) -> dict[str, Any]:
+        """The metrics.jsonl line of a logged step: REC and what its log window measured."""
         elapsed = max(time.perf_counter() - window.started, 1e-9)
         per_device = window.tokens / elapsed / self.world
         steps = max(window.steps, 1)
         mfu = per_device * self.flops / (self.peak * 1e12) if self.peak else None
-        return {
-            "step": step,
-            "time": round(time.time(), 3),
-            "tokens": tokens_consumed,
-            "target_steps": self.target_steps,
-            "target_tokens": self.target_tokens,
-            "loss": loss,
-            "grad_norm": grad_norm,
-            "lr": lr,
-            "tokens_per_s_per_device": round(per_device, 3),
-            "mfu": None if mfu is None else round(mfu, 6),
-            "peak_mem_bytes": peak_mem,
-            "devices": self.world,
-            "steps": window.steps,
-            "step_s": round(elapsed / steps, 6),
-            "compute_s": round(window.compute_s / steps, 6),
-            "wait_s": round(window.wait_s / steps, 6),
-            "ckpt_stall_s": round(stall_s / steps, 6),
-        }
+        return (
+            {
+                "step": rec.step,
+                "time": round(time.time(), 3),
+                "tokens": tokens_consumed,
+                "target_steps": self.target_steps,
+                "target_tokens": self.target_tokens,
+                "loss": rec.loss,
+                "grad_norm": rec.grad_norm,
+                "lr": rec.lr,
+                "tokens_per_s_per_device": round(per_device, 3),
+                "mfu": None if mfu is None else round(mfu, 6),
+                "peak_mem_bytes": rec.peak_mem,
+                "devices": self.world,
+                "steps": window.steps,
+                "step_s": round(elapsed / steps, 6),
+                "compute_s": round(window.compute_s / steps, 6),
+                "wait_s": round(window.wait_s / steps, 6),
+                "ckpt_stall_s": round(stall_s / steps, 6),
+            }
+            | ({"update": rec.update} if rec.update else {})
+            | (rec.eval or {})
+        )
 
     def write(self, rec: dict[str, Any]) -> None:
         if self._fh is None:

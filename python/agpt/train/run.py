@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 from agpt.errors import BadInput
+from agpt.train import provenance
 from agpt.train.config import load_config
 
 
@@ -40,8 +41,6 @@ def train(
     trainer = Trainer(cfg, rd)
     marks["built"] = time.time()
     if trainer.ckpt is not None and trainer.rank == 0:
-        from agpt.ckpt import provenance
-
         trainer.ckpt.meta = provenance.build(cfg.to_dict())
     if rd is None and trainer.rank == 0:
         print("agpt: warning: no run directory (--run-dir or AGPT_RUN_DIR): checkpoints are off", flush=True)

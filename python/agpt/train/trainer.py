@@ -10,17 +10,16 @@ a signal or the job's deadline ends the run with a complete checkpoint.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
-import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -28,12 +27,13 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
-from agpt.errors import EXIT_RESUBMIT, AgptError, CheckpointError
+from agpt import ckptdir
+from agpt.errors import AgptError, CheckpointError
 from agpt.heartbeat import writer as heartbeat
 from agpt.heartbeat.straggler import StragglerMonitor
 from agpt.observe import writers as owriters
 from agpt.train import checkpoint as ck
-from agpt.train import ckpt_policy, clock
+from agpt.train import ckpt_policy, clock, faults
 from agpt.train import data as tdata
 from agpt.train import dist as tdist
 from agpt.train import evaluate as tevaluate
@@ -43,7 +43,9 @@ from agpt.train import parallel as tpar
 from agpt.train import stages as tstages
 from agpt.train.config import Config
 from agpt.train.entry import NonFinite
+from agpt.train.metrics import StepRecord
 from agpt.train.model import Transformer
+from agpt.train.stop import NO_STOP, Stop, deadline_near
 
 DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 FULL_INIT_MAX_PARAMS = 1_000_000_000  # above this, build on the meta device and initialise shards
@@ -51,21 +53,6 @@ FULL_INIT_MAX_PARAMS = 1_000_000_000  # above this, build on the meta device and
 
 class ModelMismatch(CheckpointError):
     """The checkpoint was written by a different model."""
-
-
-@dataclass(kw_only=True, slots=True)
-class StepRecord:
-    step: int
-    loss: float
-    grad_norm: float
-    lr: float
-    tokens: int
-    seconds: float
-    peak_mem: int
-    compute_s: float = 0.0  # forward, backward, clip, update
-    wait_s: float = 0.0  # reading the batch and waiting for every rank at the step's reduction
-    update: dict[str, float] | None = None  # |Δw|/|w| per parameter group (logged steps)
-    eval: dict[str, Any] | None = None  # held-out loss, bits per byte, tasks (eval.interval steps)
 
 
 def format_line(rec: StepRecord, tps: float, stall_ms: float) -> str:
@@ -127,6 +114,7 @@ class Trainer:
                 pin_memory=self.device.type != "cpu",
             )
         self.health = thealth.Health(cfg, run_dir, self.rank)
+        self.faults = faults.Faults(self.rank, run_dir)  # the tests' fault hooks: no-ops unless asked
         self._signal: int | None = None
         self._stage: int | None = None
         self._pending_stall = 0.0
@@ -250,7 +238,7 @@ class Trainer:
             if self.step != step:
                 raise CheckpointError(f"{path}: holds step {self.step}, not {step}")
             if self.rank == 0:
-                rec = ck.read_complete(path) or {}
+                rec = ckptdir.read_marker(path) or {}
                 print(
                     f"agpt: resumed from {path} (step {step}, saved by {rec.get('world_size', '?')} ranks, "
                     f"now {self.world})",
@@ -262,32 +250,59 @@ class Trainer:
         raise first_error
 
     # -- one step -----------------------------------------------------------------------------------
-    def train_step(
-        self, *, stop_flags: tuple[float, ...] = (0.0, 0.0, 0.0)
-    ) -> tuple[StepRecord, list[float]]:
-        """Forward/backward over the accumulation steps, clip, update; returns the record and stop flags."""
+    def train_step(self, *, stop: Stop = NO_STOP) -> tuple[StepRecord, Stop]:
+        """One update: forward and backward over the micro-batches, clip, one all-reduce of the loss with every
+        rank's stop request, the health check, the optimizer.  Returns the record and the agreed request."""
         tc = self.cfg.train
         t0 = time.perf_counter()
         self._phase("data")
         self.consumed = self.health.skip_to(self.consumed, tc.global_batch)  # past skipped batches
+        lr = self._set_lr()
+        loss_sum, wait = self._forward_backward()
+        norm = self._clip_gradients()
+        t_wait = time.perf_counter()  # what follows waits for the other ranks
+        compute_s = t_wait - t0
+        loss, agreed = self._all_reduce(loss_sum, stop)
+        grad_norm = float(norm)
+        wait += time.perf_counter() - t_wait
+        try:
+            self.health.check(self.step + 1, loss, grad_norm)  # NonFinite (stop) or Fault (roll back)
+        except BaseException:
+            self.optim.zero_grad(set_to_none=True)
+            raise
+        update = self._update()
+        self.step += 1
+        self.consumed += tc.global_batch
+        if self.hb is not None:
+            self.hb.step(self.step, compute_s)
+            self.hb.phase("data")
+        seconds = time.perf_counter() - t0
+        rec = StepRecord(step=self.step, loss=loss, grad_norm=grad_norm, lr=lr, tokens=tc.global_batch * tc.seq_len,
+                         seconds=seconds, peak_mem=self.peak_memory(), compute_s=seconds - wait, wait_s=wait,
+                         update=update)  # fmt: skip
+        return rec, agreed
+
+    def _set_lr(self) -> float:
+        """The scheduled rate for the next step (lowered after a rollback: health.py), on every group."""
         lr = self.lr_fn(self.step) * self.health.lr_factor(self.step + 1)
         for group in self.optim.param_groups:
             group["lr"] = lr * group.get("lr_scale", 1.0)
-        tokens_global = tc.global_batch * tc.seq_len
-        scale = self.dp / tokens_global  # FSDP averages gradients over dp ranks; undo it into a global mean
+        return lr
+
+    def _forward_backward(self) -> tuple[torch.Tensor, float]:
+        """Gradients of the global mean loss over this rank's micro-batches: (summed loss, seconds reading data)."""
+        tc = self.cfg.train
+        scale = self.dp / (
+            tc.global_batch * tc.seq_len
+        )  # FSDP averages over dp ranks; undo into a global mean
         local_sum = torch.zeros((), dtype=torch.float32, device=self.device)
         wait = 0.0
         for micro in range(self.accum):
             t_data = time.perf_counter()
             # Every rank of a tensor-parallel group reads the same samples: its data-parallel slice.
-            idx = tdata.sample_indices(
-                consumed=self.consumed,
-                rank=self.layout.dp_rank,
-                world=self.dp,
-                global_batch=tc.global_batch,
-                micro_batch=tc.micro_batch,
-                micro_step=micro,
-            )
+            idx = tdata.sample_indices(consumed=self.consumed, rank=self.layout.dp_rank, world=self.dp,
+                                       global_batch=tc.global_batch, micro_batch=tc.micro_batch,
+                                       micro_step=micro)  # fmt: skip
             batch = torch.from_numpy(tdata.micro_batch(self.source, idx)).to(self.device)
             wait += time.perf_counter() - t_data
             inputs, targets = batch[:, :-1], batch[:, 1:]
@@ -295,13 +310,17 @@ class Trainer:
             self._phase("forward")
             t_fwd = time.perf_counter()
             logits = self.model(inputs)
-            heartbeat.inject_fault(self.step + 1, time.perf_counter() - t_fwd)
+            self.faults.forward(self.step + 1, time.perf_counter() - t_fwd)
             loss_sum = F.cross_entropy(
                 logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="sum"
             )
             self._phase("backward")
             (loss_sum * scale).backward()
             local_sum += loss_sum.detach()
+        return local_sum, wait
+
+    def _clip_gradients(self) -> torch.Tensor:
+        """Clip to optim.grad_clip; the global gradient norm (a tensor: reading it would wait for the device)."""
         clip = self.cfg.optim.grad_clip or float("inf")
         if self.layout.tp == 1:
             norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip, foreach=True)
@@ -311,56 +330,30 @@ class Trainer:
             norm = norm.full_tensor()
         if self.device.type != "cpu":
             torch.accelerator.synchronize()  # what follows is waiting for other ranks, not compute
-        t_wait = time.perf_counter()
+        return norm
+
+    def _all_reduce(self, loss_sum: torch.Tensor, stop: Stop) -> tuple[float, Stop]:
+        """The global mean loss and the stop any rank asked for, in one all-reduce over every rank."""
         # The loss is the same on every rank of a tensor-parallel group: count it once, from tp rank 0.
-        mine = local_sum if self.layout.tp_rank == 0 else torch.zeros_like(local_sum)
-        mine = self.health.inject(self.step + 1, mine)  # fault-injection hooks of the tests (rank 0)
-        totals = torch.stack(
-            [
-                mine,
-                torch.tensor(stop_flags[0], device=self.device),
-                torch.tensor(stop_flags[1], device=self.device),
-                # a time-based save: rank 0's clock decides, so every rank saves at the same step
-                torch.tensor(stop_flags[2] if len(stop_flags) > 2 else 0.0, device=self.device),
-            ]
-        )
-        compute_s = time.perf_counter() - t0
+        mine = loss_sum if self.layout.tp_rank == 0 else torch.zeros_like(loss_sum)
+        mine = self.faults.loss(self.step + 1, mine)
+        totals = torch.stack([mine, *(torch.tensor(x, device=self.device) for x in stop.encode())])
         self._phase("collective")
-        dist.all_reduce(totals)  # the global sum over all data-parallel ranks
-        loss = float(totals[0] / tokens_global)
-        grad_norm = float(norm)
-        wait += time.perf_counter() - t_wait
-        try:
-            self.health.check(self.step + 1, loss, grad_norm)  # NonFinite (stop) or Fault (roll back)
-        except BaseException:
-            self.optim.zero_grad(set_to_none=True)
-            raise
+        dist.all_reduce(totals)
+        tc = self.cfg.train
+        return float(totals[0] / (tc.global_batch * tc.seq_len)), Stop.decode(totals[1:].tolist())
+
+    def _update(self) -> dict[str, float] | None:
+        """The optimizer step; on a logged step, each parameter group's relative update (frozen groups)."""
         self._phase("optimizer")
+        tc = self.cfg.train
         logged = (self.step + 1) % tc.log_interval == 0 or self.step + 1 == tc.steps
         if logged and self.updates is not None:
             self.updates.before()
         self.optim.step()
         update = self.updates.after() if logged and self.updates is not None else None
         self.optim.zero_grad(set_to_none=True)
-        self.step += 1
-        if self.hb is not None:
-            self.hb.step(self.step, compute_s)
-            self.hb.phase("data")
-        self.consumed += tc.global_batch
-        seconds = time.perf_counter() - t0
-        rec = StepRecord(
-            step=self.step,
-            loss=loss,
-            grad_norm=grad_norm,
-            lr=lr,
-            tokens=tokens_global,
-            seconds=seconds,
-            peak_mem=self.peak_memory(),
-            compute_s=seconds - wait,
-            wait_s=wait,
-            update=update,
-        )
-        return rec, [float(totals[1]), float(totals[2]), float(totals[3])]
+        return update
 
     def peak_memory(self) -> int:
         """Accelerator peak bytes; on CPU the bytes of parameters and optimizer state (deterministic)."""
@@ -416,13 +409,13 @@ class Trainer:
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         self._signal = signum
 
-    def _deadline_near(self) -> bool:
-        raw = os.environ.get("AGPT_DEADLINE_EPOCH", "")
-        try:
-            deadline = float(raw)
-        except ValueError:
-            return False
-        return time.time() >= deadline - self.cfg.train.deadline_margin_s
+    def _stop_request(self, since_save_s: float) -> Stop:
+        """What this rank asks of the next step: stop on a signal or the deadline, or a time-based save."""
+        due = ckpt_policy.due_by_time(since_save_s, self.cfg.checkpoint.interval_s) and self.rank == 0
+        near = deadline_near(self.cfg.train.deadline_margin_s)
+        return Stop(
+            term=self._signal == signal.SIGTERM, resubmit=self._signal == signal.SIGUSR1 or near, save=due
+        )
 
     def save(self, *, block: bool) -> None:
         if self.ckpt is None or self.ckpt.last_saved_step == self.step:
@@ -441,76 +434,34 @@ class Trainer:
     def run(self, emit: Callable[[str], None] | None = None) -> int:
         """Train to train.steps; 0 when done, 75 after a deadline/SIGUSR1 stop, 143 after SIGTERM."""
         emit = emit or (lambda line: print(line, flush=True))
-        for sig in (signal.SIGTERM, signal.SIGUSR1):
-            signal.signal(sig, self._on_signal)
-        if self.run_dir is not None and self.rank == 0:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-        target = self.cfg.train.steps
-        interval = self.cfg.checkpoint.interval
-        self._start_heartbeat()
-        if self.run_dir is not None and self.rank == 0:  # after the resume: replayed steps replace old ones
-            self.observe = owriters.Writers(self.run_dir, self.cfg.observe, self.cfg.to_dict(), self.step)
-        if self.evals is not None:
-            self.evals.restart(self.step)
-        if self.rank == 0:
-            print(self.describe(), flush=True)
-            if self.step >= target:
-                print(f"agpt: already at step {self.step} (train.steps {target}): nothing to do", flush=True)
-        interval_s = self.cfg.checkpoint.interval_s
-        tokens = 0
-        t_log = time.perf_counter()
-        self._window.reset()
-        t_save = t_log
+        self._begin_run()
+        t_save = time.perf_counter()
         try:
-            while self.step < target:
-                by_time = ckpt_policy.due_by_time(time.perf_counter() - t_save, interval_s)
-                flags = (
-                    1.0 if self._signal == signal.SIGTERM else 0.0,
-                    1.0 if (self._signal == signal.SIGUSR1 or self._deadline_near()) else 0.0,
-                    1.0 if (by_time and self.rank == 0) else 0.0,
-                )
+            while self.step < self.cfg.train.steps:
                 try:
-                    rec, stops = self.train_step(stop_flags=flags)
+                    rec, agreed = self.train_step(stop=self._stop_request(time.perf_counter() - t_save))
                 except thealth.Fault as fault:
                     self._rollback(fault)
-                    tokens = 0
-                    t_log = time.perf_counter()
                     continue
-                self._note_stage()
-                tokens += rec.tokens
-                self._window.steps += 1
-                self._window.tokens += rec.tokens
-                self._window.compute_s += rec.compute_s
-                self._window.wait_s += rec.wait_s
-                if self.clock_marks is not None:
-                    if self.rank == 0 and self.run_dir is not None:
-                        clock.record(self.run_dir, {**self.clock_marks, "first_step": time.time()}, self.step)
-                    self.clock_marks = None
-                if stops[0] or stops[1]:
-                    self.save(block=True)
-                    self._log(emit, rec, tokens, t_log)
-                    if self.ckpt is not None:
-                        self.ckpt.wait()
-                    why = "SIGTERM" if stops[0] else "SIGUSR1 or the deadline"
-                    if self.rank == 0:
-                        print(f"agpt: stopped at step {self.step} on {why}, checkpoint saved", flush=True)
-                    return 128 + signal.SIGTERM if stops[0] else EXIT_RESUBMIT
+                self._after_step(rec)
+                if agreed.ends_run:
+                    return self._stop(agreed, emit, rec)
                 if self.evals is not None and self.step % self.cfg.eval.interval == 0:
                     # Before this step's save: a regression rolls back to a checkpoint from before it.
                     try:
                         rec.eval = self._evaluate()
                     except thealth.Fault as fault:
                         self._rollback(fault, applied=True)
-                        tokens = 0
-                        t_log = time.perf_counter()
                         continue
-                if ckpt_policy.due_by_step(self.step, interval) or stops[2]:
+                if ckpt_policy.due_by_step(self.step, self.cfg.checkpoint.interval) or agreed.save:
                     self.save(block=False)
                     t_save = time.perf_counter()
-                if self.step % self.cfg.train.log_interval == 0 or self.step == target or rec.eval:
-                    self._log(emit, rec, tokens, t_log)
-                    tokens = 0
-                    t_log = time.perf_counter()
+                if (
+                    self.step % self.cfg.train.log_interval == 0
+                    or self.step == self.cfg.train.steps
+                    or rec.eval
+                ):
+                    self._log(emit, rec)
             if self.cfg.checkpoint.save_final:
                 self.save(block=False)
             if self.ckpt is not None:
@@ -518,16 +469,52 @@ class Trainer:
             return 0
         except AgptError:
             if self.ckpt is not None:
-                try:
+                with contextlib.suppress(AgptError):  # the error that stopped the run is the one to report
                     self.ckpt.wait()
-                except AgptError:
-                    pass
             raise
         finally:
             if self.hb is not None:
                 self.hb.stop()
             if self.observe is not None:
                 self.observe.close()
+
+    def _begin_run(self) -> None:
+        """Signal handlers, the run directory, heartbeats, the observers and evaluations from this step on, and the
+        line a person reads first."""
+        for sig in (signal.SIGTERM, signal.SIGUSR1):
+            signal.signal(sig, self._on_signal)
+        if self.run_dir is not None and self.rank == 0:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._start_heartbeat()
+        if self.run_dir is not None and self.rank == 0:  # after the resume: replayed steps replace old ones
+            self.observe = owriters.Writers(self.run_dir, self.cfg.observe, self.cfg.to_dict(), self.step)
+        if self.evals is not None:
+            self.evals.restart(self.step)
+        if self.rank == 0:
+            print(self.describe(), flush=True)
+            if self.step >= self.cfg.train.steps:
+                print(f"agpt: already at step {self.step} (train.steps {self.cfg.train.steps}): nothing to do",
+                      flush=True)  # fmt: skip
+        self._window.reset()
+
+    def _after_step(self, rec: StepRecord) -> None:
+        """The bookkeeping of a step: its data stage, the log window, the recovery clock's first step."""
+        self._note_stage()
+        self._window.add(rec.tokens, rec.compute_s, rec.wait_s)
+        if self.clock_marks is not None:
+            if self.rank == 0 and self.run_dir is not None:
+                clock.record(self.run_dir, {**self.clock_marks, "first_step": time.time()}, self.step)
+            self.clock_marks = None
+
+    def _stop(self, agreed: Stop, emit: Callable[[str], None], rec: StepRecord) -> int:
+        """A signal or the deadline: a blocking save of this step, its line, and the exit code that says why."""
+        self.save(block=True)
+        self._log(emit, rec)
+        if self.ckpt is not None:
+            self.ckpt.wait()
+        if self.rank == 0:
+            print(f"agpt: stopped at step {self.step} on {agreed.reason}, checkpoint saved", flush=True)
+        return agreed.exit_code
 
     def _note_stage(self) -> None:
         """An event when the next step's batch reaches another data stage than the last one."""
@@ -582,14 +569,15 @@ class Trainer:
             self.evals.restart(self.step)
         self._window.reset()
 
-    def _log(self, emit: Callable[[str], None], rec: StepRecord, tokens: int, t_log: float) -> None:
+    def _log(self, emit: Callable[[str], None], rec: StepRecord) -> None:
+        """The progress line, the progress file, frozen-group warnings and metrics.jsonl (rank 0); a new window."""
         self.health.logged(rec.step, rec.loss)
         stall_s = self._pending_stall
         stall_ms = stall_s * 1000
         self._pending_stall = 0.0
         if self.rank == 0:
-            elapsed = max(time.perf_counter() - t_log, 1e-9)
-            emit(format_line(rec, tokens / elapsed, stall_ms))
+            elapsed = max(time.perf_counter() - self._window.started, 1e-9)
+            emit(format_line(rec, self._window.tokens / elapsed, stall_ms))
             self.write_progress()
             if self.updates is not None and rec.update:
                 for group in self.updates.judge(rec.update, rec.lr):
@@ -605,19 +593,9 @@ class Trainer:
                         logs=self.updates.logs,
                     )
             if self.metrics is not None:
-                record = (
-                    self.metrics.record(
-                        step=rec.step,
-                        tokens_consumed=self.consumed * self.cfg.train.seq_len,
-                        loss=rec.loss,
-                        grad_norm=rec.grad_norm,
-                        lr=rec.lr,
-                        peak_mem=rec.peak_mem,
-                        window=self._window,
-                        stall_s=stall_s,
-                    )
-                    | ({"update": rec.update} if rec.update else {})
-                    | (rec.eval or {})
+                tokens = self.consumed * self.cfg.train.seq_len
+                record = self.metrics.record(
+                    rec, tokens_consumed=tokens, window=self._window, stall_s=stall_s
                 )
                 self.metrics.write(record)
                 if self.observe is not None:
@@ -627,8 +605,3 @@ class Trainer:
 
 def _local(t: torch.Tensor) -> torch.Tensor:
     return t.to_local() if isinstance(t, DTensor) else t
-
-
-def seed_everything(seed: int) -> None:
-    torch.manual_seed(seed)
-    np.random.seed(seed % 2**32)

@@ -37,6 +37,8 @@ from pathlib import Path
 from typing import IO, Any, cast
 
 from agpt.errors import AgptError, BadInput
+from agpt.ours import ours_or_empty
+from agpt.yeet import gnutar
 
 INTERPRETER_LINK = re.compile(r"^(bin|Scripts)/(python|pypy)[0-9.]*$")
 COPY_BUF = 1 << 20
@@ -96,13 +98,12 @@ def check_dest(dest: Path, src: Path | None = None) -> None:
         raise BadInput(f"--dest {dest}: parent {parent} is not writable")
     if os.path.lexists(dest) and (dest.is_symlink() or not dest.is_dir()):
         raise BadInput(f"--dest {dest}: exists and is not a directory")
-    if os.path.lexists(dest) and not os.path.lexists(dest / MARKER):
+    if os.path.lexists(dest):
         try:
-            with os.scandir(dest) as it:
-                empty = next(it, None) is None
+            ours = ours_or_empty(dest, MARKER)
         except OSError as exc:
             raise BadInput(f"--dest {dest}: cannot read it ({exc.strerror})") from None
-        if not empty:
+        if not ours:
             raise BadInput(
                 f"--dest {dest}: exists, is not empty and was not made by agpt yeet (no {MARKER}); "
                 "it would be deleted: remove it yourself or choose another folder"
@@ -405,36 +406,24 @@ class _Gate(io.RawIOBase):
 
 def _tar_extract(raw: IO[bytes], root: Path, compression: str, guard: _Guard) -> None:
     """Validate every header here, let GNU tar (C, another core) do the writing."""
-    import tempfile
 
-    with tempfile.TemporaryFile() as errf:
-        proc = subprocess.Popen(
-            [
-                "tar", "-x", "-f", "-", "-C", str(root), *TAR_FLAGS,
-            ],
-            stdin=subprocess.PIPE,
-            stderr=errf,
-        )  # fmt: skip
+    def failed(rc: int, line: str) -> Exception:
+        return AgptError(f"tar failed (exit {rc}): {line}")
+
+    with gnutar.running(
+        ["tar", "-x", "-f", "-", "-C", str(root), *TAR_FLAGS], failed, stdin=subprocess.PIPE
+    ) as proc:
         assert proc.stdin is not None
         gate = _Gate(decompressed(raw, compression), proc.stdin)
-        try:
-            with tarfile.open(fileobj=gate, mode="r|", bufsize=STREAM_BUF) as tf:
-                for m in tf:
-                    guard.check(m)
-                    size = -(-m.size // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE if m.isreg() else 0
-                    gate.allow(m.offset_data + size)
-            gate.allow(1 << 62)
-            while gate.read(COPY_BUF):
-                pass
-            proc.stdin.close()
-        except BaseException:
-            proc.kill()
-            proc.wait()
-            raise
-        if proc.wait() != 0:
-            errf.seek(0)
-            tail = errf.read().decode(errors="replace").strip().splitlines()[-1:] or [""]
-            raise AgptError(f"tar failed (exit {proc.returncode}): {tail[0]}")
+        with tarfile.open(fileobj=gate, mode="r|", bufsize=STREAM_BUF) as tf:
+            for m in tf:
+                guard.check(m)
+                size = -(-m.size // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE if m.isreg() else 0
+                gate.allow(m.offset_data + size)
+        gate.allow(1 << 62)
+        while gate.read(COPY_BUF):
+            pass
+        proc.stdin.close()
 
 
 TAR_FLAGS = ["--no-same-owner", "--no-same-permissions", "--keep-old-files"]

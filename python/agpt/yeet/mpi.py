@@ -24,18 +24,19 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
 from agpt.errors import AgptError, BadInput
-from agpt.rundir import LAUNCHERS
+from agpt.rundir import LAUNCHERS, MPI_RANK_VARS
 from agpt.yeet.extract import check_dest
 from agpt.yeet.node import NodeResult, Receiver, TreeCopier
 from agpt.yeet.pack import resolve_source
 from agpt.yeet.report import failed_hosts, needed, node_name, render_dest, report_lines, spell
 
-# The launchers' rank variables (agpt.rundir.LAUNCHERS, torchrun's left out: it is no MPI launcher), and PMIx's.
-MPI_RANK_VARS = (*dict.fromkeys(r for r, _ in LAUNCHERS if r != "RANK"), "PMIX_RANK")
+# The launchers' rank variables but torchrun's (it is no MPI launcher): the MPI launchers' and srun's.
+LAUNCHER_RANK_VARS = (*MPI_RANK_VARS, *(x.rank for x in LAUNCHERS if x.name == "srun"))
 POLL_S = 0.0005
 
 
@@ -55,7 +56,7 @@ def under_launcher(env: dict[str, str] | None = None) -> bool:
     if e.get("SLURM_STEP_ID") == "batch":  # a batch script itself, not a job step
         return False
     # SLURM_PROCID without a step id: a batch script itself, not a job step.
-    return any(v in e and (v != "SLURM_PROCID" or "SLURM_STEP_ID" in e) for v in MPI_RANK_VARS)
+    return any(v in e and (v != "SLURM_PROCID" or "SLURM_STEP_ID" in e) for v in LAUNCHER_RANK_VARS)
 
 
 def _faults(rank: int) -> dict[int, str]:
@@ -82,22 +83,25 @@ def _raise_collective(rank: int, msg: str, code: int) -> NoReturn:
     raise PeerFailed(code)
 
 
-def run(
-    *,
-    src: Path,
-    dest: str,
-    mode: str,
-    check: str | None,
-    min_success: str | None,
-    hosts: list[str],
-    chunk: int,
-    emit: Callable[[str], None],
-) -> int:
+@dataclass(kw_only=True, slots=True)
+class Broadcast:
+    """What `agpt yeet --transport mpi` stages: SRC to DEST (with {rank}/{host}) on every rank."""
+
+    src: Path
+    dest: str
+    mode: str
+    check: str | None
+    min_success: str | None
+    hosts: list[str]
+    chunk: int
+
+
+def run(job: Broadcast, emit: Callable[[str], None]) -> int:
     """Stage SRC on every rank's DEST; rank 0 reports.  Returns the exit code (the same on every rank)."""
     from mpi4py import MPI
 
     try:
-        return _run(src, dest, mode, check, min_success, hosts, chunk, emit)
+        return _run(job, emit)
     except AgptError:
         raise  # raised on every rank alike (rank 0 prints it)
     except BaseException:
@@ -108,42 +112,68 @@ def run(
         raise
 
 
-def _run(
-    src: Path,
-    dest: str,
-    mode: str,
-    check: str | None,
-    min_success: str | None,
-    hosts: list[str],
-    chunk: int,
-    emit: Callable[[str], None],
-) -> int:
+def _run(job: Broadcast, emit: Callable[[str], None]) -> int:
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
     t_start = time.monotonic()
+    _check_world(size)
+    name, my_dest, crowded = _check_dests(comm, job)
+    try:
+        need = needed(job.min_success, size)
+    except BadInput as exc:
+        _raise_collective(rank, str(exc), 2)
+    worker: Receiver | TreeCopier
+    total = 0
+    if job.mode == "tar":
+        worker, total = _broadcast_tar(comm, job, my_dest, emit, crowded)
+    else:
+        if rank == 0:
+            emit(f"yeet: {job.mode} of {job.src} to {size} ranks, file by file")
+        worker = TreeCopier(src=job.src, dest=my_dest, mode=job.mode, check=job.check).start()
+    error = worker.finish()
+    result = NodeResult(rank=rank, host=name, dest=str(my_dest), ok=not error, error=error, files=worker.files,
+                        bytes=worker.bytes)  # fmt: skip
+    _sync(comm, crowded)
+    _commit_if_enough(worker, result, comm.allgather(result), need)
+    final = comm.gather(result, root=0)
+    rc = 0
+    if rank == 0:
+        assert final is not None
+        rc = _report(final, need, time.monotonic() - t_start, total, job.mode, emit)
+    return int(comm.bcast(rc, root=0))
+
+
+def _check_world(size: int) -> None:
+    """A launcher that started many tasks must give MPI a world of as many (mpi4py built for another MPI)."""
     ntasks = os.environ.get("SLURM_NTASKS") or os.environ.get("PMI_SIZE") or "1"
     if size == 1 and ntasks.isdigit() and int(ntasks) > 1:
         raise BadInput(
             f"--transport mpi: the launcher started {ntasks} tasks but MPI sees a world of 1 "
             "(is mpi4py built against this launcher's MPI? under srun, try --mpi=pmi2 or --mpi=pmix)"
         )
-    name = spell(node_name(), hosts)
-    my_dest = render_dest(dest, rank=rank, host=name)
+
+
+def _check_dests(comm: Any, job: Broadcast) -> tuple[str, Path, bool]:
+    """Every rank's DEST is usable and no two ranks share one; (this node's name, its DEST, ranks share nodes).
+    A refusal is raised on every rank alike."""
+    rank, size = comm.Get_rank(), comm.Get_size()
+    name = spell(node_name(), job.hosts)
+    my_dest = render_dest(job.dest, rank=rank, host=name)
     err = ""
     try:
-        check_dest(my_dest, src)
+        check_dest(my_dest, job.src)
     except BadInput as exc:
         err = str(exc)
     info: list[tuple[str, str, str]] = comm.allgather((socket.gethostname(), name, err))
-    if "{rank}" not in dest and "{host}" not in dest:
+    if "{rank}" not in job.dest and "{host}" not in job.dest:
         seen: dict[str, int] = {}
         for r, (phys, _n, _e) in enumerate(info):
             if phys in seen:
                 _raise_collective(
                     rank,
-                    f"--dest {dest}: ranks {seen[phys]} and {r} run on the same node {phys} and would race on "
+                    f"--dest {job.dest}: ranks {seen[phys]} and {r} run on the same node {phys} and would race on "
                     "one folder; launch one rank per node (or put {rank} in --dest)",
                     2,
                 )
@@ -151,61 +181,38 @@ def _run(
     for r, (_p, n, e) in enumerate(info):
         if e:
             _raise_collective(rank, f"{e} (rank {r} on {n})", 2)
-    try:
-        need = needed(min_success, size)
-    except BadInput as exc:
-        _raise_collective(rank, str(exc), 2)
+    return name, my_dest, len({phys for phys, _n, _e in info}) < size
 
-    crowded = len({phys for phys, _n, _e in info}) < size
-    worker: Receiver | TreeCopier
-    total = 0
-    if mode == "tar":
-        header: dict[str, Any] = {}
-        if rank == 0:
-            try:
-                tb = resolve_source(src, progress=emit)
-                header = {
-                    "path": str(tb.path),
-                    "size": tb.size,
-                    "sha256": tb.sha256,
-                    "compression": tb.compression,
-                    "members": tb.members,
-                }
-            except AgptError as exc:
-                header = {"error": str(exc), "code": exc.exit_code}
-        _sync(comm, crowded)  # rank 0 may pack for a while: the others must not spin on its cores
-        header = comm.bcast(header, root=0)
-        if "error" in header:
-            _raise_collective(rank, header["error"], header["code"])
-        total = int(header["size"])
-        if rank == 0:
-            emit(f"yeet: broadcasting {header['path']} bytes={total} to {size} ranks chunk={chunk}")
-        rx = Receiver(
-            dest=my_dest,
-            compression=header["compression"],
-            sha256=header["sha256"],
-            size=total,
-            check=check,
-            members=int(header["members"]),
-        ).start()
-        _pump(comm, rank, rx, Path(header["path"]), total, chunk, crowded)
-        worker = rx
-    else:
-        if rank == 0:
-            emit(f"yeet: {mode} of {src} to {size} ranks, file by file")
-        worker = TreeCopier(src=src, dest=my_dest, mode=mode, check=check).start()
-    error = worker.finish()
-    result = NodeResult(
-        rank=rank,
-        host=name,
-        dest=str(my_dest),
-        ok=not error,
-        error=error,
-        files=worker.files,
-        bytes=worker.bytes,
-    )
-    _sync(comm, crowded)
-    results: list[NodeResult] = comm.allgather(result)
+
+def _broadcast_tar(comm: Any, job: Broadcast, my_dest: Path, emit: Callable[[str], None],
+                   crowded: bool) -> tuple[Receiver, int]:  # fmt: skip
+    """Rank 0 packs (or finds) the tarball and broadcasts it in chunks; every rank extracts what arrives."""
+    rank, size = comm.Get_rank(), comm.Get_size()
+    header: dict[str, Any] = {}
+    if rank == 0:
+        try:
+            tb = resolve_source(job.src, progress=emit)
+            header = {"path": str(tb.path), "size": tb.size, "sha256": tb.sha256, "compression": tb.compression,
+                      "members": tb.members}  # fmt: skip
+        except AgptError as exc:
+            header = {"error": str(exc), "code": exc.exit_code}
+    _sync(comm, crowded)  # rank 0 may pack for a while: the others must not spin on its cores
+    header = comm.bcast(header, root=0)
+    if "error" in header:
+        _raise_collective(rank, header["error"], header["code"])
+    total = int(header["size"])
+    if rank == 0:
+        emit(f"yeet: broadcasting {header['path']} bytes={total} to {size} ranks chunk={job.chunk}")
+    rx = Receiver(dest=my_dest, compression=header["compression"], sha256=header["sha256"], size=total,
+                  check=job.check, members=int(header["members"])).start()  # fmt: skip
+    _pump(comm, rank, rx, Path(header["path"]), total, job.chunk, crowded)
+    return rx, total
+
+
+def _commit_if_enough(worker: Receiver | TreeCopier, result: NodeResult, results: list[NodeResult],
+                      need: int) -> None:  # fmt: skip
+    """The collective decision: with enough verified nodes each verified node replaces its DEST, else every
+    node keeps its old one."""
     go = sum(r.ok for r in results) >= need
     if result.ok and go:
         worker.write_failed_hosts([r.host for r in results if not r.ok])
@@ -213,25 +220,23 @@ def _run(
             worker.stage.commit()
             result.committed = True
         except OSError as exc:
-            result.error = f"replacing {my_dest} failed: {exc}"
+            result.error = f"replacing {result.dest} failed: {exc}"
             worker.stage.abort()
     else:
         if result.ok:
             result.error = "not committed: too few nodes succeeded"
         worker.stage.abort()
     result.seconds = worker.seconds()
-    final = comm.gather(result, root=0)
-    rc = 0
-    if rank == 0:
-        assert final is not None
-        for line in report_lines(
-            final, need=need, seconds=time.monotonic() - t_start, nbytes=total, verb=f"staged ({mode})"
-        ):
-            emit(line)
-        rc = 0 if sum(r.committed for r in final) >= need else 1
-        if rc == 0 and failed_hosts(final):
-            emit(f"yeet: failed hosts recorded in DEST/.yeet-failed-hosts: {','.join(failed_hosts(final))}")
-    rc = int(comm.bcast(rc, root=0))
+
+
+def _report(final: list[NodeResult], need: int, seconds: float, total: int, mode: str,
+            emit: Callable[[str], None]) -> int:  # fmt: skip
+    """Rank 0: the per-node lines and the exit code (1 when too few nodes committed)."""
+    for line in report_lines(final, need=need, seconds=seconds, nbytes=total, verb=f"staged ({mode})"):
+        emit(line)
+    rc = 0 if sum(r.committed for r in final) >= need else 1
+    if rc == 0 and failed_hosts(final):
+        emit(f"yeet: failed hosts recorded in DEST/.yeet-failed-hosts: {','.join(failed_hosts(final))}")
     return rc
 
 

@@ -74,7 +74,38 @@ def run_check(cmd: str, staged: Path, dest: Path) -> str:
     return f"--check failed (exit {proc.returncode}): {cmd}: {tail[0]}"
 
 
-class Receiver:
+class _Staging:
+    """What every way of filling DEST shares: the staged tree, its counters, the failed hosts it records."""
+
+    def __init__(self, dest: Path, check: str | None) -> None:
+        self.dest = dest
+        self.check = check
+        self.stage = Stage(dest)
+        self.error = ""
+        self.files = 0
+        self.bytes = 0
+        self.t0 = time.monotonic()
+
+    def _open(self) -> None:
+        """Open the stage; a failure here is this node's error, not a crash, so the node still takes part in
+        the collective (its peers would wait for it otherwise)."""
+        self.t0 = time.monotonic()
+        try:
+            self.stage.open()
+        except OSError as exc:
+            self.error = f"cannot create {self.stage.tmp}: {exc.strerror}"
+            self.stage.done = True
+
+    def write_failed_hosts(self, hosts: list[str]) -> None:
+        """Record the hosts that did not get DEST, inside the tree that is about to be committed."""
+        if hosts:
+            (self.stage.tmp / FAILED_HOSTS).write_text("".join(f"{h}\n" for h in hosts))
+
+    def seconds(self) -> float:
+        return time.monotonic() - self.t0
+
+
+class Receiver(_Staging):
     """One node's side of a transfer: chunks in, a verified tree in `DEST.tmp.<id>` out."""
 
     def __init__(
@@ -88,32 +119,20 @@ class Receiver:
         depth: int = 4,
         members: int = 0,
     ) -> None:
-        self.dest = dest
+        super().__init__(dest, check)
         self.members = members  # entries counted where the tarball was read (reports only; never trusted)
         self.compression = compression
         self.sha256 = sha256
         self.size = size
-        self.check = check
-        self.stage = Stage(dest)
         self.q: queue.Queue[tuple[memoryview, Callable[[], None]] | None] = queue.Queue(maxsize=depth)
         self.reader = QueueReader(self.q)
         self.hash = hashlib.sha256()
         self.received = 0
-        self.error = ""
-        self.files = 0
-        self.bytes = 0
-        self.t0 = time.monotonic()
         self._thread = threading.Thread(target=self._extract, name="yeet-extract", daemon=True)
 
     def start(self) -> Receiver:
-        """Open the stage and start extracting; a failure here is this node's error, not a crash, so the
-        node still takes part in the broadcast (its peers would wait for it otherwise)."""
-        self.t0 = time.monotonic()
-        try:
-            self.stage.open()
-        except OSError as exc:
-            self.error = f"cannot create {self.stage.tmp}: {exc.strerror}"
-            self.stage.done = True
+        """Open the stage and start extracting."""
+        self._open()
         self._thread.start()
         return self
 
@@ -159,14 +178,6 @@ class Receiver:
             self.error = run_check(self.check, self.stage.tmp, self.dest)
         return self.error
 
-    def write_failed_hosts(self, hosts: list[str]) -> None:
-        """Record the hosts that did not get DEST, inside the tree that is about to be committed."""
-        if hosts:
-            (self.stage.tmp / FAILED_HOSTS).write_text("".join(f"{h}\n" for h in hosts))
-
-    def seconds(self) -> float:
-        return time.monotonic() - self.t0
-
 
 def stage_file(
     path: Path,
@@ -205,27 +216,16 @@ def stage_file(
     return rx
 
 
-class TreeCopier:
+class TreeCopier(_Staging):
     """`--mode copy|rsync`: the per-file baseline (what yeet replaces), with the same staging and checks."""
 
     def __init__(self, *, src: Path, dest: Path, mode: str, check: str | None) -> None:
+        super().__init__(dest, check)
         self.src = src
-        self.dest = dest
         self.mode = mode
-        self.check = check
-        self.stage = Stage(dest)
-        self.error = ""
-        self.files = 0
-        self.bytes = 0
-        self.t0 = time.monotonic()
 
     def start(self) -> TreeCopier:
-        self.t0 = time.monotonic()
-        try:
-            self.stage.open()
-        except OSError as exc:
-            self.error = f"cannot create {self.stage.tmp}: {exc.strerror}"
-            self.stage.done = True
+        self._open()
         return self
 
     def finish(self) -> str:
@@ -256,10 +256,3 @@ class TreeCopier:
             if self.check:
                 self.error = run_check(self.check, tmp, self.dest)
         return self.error
-
-    def write_failed_hosts(self, hosts: list[str]) -> None:
-        if hosts:
-            (self.stage.tmp / FAILED_HOSTS).write_text("".join(f"{h}\n" for h in hosts))
-
-    def seconds(self) -> float:
-        return time.monotonic() - self.t0

@@ -22,7 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, BinaryIO
 
+from agpt.digest import file_sha256
 from agpt.errors import AgptError, BadInput
+from agpt.yeet import gnutar
 
 MAGIC_ZSTD = b"\x28\xb5\x2f\xfd"
 MAGIC_GZIP = b"\x1f\x8b"
@@ -97,16 +99,6 @@ def _fingerprint(root: Path, *, times: bool = True) -> tuple[str, int]:
     return h.hexdigest(), total
 
 
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb", buffering=0) as f:
-        buf = bytearray(READ_CHUNK * 4)
-        view = memoryview(buf)
-        while n := f.readinto(buf):
-            h.update(view[:n])
-    return h.hexdigest()
-
-
 class _HashingWriter:
     """A write-only file that counts and hashes what passes through, so packing reads nothing twice."""
 
@@ -154,31 +146,23 @@ def _gnu_tar(
 ) -> int:
     """Archive SRC with GNU tar (C reads the files); every header is checked as it streams past."""
     import subprocess
-    import tempfile
+
+    def failed(rc: int, line: str) -> Exception:
+        return BadInput(f"SRC {src}: tar exit {rc}: {line}")
 
     argv = ["tar", "-C", str(src), "-cf", "-", "--format=gnu", "--sort=name", "--numeric-owner"]
     argv += ["--owner=0", "--group=0", "."]
     n = 0
-    with tempfile.TemporaryFile() as errf:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=errf)
+    with gnutar.running(argv, failed, stdout=subprocess.PIPE) as proc:
         assert proc.stdout is not None
         tee = _Tee(proc.stdout, sink.write)
-        try:
-            with tarfile.open(fileobj=tee, mode="r|", bufsize=READ_CHUNK) as tf:  # type: ignore[call-overload]
-                for m in tf:
-                    admit(m)
-                    n += 1
-                    tick(m.size if m.isreg() else 0)
-            while tee.read(READ_CHUNK):
-                pass
-        except BaseException:
-            proc.kill()
-            proc.wait()
-            raise
-        if proc.wait() != 0:
-            errf.seek(0)
-            lines = errf.read().decode(errors="replace").strip().splitlines() or [""]
-            raise BadInput(f"SRC {src}: tar exit {proc.returncode}: {lines[-1]}")
+        with tarfile.open(fileobj=tee, mode="r|", bufsize=READ_CHUNK) as tf:  # type: ignore[call-overload]
+            for m in tf:
+                admit(m)
+                n += 1
+                tick(m.size if m.isreg() else 0)
+        while tee.read(READ_CHUNK):
+            pass
     return n
 
 

@@ -26,16 +26,9 @@ def yeet(s: YeetSettings, emit: Callable[[str], None]) -> int:
     if transport == "mpi":
         from agpt.yeet import mpi
 
-        return mpi.run(
-            src=s.src,
-            dest=dest,
-            mode=s.mode,
-            check=s.check,
-            min_success=s.min_success,
-            hosts=hosts,
-            chunk=chunk,
-            emit=emit,
-        )
+        job = mpi.Broadcast(src=s.src, dest=dest, mode=s.mode, check=s.check, min_success=s.min_success,
+                            hosts=hosts, chunk=chunk)  # fmt: skip
+        return mpi.run(job, emit=emit)
     if transport == "ssh":
         if s.hostfile is None:
             raise BadInput("--transport ssh: needs --hostfile (one host per line) or FAILOVER_HOSTFILE")

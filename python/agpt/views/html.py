@@ -188,7 +188,7 @@ def _failure_rows(st: ostatus.Status) -> list[list[str]]:
 def page(run_dir: Path) -> str:
     st = ostatus.snapshot(run_dir)
     rep = st.report
-    from agpt.observe.monitor import training_rows  # the monitor's training figures, the same words
+    from agpt.views.monitor import training_rows  # the monitor's training figures, the same words
 
     parts = [f"<h1>agpt report: {html.escape(str(st.run_dir))}</h1>",
              f'<p class="note">written {freport.fmt_time(st.now)} UTC from the run directory</p>',

@@ -10,7 +10,6 @@ data), and, for an imported checkpoint, source (the Hugging Face folder it came 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import platform
@@ -18,6 +17,8 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+from agpt.digest import file_sha256
 
 FORMAT = "agpt-ckpt-meta-1"
 META = "meta.json"
@@ -44,14 +45,6 @@ def git_revision(root: Path = _ROOT) -> tuple[str | None, bool | None]:
         return None, None
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 22):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def data_record(data_path: str) -> dict[str, Any] | None:
     """The blend a run reads: manifest digest and pinned tokenizer; None for the synthetic stream."""
     if not data_path:
@@ -66,7 +59,7 @@ def data_record(data_path: str) -> dict[str, Any] | None:
     }
     try:
         manifest = json.loads(manifest_path.read_text())
-        rec["manifest_sha256"] = _sha256(manifest_path)
+        rec["manifest_sha256"] = file_sha256(manifest_path)
     except (OSError, ValueError):
         return rec
     rec["cache_key"] = manifest.get("cache_key")

@@ -17,7 +17,8 @@ from typing import Any
 
 from agpt import rundir
 from agpt.errors import BadInput
-from agpt.evals import alarm, due, export, records, score, tasks
+from agpt.evalexport import export
+from agpt.evals import alarm, due, records, score, tasks
 from agpt.train.health import EVENTS as HEALTH
 
 SCORERS = ("lm-eval", "agpt")
@@ -61,7 +62,7 @@ def evaluate_export(path: str | Path, opts: Options) -> dict[str, Any]:
 
     opts.check()
     if opts.scorer == "lm-eval":
-        from agpt.evals import harness
+        from agpt.evalexport import harness
 
         harness.require()  # not installed: say how before reading anything
     t0 = time.monotonic()
@@ -78,7 +79,7 @@ def evaluate_export(path: str | Path, opts: Options) -> dict[str, Any]:
     else:
         import tempfile
 
-        from agpt.evals import harness
+        from agpt.evalexport import harness
 
         with tempfile.TemporaryDirectory(prefix="agpt-eval-") as tmp:
             where = opts.tasks_dir or Path(tmp)

@@ -1,0 +1,111 @@
+"""The fault-injection hooks of the tests and drills, in one module.
+
+The trainer calls each hook where its fault would strike; each is a no-op unless its variable is set
+(docs/contract.md lists them), so production code reads as if there were none.
+
+  AGPT_FAULT_NAN_AT=K                    rank 0's loss contribution at step K is NaN (once per run directory)
+  AGPT_FAULT_SPIKE_AT=K                  ... 1000 times larger: a loss spike (once per run directory)
+  AGPT_FAULT_EVAL_AT=K                   the in-loop evaluation of step K scores every task 0 and every bits per
+                                         byte 10 times larger: a regression (rank 0, once per run directory)
+  AGPT_FAULT_SLEEP_AT=STEP[:HOST]        the ranks (of HOST) sleep forever, alive, in the forward pass of STEP
+  AGPT_FAULT_SLOW_HOST=HOST[:FACTOR]     HOST's forward passes take FACTOR (default 3) times as long
+  AGPT_TEST_CKPT_WRITE_DELAY=S | STEP:S[,STEP:S...]
+                                         a checkpoint writer sleeps S seconds before writing (tests kill
+                                         ranks in the middle of a save)
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from agpt.heartbeat.writer import host_name
+
+NAN_AT = "AGPT_FAULT_NAN_AT"
+SPIKE_AT = "AGPT_FAULT_SPIKE_AT"
+EVAL_AT = "AGPT_FAULT_EVAL_AT"
+SLEEP_AT = "AGPT_FAULT_SLEEP_AT"
+SLOW_HOST = "AGPT_FAULT_SLOW_HOST"
+CKPT_WRITE_DELAY = "AGPT_TEST_CKPT_WRITE_DELAY"
+SPIKE_SCALE = 1000.0  # an injected spike multiplies the step's loss by this
+
+
+def _env_step(env: Mapping[str, str], name: str) -> int | None:
+    raw = env.get(name, "").strip()
+    return int(raw) if raw.isdigit() else None
+
+
+class Faults:
+    """The hooks of one rank."""
+
+    def __init__(self, rank: int, run_dir: Path | None, env: Mapping[str, str] | None = None) -> None:
+        self.rank = rank
+        self.run_dir = run_dir
+        self.env = os.environ if env is None else env
+        self._fired: set[str] = set()
+
+    def _fires(self, name: str, kind: str, step: int) -> bool:
+        """Whether the fault KIND of variable NAME strikes at STEP (rank 0): once per run directory (a marker
+        file), so that the rollback which replays the step does not meet it again."""
+        if self.rank != 0 or _env_step(self.env, name) != step or kind in self._fired:
+            return False
+        marker = None if self.run_dir is None else self.run_dir / f".fault-{kind}-{step}"
+        if marker is not None and marker.exists():
+            return False
+        self._fired.add(kind)
+        if marker is not None:
+            marker.touch()
+        return True
+
+    def loss(self, step: int, value: Any) -> Any:
+        """VALUE (rank 0's loss contribution at STEP), NaN or a spike when asked."""
+        if self._fires(NAN_AT, "nan", step):
+            value = value * float("nan")
+        if self._fires(SPIKE_AT, "spike", step):
+            value = value * SPIKE_SCALE
+        return value
+
+    def evaluation(self, step: int, out: dict[str, Any]) -> dict[str, Any]:
+        """The in-loop evaluation OUT of STEP, a regression when asked: every accuracy 0, bits per byte x 10."""
+        if not self._fires(EVAL_AT, "eval", step):
+            return out
+        bad = dict(out)
+        bad["bpb"] = {k: 10 * v for k, v in (out.get("bpb") or {}).items()}
+        bad["tasks"] = {k: {**v, "acc": 0.0, "acc_norm": 0.0} for k, v in (out.get("tasks") or {}).items()}
+        return bad
+
+    def forward(self, step: int, compute_s: float) -> None:
+        """Right after the forward pass of STEP, which took COMPUTE_S: hang alive, or be the slow host."""
+        forward(step, compute_s, self.env)
+
+
+def forward(step: int, compute_s: float, env: Mapping[str, str] | None = None) -> None:
+    """AGPT_FAULT_SLEEP_AT and AGPT_FAULT_SLOW_HOST after a forward pass (see the module's list)."""
+    env = os.environ if env is None else env
+    me = host_name(env)
+    at, _, where = env.get(SLEEP_AT, "").partition(":")
+    if at.isdigit() and int(at) == step and where in ("", me):
+        print(f"agpt: fault drill: sleeping in the forward pass of step {step} on {me}", flush=True)
+        while True:
+            time.sleep(3600)
+    slow, _, factor = env.get(SLOW_HOST, "").partition(":")
+    if slow and slow == me:
+        try:
+            time.sleep(max(0.0, (float(factor or 3) - 1) * compute_s))
+        except ValueError:
+            pass
+
+
+def ckpt_write_delay(step: int, env: Mapping[str, str] | None = None) -> float:
+    """Seconds a checkpoint writer sleeps before writing STEP (AGPT_TEST_CKPT_WRITE_DELAY)."""
+    raw = (os.environ if env is None else env).get(CKPT_WRITE_DELAY, "")
+    for item in filter(None, raw.split(",")):
+        key, sep, val = item.partition(":")
+        if not sep:
+            return float(key)
+        if int(key) == step:
+            return float(val)
+    return 0.0

@@ -1,0 +1,62 @@
+"""Why the training loop stops early or saves: named requests that every rank agrees on.
+
+A request reaches one rank at a time (SIGTERM and SIGUSR1 land on some ranks first, the job's deadline is each
+rank's own clock, a time-based save is due by rank 0's clock), so each step's all-reduce carries every rank's
+request beside the loss, and all ranks act on the same step.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from agpt.errors import EXIT_RESUBMIT
+
+DEADLINE_ENV = "AGPT_DEADLINE_EPOCH"  # the job's end (epoch), exported by the job script
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    """What a rank asks for at this step (or, after the all-reduce, what some rank asked for)."""
+
+    term: bool = False  # SIGTERM: the scheduler ends the job; save, exit 143
+    resubmit: bool = False  # SIGUSR1, a straggler swap or the deadline: save, exit 75 (the chain resubmits)
+    save: bool = False  # a time-based save is due: save and go on
+
+    def encode(self) -> list[float]:
+        """The request as numbers to sum over the ranks (in the step's all-reduce)."""
+        return [float(self.term), float(self.resubmit), float(self.save)]
+
+    @classmethod
+    def decode(cls, sums: Sequence[float]) -> Stop:
+        """The agreed request from the summed numbers: any rank's request counts."""
+        term, resubmit, save = (float(x) > 0 for x in sums)
+        return cls(term=term, resubmit=resubmit, save=save)
+
+    @property
+    def ends_run(self) -> bool:
+        return self.term or self.resubmit
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + signal.SIGTERM if self.term else EXIT_RESUBMIT
+
+    @property
+    def reason(self) -> str:
+        return "SIGTERM" if self.term else "SIGUSR1 or the deadline"
+
+
+NO_STOP = Stop()
+
+
+def deadline_near(margin_s: float, env: Mapping[str, str] | None = None) -> bool:
+    """Whether the job's deadline (AGPT_DEADLINE_EPOCH) is less than MARGIN_S away."""
+    raw = (os.environ if env is None else env).get(DEADLINE_ENV, "")
+    try:
+        deadline = float(raw)
+    except ValueError:
+        return False
+    return time.time() >= deadline - margin_s
