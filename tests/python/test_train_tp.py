@@ -78,7 +78,10 @@ def test_sequence_parallel_matches_too(tp2: tuple[Path, str], tmp_path: Path) ->
 
 
 def _smoke(baseline: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return smoke(baseline, *TP2, *args, ranks=4, steps=8)
+    """One tensor-parallel group of 2 ranks (dp 1): the tp collectives are what could vary run to run.  A second
+    dp group adds only the gradient all-reduce, which the 2-rank exact resumes (test_train_resume) and the kill -9
+    at dp 2 x tp 2 below already hold bit for bit; 4 ranks took 40% more CPU for this test."""
+    return smoke(baseline, *TP2, *args, ranks=2, steps=8)
 
 
 def test_smoke_at_tp2_is_bit_identical_run_to_run(tmp_path: Path) -> None:
