@@ -13,6 +13,9 @@
 #   env_venv                 create (uv, else python -m venv; --system-site-packages) or reuse, then activate
 #   env_stage                copy the venv to node-local storage with `agpt yeet` and activate that copy
 #   env_setup                all of the above, in that order (hooks pre-env and post-env around the modules)
+#   env_quote [--line|--count MAX] NAME VALUE
+#                            the one way a value enters a generated script or Bash arithmetic: print it quoted
+#                            (a shell word), as is (--line: a comment or directive) or as plain digits (--count)
 #
 # Settings
 #   AGPT_HOME        the toolkit (default: the folder above this file)
@@ -67,6 +70,47 @@ _env_known_sites() {
   printf '%s\n' "$names"
 }
 
+# Usage: env_quote [--line | --count MAX] NAME VALUE
+# The one rule for a value written into a generated script, a hook's command or Bash arithmetic (spelled for
+# Python in python/agpt/shellword.py; tests/python/test_shellword.py holds the two equal).  VALUE must be one line
+# of printable text: a control character (newline, CR, tab, ESC, DEL, C1, U+2028/2029) is refused, because a
+# newline even in a comment starts a live line.  Then:
+#   (default)     print VALUE as one shell word: as it is when plainly safe ([A-Za-z0-9_@%+=:,./-]), else quoted
+#   --line        print VALUE as it is (a comment, a scheduler directive)
+#   --count MAX   print VALUE when it is plain decimal digits worth at most MAX, so `$(( ))` never evaluates
+#                 text (in Bash arithmetic `PWD[$(id)]` runs id)
+# Returns: 0 and prints; 2 with one line naming NAME on stderr (ENV_LOG)
+env_quote() {
+  local LC_ALL=C mode=word max=0
+  case "${1:-}" in
+    --line) mode=line; shift ;;
+    --count) mode=count; max="$2"; shift 2 ;;
+  esac
+  local name="$1" value="$2"
+  if [[ "$value" == *[$'\x01'-$'\x1f\x7f']* || "$value" == *$'\xc2'[$'\x80'-$'\x9f']* ||
+    "$value" == *$'\xe2\x80'[$'\xa8\xa9']* ]]; then
+    _env_say "$name: holds a control character; a value in a script must be one line of printable text"
+    return 2
+  fi
+  case "$mode" in
+    line) printf '%s\n' "$value" ;;
+    count)
+      if [[ ! "$value" =~ ^[0-9]{1,18}$ ]] || ((10#$value > max)); then
+        _env_say "$name: must be a whole number from 0 to $max, got '$value'"
+        return 2
+      fi
+      printf '%s\n' "$((10#$value))"
+      ;;
+    *)
+      if [[ "$value" =~ ^[A-Za-z0-9_@%+=:,./-]+$ ]]; then
+        printf '%s\n' "$value"
+      else
+        printf '%q\n' "$value"
+      fi
+      ;;
+  esac
+}
+
 # Usage: env_site_detect
 # Globals read: AGPT_SITE
 # Returns: 0 and prints a site name (generic, which matches any host, is tried last)
@@ -95,8 +139,9 @@ env_site_detect() {
 
 # Usage: env_site_load [NAME]
 # Globals written: every SITE_* key of the profile; AGPT_SITE (exported)
-# Returns: 0; 2 when the site is unknown (the known ones are listed) or its profile holds anything but
-#   assignments (it is checked as data before it is sourced); 1 when no Python could check it
+# Returns: 0; 2 when the site is unknown (the known ones are listed) or its profile does not pass
+#   `agpt site check` (it is checked, as this environment resolves it, before it is sourced); 1 when no Python
+#   could check it
 env_site_load() {
   local name="${1:-}" d
   [[ -n "$name" ]] || name="$(env_site_detect)"
@@ -105,14 +150,15 @@ env_site_load() {
     _env_say "unknown site '$name' (known: $(_env_known_sites))"
     return 2
   fi
-  # A profile is data: it is sourced only after the parser (python/agpt/site.py) found nothing in it that
-  # could run a command ($(...), backticks, a line that is not an assignment).
+  # A profile is data: it is sourced only after `agpt site check`'s own checks (python/agpt/site.py) passed: nothing
+  # in it could run a command ($(...), backticks, a line that is not an assignment), every key is set, one line,
+  # and of its type as it resolves here (SITE_RANKS_PER_NODE digits, ...).
   local rc=0 err
   err="$(PYTHONPATH="$(_env_home)/python${PYTHONPATH:+:$PYTHONPATH}" "${AGPT_PYTHON:-python3}" -m agpt.site \
     "$d/$name/profile.sh" 2>&1 >/dev/null)" || rc=$?
   [[ -z "$err" ]] || _env_say "$err"
   if ((rc == 2)); then
-    _env_say "refusing to source $d/$name/profile.sh: not data only (agpt site check $d/$name/profile.sh)"
+    _env_say "refusing to source $d/$name/profile.sh: not data only, or a key missing or ill-typed (agpt site check $d/$name/profile.sh)"
     return 2
   elif ((rc != 0)); then
     _env_say "cannot check $d/$name/profile.sh: ${AGPT_PYTHON:-python3} -m agpt.site exited $rc (set AGPT_PYTHON to a Python >= 3.10)"
@@ -161,13 +207,19 @@ env_modules() {
 }
 
 # Usage: env_exports
-# Globals read: SITE_ENV, SITE_PEAK_TFLOPS; written: each KEY of SITE_ENV and SITE_PEAK_TFLOPS (exported;
-# the trainer's MFU reads it)
+# Globals read: SITE_ENV, SITE_PEAK_TFLOPS, SITE_LOCAL_CKPT_DIR, SITE_FAILURE_DOMAIN_RE; written: each KEY of
+# SITE_ENV and those three when set (exported: the trainer's MFU and its local checkpoint tier read them)
 # Returns: 0; 2 on an entry that is not KEY=VALUE
 env_exports() {
   local kv
   if [[ -n "${SITE_PEAK_TFLOPS:-}" ]]; then
     export SITE_PEAK_TFLOPS
+  fi
+  if [[ -n "${SITE_LOCAL_CKPT_DIR:-}" ]]; then
+    export SITE_LOCAL_CKPT_DIR
+  fi
+  if [[ -n "${SITE_FAILURE_DOMAIN_RE:-}" ]]; then
+    export SITE_FAILURE_DOMAIN_RE
   fi
   declare -p SITE_ENV >/dev/null 2>&1 || return 0
   for kv in "${SITE_ENV[@]}"; do

@@ -20,10 +20,11 @@
 # words {hostfile} {hosts} {nhosts} in CMD are replaced.  The decisions live in `agpt failover plan` (Python,
 # unit-tested), called once per attempt: it classifies the attempt's log in-process, swaps hosts, appends
 # events.jsonl and answers `ACTION EXIT BACKOFF_S ATTEMPT`; this file is the glue.  Files written:
-# RUN_DIR/hosts/*, attempts/JOBID.N.log and .class.json, events.jsonl, metrics.prom (Prometheus text, rewritten
-# after every attempt, so its counters move while no trainer runs); at every stop the run's timeline
-# (`agpt failover report`) goes to the log.  Host names are only [A-Za-z0-9._-] (a hostile allocation line is
-# refused, exit 2) and are shell-quoted where a hook's command text is built.  Works under any caller's IFS.
+# RUN_DIR/hosts/*, attempts/JOBID.N.log, .class.json and .times.json (when it ended), events.jsonl,
+# metrics.prom (Prometheus text, rewritten after every attempt, so its counters move while no trainer runs);
+# at every stop the run's timeline (`agpt failover report`) goes to the log.  Host names are only
+# [A-Za-z0-9._-] (a hostile allocation line is refused, exit 2) and are shell-quoted where a hook's command
+# text is built.  Works under any caller's IFS.
 #
 # Settings (environment, read when a function runs; defaults set when sourced)
 #   FAILOVER_SPARES           spare hosts; default "": ~SITE_SPARES_PERCENT% of active, at least SITE_SPARES_MIN
@@ -31,12 +32,18 @@
 #                             `agpt failover hosts init --help` prints the fallback, agpt.rundir.SPARES_*)
 #   FAILOVER_ACTIVE           active hosts wanted; default "": all but the spares
 #   FAILOVER_DEGRADE          1: run on fewer hosts than FAILOVER_ACTIVE instead of refusing (exit 2); default 0
+#   FAILOVER_SHRINK           1: when named bad hosts outnumber the spares, relaunch on the healthy hosts left
+#                             if the global batch is kept (agpt.failover.shrink, RUN_DIR/layout.json from `agpt
+#                             check --run-dir`), attempts on fewer hosts get AGPT_TRAIN_UNEVEN_BATCH=true;
+#                             0: hand over (75) as without it; default "": SITE_FAILOVER_SHRINK, else 1
+#   FAILOVER_MIN_NODES        the least a shrunk job runs on, in nodes' worth of throughput: a count (3) or a
+#                             fraction of the job's nodes (0.5, the default)
 #   FAILOVER_MAX_ATTEMPTS     attempts per job (default 20)
 #   FAILOVER_MAX_REPEAT       same class at the same last step this many times in a row -> repeat, 4 (default 3)
 #   FAILOVER_MAX_BLIND        blind swaps a hang/crash rotation may try before it can be a repeat (default 8)
 #   FAILOVER_MIN_ATTEMPT_S    never start an attempt with less time left than this (default 600)
 #   FAILOVER_BACKOFF          seconds before relaunch 1, 2, ... the last repeated (default "5 10 20 40 60")
-#                             (these five defaults are agpt.failover.policy.Settings'; a test keeps them equal)
+#                             (these defaults are agpt.failover.policy.Settings'; a test keeps them equal)
 #   FAILOVER_IDLE_TIMEOUT     `agpt watch --timeout`: seconds of silence that mean a hang (default 900)
 #   FAILOVER_STARTUP_TIMEOUT  silence allowed before the first progress line (default 1800)
 #   FAILOVER_GRACE            SIGTERM to SIGKILL when the watchdog fires (default 30)
@@ -66,6 +73,8 @@
 : "${FAILOVER_SPARES:=}"
 : "${FAILOVER_ACTIVE:=}"
 : "${FAILOVER_DEGRADE:=0}"
+: "${FAILOVER_SHRINK:=}"
+: "${FAILOVER_MIN_NODES:=0.5}"
 : "${FAILOVER_MAX_ATTEMPTS:=20}"
 : "${FAILOVER_MAX_REPEAT:=3}"
 : "${FAILOVER_MAX_BLIND:=8}"
@@ -90,6 +99,7 @@ _failover_root="$(cd -P "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 _failover_inited=""
 _failover_attempt=""
 _failover_rc=""
+_failover_full=""
 
 # Usage: _failover_logged CMD... : runs CMD with its standard error (and its output, with --all) in FAILOVER_LOG.
 # Appending to /dev/stderr would reopen a redirected batch log and write over the job's own output.
@@ -155,19 +165,14 @@ _failover_allocation() {
   fi
 }
 
-# Usage: _failover_subst [--quoted] OUTVAR WORD... : OUTVAR=(WORD... with {hostfile} {hosts} {nhosts} replaced)
-# --quoted: the values are shell-quoted, for words that are command text (`bash -c`).
+# Usage: _failover_subst OUTVAR WORD... : OUTVAR=(WORD... with {hostfile} {hosts} {nhosts} replaced)
+# (argument words, never command text: a hook's command text is built by `agpt failover hosts each`)
 _failover_subst() {
-  local q=0 hf="$AGPT_RUN_DIR/hosts/active" hosts n a
-  [[ "$1" == --quoted ]] && { q=1; shift; }
+  local hf="$AGPT_RUN_DIR/hosts/active" hosts n a
   local -n _failover_out="$1"
   shift
   hosts="$(paste -sd, "$hf")"
   n="$(grep -c . "$hf")" || n=0
-  if ((q)); then
-    printf -v hf '%q' "$hf"
-    printf -v hosts '%q' "$hosts"
-  fi
   _failover_out=()
   for a in "$@"; do
     a="${a//"{hostfile}"/"$hf"}"
@@ -222,19 +227,13 @@ failover_preflight() {
     --log "$AGPT_RUN_DIR/attempts/$jobid.preflight.log" >/dev/null
 }
 
-# Runs FAILOVER_CLEANUP_HOOK on the hosts of the next attempt; never fails the loop.
+# Runs FAILOVER_CLEANUP_HOOK on the hosts of the next attempt (`agpt failover hosts each`: the hosts and paths it
+# puts in the command are shell-quoted, and a timeout ends the hook's whole process group); never fails the loop.
 _failover_cleanup() {
   [[ -n "$FAILOVER_CLEANUP_HOOK" ]] || return 0
   local rc=0
-  local -a cmd
-  if [[ "$FAILOVER_CLEANUP_HOOK" == *"{host}"* ]]; then
-    _failover_logged --all "$_failover_root/bin/agpt-failover" hosts each --run-dir "$AGPT_RUN_DIR" \
-      --cmd "$FAILOVER_CLEANUP_HOOK" --timeout "$FAILOVER_CLEANUP_TIMEOUT" || rc=$?
-  else
-    _failover_subst --quoted cmd "$FAILOVER_CLEANUP_HOOK"
-    _failover_logged --all env FAILOVER_HOSTFILE="$AGPT_RUN_DIR/hosts/active" \
-      timeout -k 5 "$FAILOVER_CLEANUP_TIMEOUT" bash -c "${cmd[0]}" || rc=$?
-  fi
+  _failover_logged --all env FAILOVER_HOSTFILE="$AGPT_RUN_DIR/hosts/active" "$_failover_root/bin/agpt-failover" \
+    hosts each --run-dir "$AGPT_RUN_DIR" --cmd "$FAILOVER_CLEANUP_HOOK" --timeout "$FAILOVER_CLEANUP_TIMEOUT" || rc=$?
   ((rc == 0)) || _failover_say "cleanup hook failed (rc $rc); relaunching anyway"
   return 0
 }
@@ -272,7 +271,8 @@ _failover_setup() {
   local -n _failover_p="$1" _failover_w="$2" _failover_c="$3"
   _failover_p=(plan --run-dir "$AGPT_RUN_DIR" --jobid "$FAILOVER_JOBID" --deadline "$4" --apply --shell --report
     --max-attempts "$FAILOVER_MAX_ATTEMPTS" --max-repeat "$FAILOVER_MAX_REPEAT" --max-blind "$FAILOVER_MAX_BLIND"
-    --min-attempt-s "$FAILOVER_MIN_ATTEMPT_S" --backoff "$FAILOVER_BACKOFF" --progress-re "$FAILOVER_PROGRESS_RE")
+    --min-attempt-s "$FAILOVER_MIN_ATTEMPT_S" --backoff "$FAILOVER_BACKOFF" --progress-re "$FAILOVER_PROGRESS_RE"
+    --shrink "${FAILOVER_SHRINK:-${SITE_FAILOVER_SHRINK:-}}" --min-nodes "$FAILOVER_MIN_NODES")
   _failover_w=("$_failover_root/bin/agpt-watch" --timeout "$FAILOVER_IDLE_TIMEOUT"
     --startup-timeout "$FAILOVER_STARTUP_TIMEOUT" --grace "$FAILOVER_GRACE" --progress-re "$FAILOVER_PROGRESS_RE")
   [[ -n "$FAILOVER_PROGRESS_FILE" ]] && _failover_w+=(--progress-file "$FAILOVER_PROGRESS_FILE")
@@ -293,7 +293,23 @@ _failover_env() {
     FAILOVER_ATTEMPT="$2" AGPT_RUN_DIR="$AGPT_RUN_DIR" FAILOVER_JOBID="$FAILOVER_JOBID"
     AGPT_ATTEMPT_ID="$FAILOVER_JOBID.$2" FAILOVER_IDLE_TIMEOUT="$FAILOVER_IDLE_TIMEOUT")
   [[ -n "$3" ]] && _failover_e+=(AGPT_DEADLINE_EPOCH="$3")
+  # Fewer hosts than the job started with (a shrink): the trainer splits a batch they do not divide unevenly.
+  ((n >= ${_failover_full:-0})) || _failover_e+=(AGPT_TRAIN_UNEVEN_BATCH=true)
   return 0
+}
+
+# Every number the loop hands on, checked once before anything starts (agpt.numeric, the one validator): a bad
+# one is exit 2 naming it, never an attempt that fails on it.  Returns: 0; 2 on a bad value.
+_failover_check_settings() {
+  _failover_logged "$_failover_root/bin/agpt" --run-module agpt.numeric \
+    "seconds:FAILOVER_IDLE_TIMEOUT=$FAILOVER_IDLE_TIMEOUT" "seconds:FAILOVER_STARTUP_TIMEOUT=$FAILOVER_STARTUP_TIMEOUT" \
+    "seconds:FAILOVER_GRACE=$FAILOVER_GRACE" "seconds:FAILOVER_MIN_ATTEMPT_S=$FAILOVER_MIN_ATTEMPT_S" \
+    "seconds:FAILOVER_CLEANUP_TIMEOUT=$FAILOVER_CLEANUP_TIMEOUT" \
+    "seconds:FAILOVER_PREFLIGHT_TIMEOUT=$FAILOVER_PREFLIGHT_TIMEOUT" \
+    "seconds:FAILOVER_RESOLVE_TIMEOUT=$FAILOVER_RESOLVE_TIMEOUT" "count:FAILOVER_MAX_ATTEMPTS=$FAILOVER_MAX_ATTEMPTS" \
+    "count:FAILOVER_MAX_REPEAT=$FAILOVER_MAX_REPEAT" "count:FAILOVER_MAX_BLIND=$FAILOVER_MAX_BLIND" \
+    "count:FAILOVER_SPARES=$FAILOVER_SPARES" "count:FAILOVER_ACTIVE=$FAILOVER_ACTIVE" \
+    "epoch:AGPT_DEADLINE_EPOCH=${AGPT_DEADLINE_EPOCH:-}" || return 2
 }
 
 # Usage: failover_run CMD [ARGS...]
@@ -311,6 +327,7 @@ failover_run() {
   fi
   local IFS=$' \t\n' deadline rc prc n log started ended decision # the caller's IFS may lack the space
   local -a argv plan watch cls envs
+  _failover_check_settings || return 2
   _failover_jobid
   if [[ "$_failover_inited" != "$FAILOVER_JOBID" || ! -s "$AGPT_RUN_DIR/hosts/active" ]]; then
     rc=0
@@ -321,6 +338,7 @@ failover_run() {
   failover_preflight || rc=$?
   ((rc == 0)) || return "$rc"
   deadline="$(_failover_deadline)"
+  _failover_full="$(grep -c . "$AGPT_RUN_DIR/hosts/active")" || _failover_full=0
   _failover_setup plan watch cls "$deadline"
   # Once, before the first attempt: its number (a requeued job id continues its count) and whether it may start.
   prc=0
@@ -336,7 +354,7 @@ failover_run() {
     : >"$log"
     started="$(date +%s.%N)"
     rc=0
-    env "${envs[@]}" "${watch[@]}" --log "$log" -- "${argv[@]}" || rc=$?
+    env "${envs[@]}" "${watch[@]}" --log "$log" --times "${log%.log}.times.json" -- "${argv[@]}" || rc=$?
     ended="$(date +%s.%N)"
     prc=0
     decision="$(_failover_py "${plan[@]}" --attempt "$n" --rc "$rc" --log "$log" --started "$started" \

@@ -52,7 +52,7 @@ _jobgen_directive() {
 
 # Usage: jobgen_render SITE SCHED CONFIG JOBSCRIPT PORTABLE
 # Globals read: AGPT_HOME, AGPT_PYTHON; written: SITE_* (the profile), JOB_* (the config)
-# Returns: 0 and prints the script; 2 on a bad config, site or scheduler (one line on stderr)
+# Returns: 0 and prints the script; 2 on a bad config, site, scheduler or value (one line on stderr)
 jobgen_render() {
   local site="$1" sched="$2" config="$3" jobscript="$4" portable="${5:-0}"
   local home py vars prof spares total wall pfx cfg_path
@@ -69,20 +69,25 @@ jobgen_render() {
   local JOB_RANKS_PER_NODE JOB_FAILOVER JOB_CHAIN JOB_MAX_JOBS JOB_MAX_NO_PROGRESS JOB_SETUP_ENV
   local -a JOB_DIRECTIVES JOB_ENV
   eval "$vars"
-  env_site_load "$site" 2>/dev/null || {
+  if [[ ! -f "$(_env_site_dir)/$site/profile.sh" ]]; then
     echo "agpt jobgen: --site: unknown site '$site' (known: $(_env_known_sites))" >&2
     return 2
-  }
+  fi
+  env_site_load "$site" || return 2 # a profile that fails `agpt site check`: its problems, one line each
   prof="site/$site/profile.sh"
   spares="$JOB_SPARES"
   [[ -n "$spares" ]] || spares="$(jobgen_spares "$JOB_NODES")" || return 2
-  total=$((JOB_NODES + spares))
-  wall="$(jobgen_walltime "$JOB_WALLTIME_S" "$sched")"
+  env_quote CONFIG "$config" >/dev/null || return 2 # before it is a path to cd to
   if [[ "$portable" == 1 ]]; then
     cfg_path="$config"
   else
     cfg_path="$(cd "$(dirname "$config")" && pwd)/$(basename "$config")"
   fi
+  local -A q=()
+  local -a q_dirs=()
+  _jobgen_values || return 2
+  total=$((q[nodes] + q[spares]))
+  wall="$(jobgen_walltime "${q[walltime_s]}" "$sched")"
 
   _jobgen_directives
   _jobgen_preamble
@@ -90,67 +95,108 @@ jobgen_render() {
   _jobgen_body
 }
 
+# Every value the script will hold, through env_quote (lib/env.sh: the one rule) into jobgen_render's `q` (and
+# q_dirs: SOURCE DIRECTIVE pairs) before a line is printed: a control character in any of them, or a count that is
+# not plain digits within its bound (agpt.numeric's; tests/python/test_shellword.py), is exit 2 naming it.
+_jobgen_values() {
+  local -A words=([site]="$site" [config]="$config" [cfg_path]="$cfg_path" [jobscript]="$jobscript"
+    [home]="$home" [run_dir]="$JOB_RUN_DIR" [name]="$JOB_NAME" [launcher]="$JOB_LAUNCHER")
+  local -A counts=([nodes]="$JOB_NODES 100000" [spares]="$spares 100000" [walltime_s]="$JOB_WALLTIME_S 31536000"
+    [max_jobs]="$JOB_MAX_JOBS 1000000" [max_no_progress]="$JOB_MAX_NO_PROGRESS 1000000"
+    [ranks_per_node]="${JOB_RANKS_PER_NODE:-${SITE_RANKS_PER_NODE:-1}} 1024")
+  local -A names=([site]=--site [config]=CONFIG [cfg_path]=CONFIG [jobscript]="-o/--job-script" [home]=AGPT_HOME
+    [run_dir]=job.run_dir [name]=job.name [launcher]=job.launcher [nodes]=job.nodes [spares]=job.spares
+    [walltime_s]=job.walltime [max_jobs]=job.max_jobs [max_no_progress]=job.max_no_progress
+    [ranks_per_node]=job.ranks_per_node/SITE_RANKS_PER_NODE)
+  local k v e queue account fs
+  for k in "${!words[@]}"; do
+    q[$k]="$(env_quote "${names[$k]}" "${words[$k]}")" || return 2
+  done
+  [[ "${q[site]}" == "$site" ]] || { echo "agpt jobgen: --site: '$site' is not a site name" >&2; return 2; }
+  for k in "${!counts[@]}"; do
+    q[$k]="$(env_quote --count "${counts[$k]##* }" "${names[$k]}" "${counts[$k]% *}")" || return 2
+  done
+  if [[ "$JOB_QUEUE_SET" == 1 ]]; then queue="$JOB_QUEUE"; else queue="${SITE_QUEUE:-}"; fi
+  if [[ "$JOB_ACCOUNT_SET" == 1 ]]; then account="$JOB_ACCOUNT"; else account="${SITE_ACCOUNT:-}"; fi
+  if [[ "$JOB_FILESYSTEMS_SET" == 1 ]]; then fs="$JOB_FILESYSTEMS"; else fs="${SITE_FILESYSTEMS:-}"; fi
+  q[queue]="$(env_quote --line SITE_QUEUE/job.queue "$queue")" || return 2
+  q[account]="$(env_quote --line SITE_ACCOUNT/job.account "$account")" || return 2
+  q[filesystems]="$(env_quote --line SITE_FILESYSTEMS/job.filesystems "$fs")" || return 2
+  if declare -p SITE_DIRECTIVES >/dev/null 2>&1 && [[ "$sched" == "${SITE_SCHEDULER:-}" ]]; then
+    for e in "${SITE_DIRECTIVES[@]}"; do
+      v="$(env_quote --line SITE_DIRECTIVES "$e")" || return 2
+      q_dirs+=("SITE_DIRECTIVES" "$v")
+    done
+  fi
+  for e in "${JOB_DIRECTIVES[@]}"; do
+    v="$(env_quote --line job.directives "$e")" || return 2
+    q_dirs+=("job.directives" "$v")
+  done
+  for e in "${JOB_ENV[@]}"; do
+    q["env ${e%%=*}"]="$(env_quote "job.env.${e%%=*}" "${e#*=}")" || return 2
+  done
+  return 0
+}
+
 # The four parts of the script.  Each reads jobgen_render's locals (site sched config jobscript portable home
-# prof spares total wall pfx cfg_path, JOB_*) and SITE_*, and prints its lines.
+# prof spares total wall pfx cfg_path, JOB_*, and the checked values q and q_dirs) and SITE_*, and prints its lines.
 
 # The header comment and the scheduler's directives.
 _jobgen_directives() {
-  local queue account fs d e how
+  local d i how
   echo "#!/bin/bash"
-  echo "# $JOB_NAME: $JOB_NODES node$( ((JOB_NODES == 1)) || echo s) + $spares spare$( ((spares == 1)) || echo s) on $site ($sched), $wall per job, chained until training is done."
+  echo "# ${q[name]}: ${q[nodes]} node$( ((q[nodes] == 1)) || echo s) + ${q[spares]} spare$( ((q[spares] == 1)) || echo s) on $site ($sched), $wall per job, chained until training is done."
   how="agpt jobgen --site $site --scheduler $sched"
   [[ "$portable" == 1 ]] && how+=" --portable"
-  [[ -n "$jobscript" ]] && how+=" -o $jobscript"
-  echo "# Generated by: $how $config"
+  [[ -n "$jobscript" ]] && how+=" -o ${q[jobscript]}"
+  echo "# Generated by: $how ${q[config]}"
   echo "# Regenerate rather than edit.  Lines marked EDIT are yours; every other value names its source: a"
   echo "# SITE_* key of $prof or a job.* key of the config."
   if [[ "$sched" == pbs ]]; then
-    _jobgen_directive "$pfx" "" "-N $JOB_NAME"
-    _jobgen_directive "$pfx" "job.nodes $JOB_NODES + spares $spares (job.spares, else SITE_SPARES_PERCENT/SITE_SPARES_MIN)" "-l select=$total"
+    _jobgen_directive "$pfx" "" "-N ${q[name]}"
+    _jobgen_directive "$pfx" "job.nodes ${q[nodes]} + spares ${q[spares]} (job.spares, else SITE_SPARES_PERCENT/SITE_SPARES_MIN)" "-l select=$total"
     _jobgen_directive "$pfx" "job.walltime" "-l walltime=$wall"
   else
-    _jobgen_directive "$pfx" "" "--job-name=$JOB_NAME"
+    _jobgen_directive "$pfx" "" "--job-name=${q[name]}"
     _jobgen_directive "$pfx" "" "--output=%x.o%j"
-    _jobgen_directive "$pfx" "job.nodes $JOB_NODES + spares $spares (job.spares, else SITE_SPARES_PERCENT/SITE_SPARES_MIN)" "--nodes=$total"
+    _jobgen_directive "$pfx" "job.nodes ${q[nodes]} + spares ${q[spares]} (job.spares, else SITE_SPARES_PERCENT/SITE_SPARES_MIN)" "--nodes=$total"
     _jobgen_directive "$pfx" "job.walltime" "--time=$wall"
     if [[ "$JOB_FAILOVER" == 1 ]]; then
       _jobgen_directive "$pfx" "job.failover: a dead node must not end the allocation; a spare replaces it" "--no-kill"
     fi
-    if [[ -n "$JOB_RANKS_PER_NODE" ]]; then
-      _jobgen_directive "$pfx" "job.ranks_per_node" "--ntasks-per-node=$JOB_RANKS_PER_NODE"
-    else
-      _jobgen_directive "$pfx" "SITE_RANKS_PER_NODE" "--ntasks-per-node=${SITE_RANKS_PER_NODE:-1}"
-    fi
+    d="SITE_RANKS_PER_NODE"
+    [[ -n "$JOB_RANKS_PER_NODE" ]] && d="job.ranks_per_node"
+    _jobgen_directive "$pfx" "$d" "--ntasks-per-node=${q[ranks_per_node]}"
   fi
-  if [[ "$JOB_QUEUE_SET" == 1 ]]; then queue="$JOB_QUEUE" d="job.queue"; else queue="${SITE_QUEUE:-}" d="SITE_QUEUE"; fi
-  if [[ -n "$queue" ]]; then
-    if [[ "$sched" == pbs ]]; then _jobgen_directive "$pfx" "$d" "-q $queue"; else _jobgen_directive "$pfx" "$d" "--partition=$queue"; fi
+  d="SITE_QUEUE"
+  [[ "$JOB_QUEUE_SET" == 1 ]] && d="job.queue"
+  if [[ -n "${q[queue]}" ]]; then
+    if [[ "$sched" == pbs ]]; then _jobgen_directive "$pfx" "$d" "-q ${q[queue]}"; else _jobgen_directive "$pfx" "$d" "--partition=${q[queue]}"; fi
   fi
-  if [[ "$JOB_ACCOUNT_SET" == 1 ]]; then account="$JOB_ACCOUNT" d="job.account"; else account="${SITE_ACCOUNT:-}" d="SITE_ACCOUNT"; fi
-  if [[ -z "$account" && "$JOB_ACCOUNT_SET" != 1 ]]; then
-    account="MYPROJECT"
+  d="SITE_ACCOUNT"
+  [[ "$JOB_ACCOUNT_SET" == 1 ]] && d="job.account"
+  if [[ -z "${q[account]}" && "$JOB_ACCOUNT_SET" != 1 ]]; then
+    q[account]="MYPROJECT"
     d="EDIT: your allocation (SITE_ACCOUNT and job.account are empty)"
   fi
-  if [[ -n "$account" ]]; then
-    if [[ "$sched" == pbs ]]; then _jobgen_directive "$pfx" "$d" "-A $account"; else _jobgen_directive "$pfx" "$d" "--account=$account"; fi
+  if [[ -n "${q[account]}" ]]; then
+    if [[ "$sched" == pbs ]]; then _jobgen_directive "$pfx" "$d" "-A ${q[account]}"; else _jobgen_directive "$pfx" "$d" "--account=${q[account]}"; fi
   fi
-  if [[ "$JOB_FILESYSTEMS_SET" == 1 ]]; then fs="$JOB_FILESYSTEMS" d="job.filesystems"; else fs="${SITE_FILESYSTEMS:-}" d="SITE_FILESYSTEMS"; fi
-  if [[ -n "$fs" ]]; then
-    if [[ "$sched" == pbs ]]; then _jobgen_directive "$pfx" "$d" "-l filesystems=$fs"; else _jobgen_directive "$pfx" "$d" "--licenses=$fs"; fi
+  d="SITE_FILESYSTEMS"
+  [[ "$JOB_FILESYSTEMS_SET" == 1 ]] && d="job.filesystems"
+  if [[ -n "${q[filesystems]}" ]]; then
+    if [[ "$sched" == pbs ]]; then _jobgen_directive "$pfx" "$d" "-l filesystems=${q[filesystems]}"; else _jobgen_directive "$pfx" "$d" "--licenses=${q[filesystems]}"; fi
   fi
-  d="SITE_DIRECTIVES"
-  if declare -p SITE_DIRECTIVES >/dev/null 2>&1 && [[ "$sched" == "${SITE_SCHEDULER:-}" ]]; then
-    for e in "${SITE_DIRECTIVES[@]}"; do
-      _jobgen_directive "$pfx" "$d" "$e"
-      d=""
-    done
-  fi
-  d="job.directives"
-  for e in "${JOB_DIRECTIVES[@]}"; do
-    _jobgen_directive "$pfx" "$d" "$e"
-    d=""
+  d=""
+  for ((i = 0; i < ${#q_dirs[@]}; i += 2)); do
+    # The source once, above the first directive that comes from it.
+    if [[ "${q_dirs[i]}" == "$d" ]]; then
+      _jobgen_directive "$pfx" "" "${q_dirs[i + 1]}"
+    else
+      _jobgen_directive "$pfx" "${q_dirs[i]}" "${q_dirs[i + 1]}"
+    fi
+    d="${q_dirs[i]}"
   done
-
 }
 
 # `set -euo pipefail`, AGPT_DEBUG, AGPT_HOME and PATH.
@@ -171,7 +217,8 @@ EOF
     cat <<EOF
 # The toolkit, embedded when this script was generated (the scheduler runs a spool copy of this script,
 # so the script's own path says nothing).
-export AGPT_HOME="\${AGPT_HOME:-$(printf '%q' "$home")}"
+[[ -n "\${AGPT_HOME:-}" ]] || AGPT_HOME=${q[home]}
+export AGPT_HOME
 cd "\${PBS_O_WORKDIR:-\${SLURM_SUBMIT_DIR:-\$PWD}}"
 EOF
   fi
@@ -187,30 +234,30 @@ EOF
 
 # The run's settings: AGPT_*, FAILOVER_*, CHAIN_*, LAUNCH_*, job.env.
 _jobgen_exports() {
-  local run_dir e
-  run_dir="$JOB_RUN_DIR"
-  if [[ "$run_dir" != /* ]]; then
-    run_dir="\$PWD/$(printf '%q' "$run_dir")"
-  else
-    run_dir="$(printf '%q' "$run_dir")"
-  fi
-  echo "# The run (job.* keys of $config)."
+  local e
+  echo "# The run (job.* keys of ${q[config]})."
   echo "export AGPT_SITE=$site"
-  echo "export AGPT_CONFIG=$(printf '%q' "$cfg_path")"
+  echo "export AGPT_CONFIG=${q[cfg_path]}"
   echo "# job.run_dir: survives the chain (checkpoints, hosts/, attempts/, chain.jsonl)"
-  echo "export AGPT_RUN_DIR=\"$run_dir\""
+  if [[ "$JOB_RUN_DIR" != /* && "${q[run_dir]}" == "$JOB_RUN_DIR" ]]; then
+    echo "export AGPT_RUN_DIR=\"\$PWD/${q[run_dir]}\"" # a plain word: as it reads inside the quotes
+  elif [[ "$JOB_RUN_DIR" != /* ]]; then
+    echo "export AGPT_RUN_DIR=\"\$PWD\"/${q[run_dir]}"
+  else
+    echo "export AGPT_RUN_DIR=${q[run_dir]}"
+  fi
   if [[ -n "$jobscript" ]]; then
     echo "# This script, resubmitted as the chain's next job."
-    echo "export AGPT_JOB_SCRIPT=$(printf '%q' "$jobscript")"
+    echo "export AGPT_JOB_SCRIPT=${q[jobscript]}"
   else
     echo "# EDIT: this script's path, resubmitted as the chain's next job (generated to standard output)."
-    echo "export AGPT_JOB_SCRIPT=\"\${AGPT_JOB_SCRIPT:-$JOB_NAME.$sched}\""
+    echo "export AGPT_JOB_SCRIPT=\"\${AGPT_JOB_SCRIPT:-${q[name]}.$sched}\""
   fi
   echo "export SCHED_KIND=$sched"
-  echo "export FAILOVER_SPARES=$spares"
+  echo "export FAILOVER_SPARES=${q[spares]}"
   echo "export FAILOVER_PROGRESS_FILE=\"\$AGPT_RUN_DIR/progress\""
-  echo "export CHAIN_MAX_JOBS=$JOB_MAX_JOBS"
-  echo "export CHAIN_MAX_NO_PROGRESS=$JOB_MAX_NO_PROGRESS"
+  echo "export CHAIN_MAX_JOBS=${q[max_jobs]}"
+  echo "export CHAIN_MAX_NO_PROGRESS=${q[max_no_progress]}"
   if [[ -f "$(_env_site_dir)/$site/hooks/cleanup.sh" ]]; then
     echo "# Between failover attempts, once on each of the next attempt's hosts: site/$site/hooks/cleanup.sh"
     echo "# (single quotes: \$AGPT_HOME is expanded when the hook runs)"
@@ -223,12 +270,12 @@ _jobgen_exports() {
     echo "# Submit with FAILOVER_PREFLIGHT set empty to skip it."
     echo "[[ -v FAILOVER_PREFLIGHT ]] || export FAILOVER_PREFLIGHT='agpt preflight {host}'"
   fi
-  [[ -n "$JOB_LAUNCHER" ]] && echo "export LAUNCH_LAUNCHER=$JOB_LAUNCHER  # job.launcher"
-  [[ -n "$JOB_RANKS_PER_NODE" ]] && echo "export LAUNCH_PPN=$JOB_RANKS_PER_NODE  # job.ranks_per_node"
+  [[ -n "$JOB_LAUNCHER" ]] && echo "export LAUNCH_LAUNCHER=${q[launcher]}  # job.launcher"
+  [[ -n "$JOB_RANKS_PER_NODE" ]] && echo "export LAUNCH_PPN=${q[ranks_per_node]}  # job.ranks_per_node"
   if ((${#JOB_ENV[@]})); then
     echo "# job.env"
     for e in "${JOB_ENV[@]}"; do
-      echo "export ${e%%=*}=$(printf '%q' "${e#*=}")"
+      echo "export ${e%%=*}=${q["env ${e%%=*}"]}"
     done
   fi
 }

@@ -1,8 +1,8 @@
 # lib/launch.sh: build and run the parallel launcher command for the active hosts, from the site profile.
 # shellcheck shell=bash
 #
-# Source it after the site profile (env_site_load) and lib/sched.sh:
-#   source "$AGPT_HOME/lib/sched.sh"; source "$AGPT_HOME/lib/launch.sh"
+# Source it after lib/sched.sh and lib/env.sh (and the site profile: env_site_load):
+#   source "$AGPT_HOME/lib/sched.sh"; source "$AGPT_HOME/lib/env.sh"; source "$AGPT_HOME/lib/launch.sh"
 #
 # Functions
 #   launch_hostfile          print the path of the host file to launch on (a new mktemp file, yours to
@@ -81,17 +81,23 @@ launch_cleanup() {
 # Usage: launch_cmd PROGRAM [ARGS...]
 # Globals read: LAUNCH_*, SITE_LAUNCHER, SITE_RANKS_PER_NODE, SITE_CPU_BIND, SITE_LAUNCHER_FLAGS
 # Globals written: LAUNCH_CMD (array), LAUNCH_TMPFILE (the host file it made, or empty)
-# Returns: 0 and prints the command; 2 on an unknown launcher or no program
+# Returns: 0 and prints the command; 2 on an unknown launcher, ranks per node that are not 1 to 1024, or no program
 launch_cmd() {
   if (($# == 0)); then
     echo "launch: no program to launch" >&2
     return 2
   fi
   local launcher="${LAUNCH_LAUNCHER:-${SITE_LAUNCHER:-hydra}}"
-  local ppn="${LAUNCH_PPN:-${SITE_RANKS_PER_NODE:-1}}"
   local bind="${LAUNCH_CPU_BIND-${SITE_CPU_BIND:-}}"
-  local hostfile h nh np nodelist
+  local hostfile h nh np nodelist ppn
   local -a hosts=() flags=()
+  # Through env_quote (lib/env.sh) before any arithmetic: plain digits only, at most agpt.numeric's
+  # MAX_RANKS_PER_NODE, so $(( )) never evaluates text from a profile or the environment.
+  ppn="$(env_quote --count 1024 LAUNCH_PPN/SITE_RANKS_PER_NODE "${LAUNCH_PPN:-${SITE_RANKS_PER_NODE:-1}}")" || return 2
+  if ((ppn == 0)); then
+    echo "launch: LAUNCH_PPN/SITE_RANKS_PER_NODE must be at least 1" >&2
+    return 2
+  fi
   launch_cleanup
   hostfile="$(launch_hostfile)" || return 1
   [[ "$hostfile" == "${FAILOVER_HOSTFILE:-}" ]] || LAUNCH_TMPFILE="$hostfile"

@@ -147,11 +147,16 @@ sched_hosts() {
 }
 
 # Usage: sched_walltime_seconds SPEC
-# SPEC: HH:MM:SS (hours may pass 24), D+HH:MM:SS or D-HH:MM:SS, MM:SS, or SS.
+# SPEC: HH:MM:SS (hours may pass 24), D+HH:MM:SS or D-HH:MM:SS, MM:SS, or SS.  Each field has at most 6 digits
+# (a million hours is 114 years), so the arithmetic below never overflows into a negative number.
 # Returns: 0 and prints seconds; 2 when SPEC does not parse
 sched_walltime_seconds() {
   local spec="$1" days=0 rest h=0 m=0 s=0
   rest="$spec"
+  if [[ "$spec" =~ [0-9]{7} ]]; then
+    _sched_say "walltime '$spec' is out of range (a field of more than 6 digits)"
+    return 2
+  fi
   if [[ "$rest" =~ ^([0-9]+)[-+](.*)$ ]]; then
     days="${BASH_REMATCH[1]}"
     rest="${BASH_REMATCH[2]}"

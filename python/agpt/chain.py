@@ -29,9 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agpt import ckptdir, rundir
+from agpt import ckptdir, numeric, rundir
 from agpt.errors import BadInput
 from agpt.evals import due
+from agpt.failover import shrink as shrinklib
 from agpt.failover.hosts import read_bad
 
 # rc -> (verdict, does the chain go on).  The exit codes of docs/contract.md; anything else is a failure that a
@@ -137,8 +138,28 @@ def read_lock(run_dir: Path) -> tuple[str, str]:
     return (words[0] if words else "", words[1] if len(words) > 1 else "")
 
 
+def job_nodes(run_dir: Path) -> dict[str, shrinklib.JobNodes]:
+    """Each job's node counts and shrinks (agpt.failover.shrink.history of events.jsonl)."""
+    return shrinklib.history(rundir.read_jsonl(run_dir / rundir.EVENTS))
+
+
+def _nodes_text(rec: dict[str, Any], nodes: dict[str, shrinklib.JobNodes]) -> str:
+    """`4`, `4->3 (1m35s at 0.75)`: the record's `nodes`, else events.jsonl's; `-` when neither knows."""
+    j = nodes.get(str(rec.get("jobid")))
+    n = rec.get("nodes") if isinstance(rec.get("nodes"), dict) else j.as_dict() if j else None
+    if not n or n.get("start") is None:
+        return "-"
+    start, end = n.get("start"), n.get("end")
+    text = str(start) if end in (None, start) else f"{start}->{end}"
+    shrunk = rundir.num(n.get("shrunk_s")) or 0.0
+    if shrunk:
+        text += f" ({shrunk:.0f} s shrunk, cost {rundir.num(n.get('cost_s')) or 0:.0f} s)"
+    return text
+
+
 def status_rows(run_dir: Path) -> list[list[str]]:
-    rows = [["JOB", "START", "END", "STEPS", "VERDICT", "NEXT"]]
+    rows = [["JOB", "START", "END", "STEPS", "NODES", "VERDICT", "NEXT"]]
+    nodes = job_nodes(run_dir)
     for r in read_chain(run_dir):
         s0, s1 = r.get("start_step"), r.get("end_step")
         steps = f"{'?' if s0 is None else s0}->{'?' if s1 is None else s1}"
@@ -154,6 +175,7 @@ def status_rows(run_dir: Path) -> list[list[str]]:
                 _fmt_time(r.get("started")),
                 _fmt_time(r.get("ended")),
                 steps,
+                _nodes_text(r, nodes),
                 verdict,
                 nxt,
             ]
@@ -168,10 +190,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         return 2
     records = read_chain(run_dir)
     pending, _ = read_lock(run_dir)
+    nodes = job_nodes(run_dir)
     if args.json:
-        json.dump(
-            {"jobs": records, "pending": pending or None, "step": latest_step(run_dir)}, sys.stdout, indent=2
-        )
+        json.dump({"jobs": records, "pending": pending or None, "step": latest_step(run_dir),
+                   "nodes": {j: n.as_dict() for j, n in nodes.items()}}, sys.stdout, indent=2)  # fmt: skip
         sys.stdout.write("\n")
         return 0
     rows = status_rows(run_dir)
@@ -184,6 +206,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     tail = (
         f", successor {pending} pending" if pending and (not records or records[-1].get("next_jobid")) else ""
     )
+    shrinks = sum(len(n.shrinks) for n in nodes.values())
+    if shrinks:
+        tail += (f", {shrinks} shrink(s): {sum(n.shrunk_s for n in nodes.values()):.0f} s on fewer nodes cost "
+                 f"{sum(n.cost_s for n in nodes.values()):.0f} s of full-speed training")  # fmt: skip
     sys.stdout.write(
         f"chain: {len(records)} job(s), last verdict {last}, checkpoint step {latest_step(run_dir)}{tail}\n"
     )
@@ -243,6 +269,9 @@ def cmd_end(args: argparse.Namespace) -> int:
         "excluded": exclude,
         "host": os.uname().nodename,
     }
+    nodes = job_nodes(run_dir).get(str(args.job))
+    if nodes is not None:  # what the job ran on, and what its shrinks cost (failover.shrink)
+        rec["nodes"] = nodes.as_dict()
     append_record(run_dir, rec)
     print(f"{'keep' if keep else 'stop'} {verdict} {reason or '-'} {','.join(exclude) or '-'}")
     return 0
@@ -270,11 +299,9 @@ def _exit_status(text: str) -> int:
     return 128 - rc if rc < 0 else rc
 
 
-def _epoch(text: str) -> int:
-    v = rundir.epoch(text, "time")
-    if v is None:
-        raise BadInput(f"not an epoch time: {text!r}")
-    return int(v)
+def _epoch(flag: str) -> Any:
+    """An argparse type: an epoch time (agpt.numeric), the flag named in a refusal."""
+    return lambda text: int(numeric.number(text, flag, lo=0, hi=numeric.MAX_EPOCH, unit="epoch seconds"))
 
 
 def cmd_eval_mark(args: argparse.Namespace) -> int:
@@ -316,8 +343,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", metavar="RUN_DIR")
     p.add_argument("--job", required=True)
     p.add_argument("--rc", type=_exit_status, required=True)
-    p.add_argument("--started", type=_epoch, required=True)
-    p.add_argument("--ended", type=_epoch)
+    p.add_argument("--started", type=_epoch("--started"), required=True)
+    p.add_argument("--ended", type=_epoch("--ended"))
     p.add_argument("--start-step", type=_count("--start-step", 0), required=True)
     p.add_argument("--next", default="")
     p.add_argument(

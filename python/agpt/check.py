@@ -29,13 +29,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agpt import ckptdir, rundir, yamlio
+from agpt import ckptdir, localtier, numeric, rundir, yamlio
 from agpt.errors import BadInput, ConfigError
+from agpt.failover import shrink as shrinklib
 from agpt.train import config as tconfig
 
 GIB = 1024**3
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 HEADROOM = 0.10  # of device memory, for the allocator, collective buffers and the runtime
+# The local checkpoint tier lives in a tmpfs (/dev/shm), whose default size is "half of your physical RAM without
+# swap" (the Linux kernel's Documentation/filesystems/tmpfs.rst): the share of a node's memory it may take.
+TMPFS_SHARE = 0.5
 
 
 @dataclass(kw_only=True, slots=True)
@@ -80,6 +84,8 @@ class SiteFacts:
     device_mem_gib: float  # 0: unknown, memory not checked
     fs_bw_gbps: float  # 0: unknown, save time not estimated
     profile: str
+    host_mem_gib: float = 0.0  # 0: unknown, the local tier's memory not screened
+    shrink: str = ""  # SITE_FAILOVER_SHRINK: "0" forbids running on fewer nodes (failover.shrink)
 
 
 def _num(prof: Mapping[str, Any], key: str, path: str, default: float = 0.0) -> float:
@@ -87,9 +93,9 @@ def _num(prof: Mapping[str, Any], key: str, path: str, default: float = 0.0) -> 
     if raw in ("", None):
         return default
     try:
-        return float(str(raw))
-    except ValueError:
-        raise ConfigError(f"{path}: {key}: '{raw}' is not a number") from None
+        return float(numeric.number(str(raw), f"{path}: {key}", lo=0))
+    except BadInput as e:
+        raise ConfigError(str(e)) from None
 
 
 def site_facts(name: str) -> SiteFacts:
@@ -106,6 +112,8 @@ def site_facts(name: str) -> SiteFacts:
         device_mem_gib=_num(prof, "SITE_DEVICE_MEM_GIB", shown),
         fs_bw_gbps=_num(prof, "SITE_FS_BW_GBPS", shown),
         profile=shown,
+        host_mem_gib=_num(prof, "SITE_HOST_MEM_GIB", shown),
+        shrink=str(prof.get("SITE_FAILOVER_SHRINK", "")),
     )
 
 
@@ -414,6 +422,60 @@ def _memory_check(rep: Report, cfg: tconfig.Config, cfg_path: Path, facts: SiteF
     )
 
 
+def _local_tier_check(rep: Report, cfg: tconfig.Config, cfg_path: Path, facts: SiteFacts, total: int,
+                      nodes: int) -> None:  # fmt: skip
+    """The local checkpoint tier's peak memory per node (agpt.localtier.memory_per_node: the staging copy, and
+    each kept step and the one being written, own shards and a partner's copy) against a tmpfs's share of the
+    node's memory."""
+    ck = cfg.checkpoint
+    if not ck.local:
+        return
+    node_state = total * DTYPE_BYTES[cfg.train.master_dtype] * 3 / nodes
+    need = localtier.memory_per_node(node_state, ck.local_keep)
+    value = (f"{_gib(need)} GiB per node at most ({_gib(node_state)} GiB of state per node, checkpoint.local_keep "
+             f"{ck.local_keep})")  # fmt: skip
+    if facts.host_mem_gib <= 0:
+        rep.info("local tier", f"{value}; {facts.profile} sets no host memory (SITE_HOST_MEM_GIB)")
+        return
+    cap = facts.host_mem_gib * GIB * TMPFS_SHARE
+    fix = ""
+    if need > cap:
+        one = localtier.memory_per_node(node_state, 1)
+        more = math.ceil(need / cap * nodes)
+        fix = (f"{cfg_path}: checkpoint.local_interval: the local tier needs {_gib(need)} GiB per node, more than "
+               f"{TMPFS_SHARE:.0%} of {facts.host_mem_gib:g} GiB ({facts.profile}: SITE_HOST_MEM_GIB) that a tmpfs "
+               f"holds by default: " + (f"set checkpoint.local_keep: 1 ({_gib(one)} GiB), " if ck.local_keep > 1
+               and one <= cap else "") + f"run on {more} nodes or more, or set checkpoint.local_interval: 0 and "
+               "checkpoint.local_interval_s: 0 (the tier off)")  # fmt: skip
+    rep.add("local tier", f"{value}; {TMPFS_SHARE:.0%} of {facts.host_mem_gib:g} GiB is {_gib(cap)} GiB", fix)
+
+
+def _shrink_info(rep: Report, cfg: tconfig.Config, cfg_path: Path, facts: SiteFacts, total: int, block: int,
+                 nodes: int, rpn: int, tp: int, environ: Mapping[str, str]) -> shrinklib.Layout:  # fmt: skip
+    """The node counts the failover loop can shrink this job to when its spares run out (FAILOVER_SHRINK),
+    from the same layout and memory model: the record `--run-dir` leaves for the loop."""
+    tc = cfg.train
+    world = nodes * rpn
+    mem = memory(cfg, total, block, world, tp, tc.micro_batch)
+    lay = shrinklib.Layout(
+        nodes=nodes, ranks_per_node=rpn, tp=tp, global_batch=tc.global_batch, micro_batch=tc.micro_batch,
+        state_bytes=mem.states * world, fixed_bytes=mem.total(tc.activation_checkpointing) - mem.states,
+        usable_bytes=facts.device_mem_gib * GIB * (1 - HEADROOM), config=str(cfg_path), site=facts.name,
+    )  # fmt: skip
+    switch = environ.get("FAILOVER_SHRINK") or facts.shrink or "1"
+    if switch == "0":
+        where = (
+            "FAILOVER_SHRINK=0"
+            if environ.get("FAILOVER_SHRINK")
+            else f"{facts.profile}: SITE_FAILOVER_SHRINK=0"
+        )
+        rep.info("shrink", f"off ({where}): a failure with no spare left hands over to the next job")
+    else:
+        for i, line in enumerate(shrinklib.summary(lay, environ.get("FAILOVER_MIN_NODES", ""))):
+            rep.info("" if i else "shrink", line)
+    return lay
+
+
 def _volume_info(rep: Report, cfg: tconfig.Config, facts: SiteFacts, total: int) -> None:
     """What a checkpoint weighs (model + AdamW moments in the master dtype) and the tokens the run reads."""
     tc = cfg.train
@@ -469,8 +531,13 @@ def check(
     rep.add("model", f"{_human(total)} parameters (meta device), {mc.n_layers} layers, dim {mc.dim}, "
             f"GQA {mc.n_heads}/{mc.n_kv_heads}")  # fmt: skip
     _memory_check(rep, cfg, cfg_path, facts, total, block, world, tp, dp, rpn)
+    env = os.environ if environ is None else environ
+    lay = _shrink_info(rep, cfg, cfg_path, facts, total, block, nodes, rpn, tp, env)
     _volume_info(rep, cfg, facts, total)
+    _local_tier_check(rep, cfg, cfg_path, facts, total, nodes)
     _data_checks(rep, cfg, cfg_path, raw, data)
     if run_dir is not None:
         _run_dir_checks(rep, Path(run_dir))
+        if not rep.failures:  # the failover loop's facts for a shrink (failover.shrink)
+            shrinklib.write_layout(Path(run_dir), lay)
     return rep

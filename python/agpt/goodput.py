@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agpt.errors import BadInput
+from agpt import numeric, rundir
 
 DAY_S = 86400.0
 
@@ -73,14 +73,11 @@ def interval(
     *, nodes: int, node_mtbf_h: float, save_stall_s: float, load_s: float = 0.0, restart_s: float = 0.0
 ) -> Interval:
     """The optimum for `nodes` nodes that each fail every `node_mtbf_h` hours; BadInput names a bad flag."""
-    if nodes < 1:
-        raise BadInput(f"--nodes: must be at least 1, got {nodes}")
-    for flag, v in (("--node-mtbf-h", node_mtbf_h), ("--save-stall-s", save_stall_s)):
-        if not (math.isfinite(v) and v > 0):
-            raise BadInput(f"{flag}: must be a number greater than 0, got {v}")
-    for flag, v in (("--load-s", load_s), ("--restart-s", restart_s)):
-        if not (math.isfinite(v) and v >= 0):
-            raise BadInput(f"{flag}: must be a number >= 0, got {v}")
+    nodes = numeric.whole(nodes, "--nodes", minimum=1, maximum=numeric.MAX_NODES)
+    node_mtbf_h = numeric.number(node_mtbf_h, "--node-mtbf-h", lo=1e-3, hi=1e9)
+    save_stall_s = numeric.seconds(save_stall_s, "--save-stall-s", minimum=1e-6)
+    load_s = numeric.seconds(load_s, "--load-s")
+    restart_s = numeric.seconds(restart_s, "--restart-s")
     m = node_mtbf_h * 3600.0 / nodes
     t = daly(save_stall_s, m)
     w = waste(t, delta=save_stall_s, mtbf=m, restart=load_s + restart_s)
@@ -141,7 +138,7 @@ def _stall_s(run_dir: Path, logs: list[str]) -> float | None:
     for rel in reversed(logs):
         p = Path(rel) if Path(rel).is_absolute() else run_dir / rel
         try:
-            with p.open("rb") as f:
+            with rundir.open_regular(p) as f:
                 f.seek(0, 2)
                 size = f.tell()
                 f.seek(max(0, size - TAIL_BYTES))
@@ -223,26 +220,93 @@ def figures(
     return out
 
 
+# The recovery clock's marks in order, each ending a stage: (stage, mark).  The clock starts at the failed
+# attempt's last progress line (`agpt watch --times`: the last sign it trained), else at its end; the watch and
+# the failover loop stamp the first three on the batch host, the trainer's rank 0 the rest (agpt.train.clock).
+STAGES = (("detection", "detected"), ("teardown", "ended"), ("relaunch", "relaunched"),
+          ("process start", "started"), ("model build", "built"), ("state restore", "loaded"),
+          ("first step", "first_step"))  # fmt: skip
+CLOCK_RES_S = (
+    0.05  # a stage this much below zero is the clocks' resolution (a process start is known to 10 ms)
+)
+
+
+def _stages(zero: float | None, marks: dict[str, float | None]) -> dict[str, float | None]:
+    """Each stage's seconds, from the previous mark (None where a mark, or the one before it, is unknown)."""
+    out: dict[str, float | None] = {}
+    prev = zero
+    for name, key in STAGES:
+        v = marks.get(key)
+        d = None if v is None or prev is None else v - prev
+        out[name] = None if d is None else round(0.0 if -CLOCK_RES_S < d < 0 else d, 1)
+        prev = v if v is not None else prev
+    return out
+
+
 def recovery(attempts: list[Any], events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The recovery clock of each failure: seconds from the failed attempt's end (its detection: the launcher
-    tore it down, or the idle watchdog fired) to the relaunch, and, from the trainer's clock event of the next
-    attempt, to its process start, model built, checkpoint loaded and first step."""
+    """The recovery clock of each failure, stage by stage (STAGES): from the failed attempt's last progress line
+    to the first sign of its end (detection), to its end (teardown), to the relaunch, and, from the trainer's
+    clock event of the next attempt, to its process start, model built, state restored (and from which tier)
+    and first step.  `*_s`: seconds from the failed attempt's end, as before the stages were measured."""
     clocks = {(str(e.get("jobid")), e.get("attempt")): e for e in events if e.get("event") == "clock"}
+    ends = {
+        (str(e.get("jobid")), e.get("attempt")): e for e in events if e.get("event", "attempt") == "attempt"
+    }
     out = []
     for a, b in itertools.pairwise(attempts):
         if not is_failure(a.cls, a.rc) or a.ended is None or b.started is None:
             continue
-        row: dict[str, Any] = {
-            "failed": f"{a.jobid}.{a.attempt}",
-            "class": a.cls,
-            "relaunched_s": round(b.started - a.ended, 1),
-        }
-        c = clocks.get((b.jobid, b.attempt))
+        ev = ends.get((a.jobid, a.attempt), {})
+        c = clocks.get((b.jobid, b.attempt)) or {}
+        marks: dict[str, float | None] = {"detected": _num(ev.get("detected")), "ended": a.ended,
+                                          "relaunched": b.started}  # fmt: skip
+        marks.update({k: _num(c.get(k)) for k in ("started", "built", "loaded", "first_step")})
+        zero = _num(ev.get("last_progress"))
+        row: dict[str, Any] = {"failed": f"{a.jobid}.{a.attempt}", "class": a.cls,
+                               "relaunched_s": round(b.started - a.ended, 1)}  # fmt: skip
         for key in ("started", "built", "loaded", "first_step"):
-            v = c.get(key) if c else None
-            row[f"{key}_s"] = round(v - a.ended, 1) if isinstance(v, int | float) else None
+            v = marks[key]
+            row[f"{key}_s"] = round(v - a.ended, 1) if v is not None else None
+        first = marks["first_step"]
+        row.update({
+            "tier": c.get("tier"),
+            "from_partner": c.get("from_partner"),
+            "since": "last progress" if zero is not None else "attempt end",
+            "stages": _stages(zero, marks),
+            "total_s": round(first - (zero if zero is not None else a.ended), 1) if first is not None else None,
+        })  # fmt: skip
         out.append(row)
     return out
+
+
+def recovery_means(rows: list[dict[str, Any]]) -> dict[str, float | None]:
+    """The mean of each stage (and of the total) over the failures that measured it."""
+
+    def mean(vals: list[Any]) -> float | None:
+        v = [x for x in vals if isinstance(x, int | float)]
+        return round(sum(v) / len(v), 1) if v else None
+
+    out = {name: mean([(r.get("stages") or {}).get(name) for r in rows]) for name, _ in STAGES}
+    out["total"] = mean([r.get("total_s") for r in rows])
+    return out
+
+
+def _num(v: Any) -> float | None:
+    return v if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def _clock_line(r: dict[str, Any]) -> str:
+    stages = r.get("stages") or {}
+    parts = []
+    for name, _ in STAGES:
+        if stages.get(name) is not None:
+            tier = f" ({r['tier']} tier)" if name == "state restore" and r.get("tier") else ""
+            parts.append(f"{name} {stages[name]} s{tier}")
+    total = r.get("total_s")
+    back = (
+        f"; first step back {total} s after its {r.get('since', 'attempt end')}" if total is not None else ""
+    )
+    return ", ".join(parts) + back
 
 
 def render_figures(g: dict[str, Any]) -> list[str]:
@@ -262,18 +326,12 @@ def render_figures(g: dict[str, Any]) -> list[str]:
         )
     else:
         lines.append("recommended checkpoint interval: - (needs a failure and a logged save stall)")
-    for r in g.get("recovery") or []:
-        parts = [f"relaunched +{r['relaunched_s']} s"]
-        for key, word in (
-            ("started", "process up"),
-            ("built", "model built"),
-            ("loaded", "checkpoint loaded"),
-        ):
-            if r[f"{key}_s"] is not None:
-                parts.append(f"{word} +{r[key + '_s']} s")
-        if r["first_step_s"] is not None:
-            parts.append(f"first step back +{r['first_step_s']} s")
-        lines.append(
-            f"recovery clock after {r['failed']} ({r['class']}, detected at its end): " + ", ".join(parts)
-        )
+    rows = g.get("recovery") or []
+    for r in rows:
+        lines.append(f"recovery clock after {r['failed']} ({r['class']}): {_clock_line(r)}")
+    if len(rows) > 1:
+        m = recovery_means(rows)
+        since = {str(r.get("since")) for r in rows}
+        lines.append(f"recovery clock, mean of {len(rows)} failures: " + _clock_line(
+            {"stages": m, "total_s": m["total"], "since": since.pop() if len(since) == 1 else "last sign"}))  # fmt: skip
     return lines

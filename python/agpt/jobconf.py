@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agpt.errors import ConfigError
+from agpt import numeric, shellword
+from agpt.errors import BadInput, ConfigError
 from agpt.rundir import LAUNCH_NAMES
 
 # key -> one-line meaning (shown by `agpt jobgen --keys`).
@@ -89,11 +90,23 @@ class JobConf:
     env: dict[str, str] = field(default_factory=dict)
 
 
+# Upper bounds: agpt.numeric's (a count the job script does arithmetic on must fit in it, and mean a real job).
+_MAX = {
+    "nodes": numeric.MAX_NODES,
+    "spares": numeric.MAX_NODES,
+    "ranks_per_node": numeric.MAX_RANKS_PER_NODE,
+    "max_jobs": 1_000_000,
+    "max_no_progress": 1_000_000,
+}
+
+
 def _int(src: Path, key: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        rel = "> 0" if minimum == 1 else f">= {minimum}"
-        raise ConfigError(f"{src}: job.{key}: must be a whole number {rel} (got {value!r})")
-    return value
+    if not isinstance(value, int) and not isinstance(value, float):  # a string is not a count here
+        value = repr(value)
+    try:
+        return int(numeric.number(value, f"{src}: job.{key}", lo=minimum, hi=_MAX[key], integer=True))
+    except BadInput as e:
+        raise ConfigError(str(e)) from None
 
 
 def _bool(src: Path, key: str, value: Any) -> bool:
@@ -137,8 +150,10 @@ def parse(src: Path, data: Any) -> JobConf:
                 f"{src}: job.walltime: '{job['walltime']}' does not parse "
                 "(want HH:MM:SS, D-HH:MM:SS, D+HH:MM:SS or whole minutes)"
             ) from None
-        if conf.walltime_s <= 0:
-            raise ConfigError(f"{src}: job.walltime: must be more than zero")
+        if not 0 < conf.walltime_s <= numeric.MAX_SECONDS:
+            raise ConfigError(
+                f"{src}: job.walltime: must be more than zero and at most {numeric.MAX_SECONDS / 86400:.0f} days"
+            )
     for key in ("queue", "account", "filesystems"):
         if job.get(key) is not None:
             setattr(conf, key, _str(src, key, job[key]))
@@ -180,24 +195,15 @@ def parse(src: Path, data: Any) -> JobConf:
             raise ConfigError(f"{src}: job.env: must be a mapping KEY: VALUE")
         for k, v in env.items():
             if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", str(k)) or isinstance(v, (dict, list)):
-                raise ConfigError(f"{src}: job.env.{_printable(str(k))}: must be NAME: scalar value")
+                raise ConfigError(f"{src}: job.env.{shellword.printable(str(k))}: must be NAME: scalar value")
             conf.env[str(k)] = "" if v is None else (str(v).lower() if isinstance(v, bool) else str(v))
     _no_control_characters(conf)
     return conf
 
 
-# C0 controls (newline, CR, NUL, tab, ...), DEL, C1 controls and the Unicode line/paragraph separators:
-# a job value is one line of text in the generated script, and a newline there would start a live line.
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
-
-
-def _printable(text: str) -> str:
-    """TEXT with control characters escaped, for a one-line message."""
-    return _CONTROL.sub(lambda m: m.group(0).encode("unicode_escape").decode(), text)
-
-
 def _no_control_characters(conf: JobConf) -> None:
-    """Refuse a control character in any job value, naming the key and the character."""
+    """Refuse a control character in any job value, naming the key (agpt.shellword: the one rule for a value that
+    becomes shell text)."""
     values: list[tuple[str, str]] = [
         ("name", conf.name),
         ("queue", conf.queue or ""),
@@ -209,14 +215,12 @@ def _no_control_characters(conf: JobConf) -> None:
     values += [(f"directives[{i}]", d) for i, d in enumerate(conf.directives)]
     values += [(f"command[{i}]", w) for i, w in enumerate(conf.command)]
     for k, v in conf.env.items():
-        values += [(f"env.{_printable(k)}", k), (f"env.{_printable(k)}", v)]
+        values += [(f"env.{shellword.printable(k)}", k), (f"env.{shellword.printable(k)}", v)]
     for key, value in values:
-        m = _CONTROL.search(value)
-        if m:
-            raise ConfigError(
-                f"{conf.source}: job.{key}: holds the control character {m.group(0)!r}; "
-                "a job value must be one line of printable text"
-            )
+        try:
+            shellword.line(value, f"{conf.source}: job.{key}")
+        except BadInput as e:
+            raise ConfigError(str(e)) from None
 
 
 def load(path: Path) -> JobConf:
@@ -242,27 +246,31 @@ def load(path: Path) -> JobConf:
     return parse(path, yamlio.load_file(path, _Loader))  # a SafeLoader subclass: safe
 
 
-def _word(w: str) -> str:
+_LOOP_WORDS = ("{hostfile}", "{hosts}", "{nhosts}")  # the failover loop replaces these in its command's words
+
+
+def _word(w: str, where: str) -> str:
     """One command word for the job script: {config}/{run_dir} become the script's variables, the
-    failover loop's {hostfile}/{hosts}/{nhosts} stay literal, everything else is quoted when needed."""
+    failover loop's {hostfile}/{hosts}/{nhosts} stay literal, everything else passes agpt.shellword.word."""
     if w == "{config}":
         return '"$AGPT_CONFIG"'
     if w == "{run_dir}":
         return '"$AGPT_RUN_DIR"'
     if "{config}" in w or "{run_dir}" in w:
+        shellword.line(w, where)
         inner = w.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$").replace("`", "\\`")
         inner = inner.replace("{config}", "$AGPT_CONFIG").replace("{run_dir}", "$AGPT_RUN_DIR")
         return f'"{inner}"'
-    if re.match(r"^[A-Za-z0-9_@%+=:,./{}-]+$", w):
+    if w in _LOOP_WORDS:
         return w
-    return shlex.quote(w)
+    return shellword.word(w, where)
 
 
 def shell(conf: JobConf) -> str:
     """The config as `JOB_*=` assignments (shell-quoted) for lib/jobgen.sh to eval."""
 
     def q(v: str) -> str:
-        return shlex.quote(v)
+        return shellword.word(v, str(conf.source))
 
     def opt(v: str | int | None) -> str:
         return "" if v is None else str(v)
@@ -280,7 +288,7 @@ def shell(conf: JobConf) -> str:
         f"JOB_FILESYSTEMS={q(opt(conf.filesystems))}",
         "JOB_DIRECTIVES=(" + " ".join(q(d) for d in conf.directives) + ")",
         f"JOB_RUN_DIR={q(conf.run_dir)}",
-        f"JOB_COMMAND={q(' '.join(_word(w) for w in conf.command))}",
+        f"JOB_COMMAND={q(' '.join(_word(w, f'{conf.source}: job.command[{i}]') for i, w in enumerate(conf.command)))}",
         f"JOB_LAUNCH={int(conf.launch)}",
         f"JOB_LAUNCHER={q(opt(conf.launcher))}",
         f"JOB_RANKS_PER_NODE={opt(conf.ranks_per_node)}",

@@ -26,11 +26,14 @@ import argparse
 import os
 import shlex
 import socket
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NoReturn
+
+from agpt import numeric, proc, rundir
+from agpt.errors import BadInput
 
 ROOT = Path(__file__).resolve().parents[2]
 ELEMENTS = 1 << 16  # 256 KiB of fp32: small, but past the inline/eager thresholds of most collectives
@@ -47,7 +50,10 @@ def rank_check() -> int:
         rank = f"{info.rank}/{info.world_size}"
         device, backend = tdist.pick_device(os.environ.get("AGPT_PREFLIGHT_DEVICE", "auto"), info.local_rank)
         t0 = time.monotonic()
-        tdist.init(info, backend, device, int(os.environ.get("AGPT_PREFLIGHT_INIT_TIMEOUT_S", "60")))
+        init_s = numeric.env_number(
+            os.environ, "AGPT_PREFLIGHT_INIT_TIMEOUT_S", 60, lo=1, hi=86400, integer=True
+        )
+        tdist.init(info, backend, device, init_s)
         import torch
         import torch.distributed as dist
 
@@ -89,19 +95,9 @@ def host_check(host: str, *, timeout: float = 0.0) -> int:
         env["PYTHONPATH"] = str(ROOT / "python") + (
             os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
         )
-        try:
-            p = subprocess.run(
-                [launch, *program()],
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                timeout=timeout or None,
-            )
-            out, rc = p.stdout.decode(errors="replace"), p.returncode
-        except subprocess.TimeoutExpired as exc:
-            out = (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else ""
-            rc = 124
+        # Its own process group, ended whole at the timeout: the launcher's ranks too, not only the launcher.
+        status, raw = proc.run_group([launch, *program()], timeout=timeout, env=env)
+        out, rc = raw.decode(errors="replace"), 124 if status is None else status
     lines = out.splitlines()
     for line in lines:
         print(line)
@@ -117,8 +113,14 @@ def host_check(host: str, *, timeout: float = 0.0) -> int:
     return rc or 1
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        """One line naming the problem, exit 2 (argparse would print the usage block too)."""
+        self.exit(2, f"agpt preflight: error: {message} (see agpt preflight --help)\n")
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
+    ap = _Parser(
         prog="agpt preflight",
         description="Start HOST's ranks with the site launcher, initialise each rank's device and collective "
         "backend, run a small allreduce. Exit 0 when every rank passed; else non-zero with the failing "
@@ -126,13 +128,25 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("host", nargs="?", help="the host to check")
     ap.add_argument("--rank", action="store_true", help="run as one rank (what the launcher starts)")
-    ap.add_argument("--timeout", type=float, default=0.0, help="seconds for the whole host check (0: none)")
-    args = ap.parse_args(argv)
+    ap.add_argument(
+        "--timeout",
+        type=numeric.flag("--timeout", lo=0, hi=numeric.MAX_SECONDS, unit="seconds"),
+        default=0.0,
+        help="seconds for the whole host check (0: none)",
+    )
+    try:
+        args = ap.parse_args(argv)
+        if args.host is not None:
+            rundir.check_host(args.host, "HOST")
+    except BadInput as e:
+        print(f"agpt preflight: error: {e}", file=sys.stderr)
+        return e.exit_code
     if args.rank:
         return rank_check()
     if not args.host:
         print("agpt preflight: HOST is required (or --rank)", file=sys.stderr)
         return 2
+    proc.end_all_on_signals()  # killed during the check: the launch's group ends too, the temporary host file goes
     return host_check(args.host, timeout=args.timeout)
 
 

@@ -13,15 +13,15 @@ import sys
 import time
 from typing import IO, Any
 
+from agpt import numeric
+
 EVERY_ENV = "AGPT_PROGRESS_SECONDS"
 EVERY_DEFAULT = 10.0
 
 
 def _every() -> float:
-    try:
-        return max(0.0, float(os.environ.get(EVERY_ENV, EVERY_DEFAULT)))
-    except ValueError:
-        return EVERY_DEFAULT
+    """AGPT_PROGRESS_SECONDS through agpt.numeric (a bad value is refused naming it)."""
+    return float(numeric.env_number(os.environ, EVERY_ENV, EVERY_DEFAULT, lo=0, hi=numeric.MAX_SECONDS))
 
 
 def _size(n: float, unit: str, scale: bool) -> str:

@@ -19,13 +19,16 @@ What lives here (docs/contract.md describes the same, for users):
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import math
 import os
 import re
+import stat
 import sys
 from pathlib import Path
 
+from agpt import numeric
 from agpt.errors import (
     EXIT_FAILURE,
     EXIT_IDLE,
@@ -39,8 +42,8 @@ from agpt.errors import (
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: `agpt watch` imports this module and starts fast
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
-    from typing import Any
+    from collections.abc import Iterable, Iterator, Mapping
+    from typing import Any, BinaryIO
 
 
 # ----------------------------------------------------------------------------------------------- paths
@@ -50,14 +53,20 @@ HOSTS_SPARE = "hosts/spare"
 HOSTS_IP = "hosts/ip"
 HOSTS_BAD = "hosts/bad"
 HOSTS_LOCK = "hosts/.lock"  # held (flock) around every read-modify-write of hosts/active and hosts/spare
-ATTEMPTS = "attempts"  # attempts/JOBID.N.log, attempts/JOBID.N.class.json, attempts/JOBID.preflight.log
+ATTEMPTS = (
+    "attempts"  # attempts/JOBID.N.log, .class.json, .times.json (agpt watch --times), JOBID.preflight.log
+)
+TIMES_SUFFIX = (
+    ".times.json"  # beside an attempt's log: when it ended (the recovery clock's detection, teardown)
+)
 EVENTS = "events.jsonl"
 CHAIN = "chain.jsonl"
 CHAIN_LOCK = "chain.lock"
 CKPT = "ckpt"  # ckpt/step-N/ with .complete written last
 COMPLETE = ".complete"
 EVAL_HOLD = ".eval-hold"  # in a step directory: an evaluation job still needs it; never pruned (evals.due)
-RUN_FILES = (HOSTS_ALL, HOSTS_ACTIVE, HOSTS_SPARE, HOSTS_IP, HOSTS_BAD, EVENTS, CHAIN, CHAIN_LOCK)
+LAYOUT = "layout.json"  # the job's layout and memory per device (`agpt check --run-dir`; failover.shrink)
+RUN_FILES = (HOSTS_ALL, HOSTS_ACTIVE, HOSTS_SPARE, HOSTS_IP, HOSTS_BAD, EVENTS, CHAIN, CHAIN_LOCK, LAYOUT)
 # Written by the trainer's rank 0 (docs/observability.md): read by `agpt monitor`, `agpt report` and metrics.prom.
 METRICS = "metrics.jsonl"  # one JSON object per logged step
 PROGRESS = "progress"  # `step=N time=EPOCH`, rewritten at each logged step
@@ -94,6 +103,18 @@ class RunDir:
 
     def class_json(self, jobid: str, n: int) -> Path:
         return self.root / ATTEMPTS / f"{jobid}.{n}.class.json"
+
+
+def times_of(log: Path) -> dict[str, float]:
+    """The wall-clock marks `agpt watch --times` left beside attempt log LOG (last_progress, detected), as far as
+    they are numbers; none when the file is missing or unreadable (an older loop, a killed watch)."""
+    try:
+        raw = parse_json_line(log.with_name(log.name.removesuffix(".log") + TIMES_SUFFIX).read_text())
+    except (OSError, ValueError, RecursionError):
+        return {}
+    if not isinstance(raw, dict):
+        return {}
+    return {k: v for k in ("last_progress", "detected") if (v := num(raw.get(k))) is not None}
 
 
 # ----------------------------------------------------------------------------------------------- facts
@@ -161,49 +182,29 @@ MPI_VARS: tuple[str, ...] = (
     *dict.fromkeys(v for x in _MPI for v in (x.rank, x.size, x.local_rank)),
     PMIX_RANK,
 )
+# The job this process runs in: the failover loop's id (it stays the same over the attempts of one allocation),
+# else the scheduler's.  The recovery clock and the local checkpoint tier (a new job of the chain is a new
+# allocation: its nodes' memory holds nothing of ours) read it.
+JOBID_VARS = ("FAILOVER_JOBID", "SLURM_JOB_ID", "PBS_JOBID")
+
+
+def job_id(env: Mapping[str, str] | None = None) -> str:
+    """This job's id ("/" made "_"), "" outside a job."""
+    env = os.environ if env is None else env
+    return next((env[v] for v in JOBID_VARS if env.get(v)), "").replace("/", "_")
+
+
 # What SITE_LAUNCHER and job.launcher may name: the launchers lib/launch.sh starts (test_rundir holds them equal).
 LAUNCH_NAMES = ("pals", "hydra", "openmpi", "srun")
 # The tasks per node a Slurm job asked for: an estimate of the ranks on this node where nothing better is set.
 SLURM_TASKS_PER_NODE = "SLURM_NTASKS_PER_NODE"
 
-# The longest duration any flag, setting or record may hold: a year.  Larger values (1e400 is inf) would overflow
-# the clocks and sleeps they feed.
-MAX_SECONDS = 365 * 86400.0
-
-
-def seconds(value: Any, where: str, *, minimum: float = 0.0) -> float:
-    """A duration in seconds from a flag, setting or record: finite, >= minimum, at most MAX_SECONDS."""
-    try:
-        v = float(value)
-    except (TypeError, ValueError, OverflowError):
-        raise BadInput(f"{where}: not a number of seconds: {value!r}") from None
-    if not math.isfinite(v) or v < minimum or v > MAX_SECONDS:
-        raise BadInput(f"{where}: must be seconds from {minimum:g} to {MAX_SECONDS:.0f}, got {value!r}")
-    return v
-
-
-def whole(value: Any, where: str, *, minimum: int = 0, maximum: int = 1_000_000) -> int:
-    """A count from a flag, setting or record: a whole number within [minimum, maximum]."""
-    try:
-        v = int(str(value).strip()) if not isinstance(value, int) else value
-    except ValueError:
-        raise BadInput(f"{where}: not a whole number: {value!r}") from None
-    if isinstance(v, bool) or not minimum <= v <= maximum:
-        raise BadInput(f"{where}: must be a whole number from {minimum} to {maximum}, got {value!r}")
-    return v
-
-
-def epoch(value: Any, where: str) -> float | None:
-    """An epoch time (a deadline): None for '' or None, else a finite number >= 0."""
-    if value is None or (isinstance(value, str) and not value.strip()):
-        return None
-    try:
-        v = float(value)
-    except (TypeError, ValueError, OverflowError):
-        raise BadInput(f"{where}: not an epoch time: {value!r}") from None
-    if not math.isfinite(v) or v < 0 or v > 1e11:
-        raise BadInput(f"{where}: not an epoch time: {value!r}")
-    return v
+# The bounds on durations, counts and epoch times read from flags, settings or records: agpt.numeric's (one
+# validator for every number from outside), named here too because every tool reads them from here.
+MAX_SECONDS = numeric.MAX_SECONDS
+seconds = numeric.seconds
+whole = numeric.whole
+epoch = numeric.epoch
 
 
 def num(v: Any) -> float | None:
@@ -251,10 +252,35 @@ def parse_json_line(line: str) -> Any:
     return obj
 
 
+def open_regular(path: Path | str) -> BinaryIO:
+    """PATH opened for reading, only when it is a regular file: a reader never opens a FIFO (that blocks until a
+    writer comes, forever) or a device (that never ends) as a log or a record.  The open itself does not block
+    (O_NONBLOCK, cleared once the file is known to be regular).  Raises IsADirectoryError for a directory and
+    OSError "not a regular file" for anything else that is not one."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, "is a directory", str(path))
+        if not stat.S_ISREG(mode):
+            raise OSError(errno.EINVAL, "not a regular file (a FIFO, socket or device)", str(path))
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_bytes(path: Path | str) -> bytes:
+    """A regular file's bytes (open_regular)."""
+    with open_regular(path) as f:
+        return f.read()
+
+
 def read_lines(path: Path) -> list[str]:
     """The lines of a text file (decoded leniently); a missing file has none."""
     try:
-        data = path.read_bytes()
+        data = read_bytes(path)
     except FileNotFoundError:
         return []
     except IsADirectoryError:
@@ -356,6 +382,8 @@ _HOST_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")  # no leading "-": it woul
 _HOST_SLOTS = re.compile(
     r"^([A-Za-z0-9_][A-Za-z0-9._-]*):[0-9]+$"
 )  # `n2:4`: host n2 with 4 slots (hydra, Open MPI)
+_PLAIN_ADDRESS = re.compile(r"[0-9A-Fa-f:.]+")  # an address in plain numeric form: no `%scope`, no brackets
+HOST_MAX = 255  # a DNS name is at most 253 characters
 
 
 def is_ip(text: str) -> bool:
@@ -369,9 +397,21 @@ def is_ip(text: str) -> bool:
 
 
 def valid_host(name: str) -> bool:
-    """A host name as agpt accepts it: letters, digits, '.', '_', '-', not starting with '-' (or an IP
-    address): never shell text, never an option."""
-    return bool(_HOST_RE.fullmatch(name)) or (":" in name and is_ip(name))
+    """The host-name rule, at every entry to hosts/* and to a command built from a host: letters, digits, '.',
+    '_', '-', not starting with '-' (never shell text, never an option), or an IP address in plain numeric form
+    (`::1%eth0` is refused: a scope id may hold anything); at most HOST_MAX characters."""
+    if not isinstance(name, str) or not 0 < len(name) <= HOST_MAX:
+        return False
+    return bool(_HOST_RE.fullmatch(name)) or (
+        ":" in name and bool(_PLAIN_ADDRESS.fullmatch(name)) and is_ip(name)
+    )
+
+
+def check_host(name: str, where: str) -> str:
+    """NAME when it passes the host-name rule, else BadInput naming WHERE."""
+    if not valid_host(name):
+        raise BadInput(f"{where}: not a host name: {name[:80]!r} (allowed: letters, digits, '.', '_', '-')")
+    return name
 
 
 def host_of(word: str) -> str:
@@ -390,11 +430,7 @@ def parse_hostfile(lines: Iterable[str], *, where: str = "hostfile") -> list[str
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
-        host = host_of(line.split()[0])
-        if not valid_host(host):
-            raise BadInput(
-                f"{where}:{n}: not a host name: {host[:80]!r} (allowed: letters, digits, '.', '_', '-')"
-            )
+        host = check_host(host_of(line.split()[0]), f"{where}:{n}")
         if host not in seen:
             seen.add(host)
             out.append(host)
@@ -405,7 +441,7 @@ def read_text(path: Path, *, what: str, missing_ok: bool = False) -> str:
     """A small text file, decoded leniently; missing or unreadable: BadInput naming `what` (or "" with
     missing_ok when it is missing)."""
     try:
-        return Path(path).read_bytes().decode("utf-8", errors="replace")
+        return read_bytes(path).decode("utf-8", errors="replace")
     except FileNotFoundError:
         if missing_ok:
             return ""
@@ -462,13 +498,7 @@ def spares_percent(text: str) -> float:
     """SITE_SPARES_PERCENT as a flag or setting gives it: 0 to 100; '' is SPARES_PERCENT."""
     if not text.strip():
         return SPARES_PERCENT
-    try:
-        v = float(text)
-    except ValueError:
-        v = math.nan
-    if not 0 <= v <= 100:  # NaN fails too
-        raise BadInput(f"SITE_SPARES_PERCENT: must be 0 to 100, got {text!r}")
-    return v
+    return float(numeric.number(text, "SITE_SPARES_PERCENT", lo=0, hi=100))
 
 
 def spares_min(text: str) -> int:

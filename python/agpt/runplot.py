@@ -5,7 +5,8 @@ Reads what every run directory already has (docs/contract.md): the progress line
 per attempt end and per stop).  Each failed attempt becomes a red dashed line at its last step,
 labelled with its class and the hosts swapped; chain hand-overs (walltime, resubmit) are grey.
 When the trainer's metrics.jsonl is there, three more panels show loss against tokens consumed,
-tokens per second per device and MFU (docs/contract.md); when eval.jsonl is there, two more show bits
+tokens per second per device and MFU (docs/contract.md), with the nodes each attempt ran on when a shrink
+(FAILOVER_SHRINK) changed them; when eval.jsonl is there, two more show bits
 per byte per held-out corpus and each task's accuracy (in the loop, and lm-eval's on exports), with
 every eval_regression of health.jsonl marked (docs/eval.md).
 """
@@ -107,6 +108,7 @@ def plot_run(run_dir: Path, out: Path, *, title: str | None = None) -> Path:
     else:
         fig, ax = plt.subplots(figsize=(10, 5), dpi=110)
     loss_panel(ax, curve)
+    nodes_panel(ax, curve)
     ax.set_title(title or f"{run_dir.name}: loss, failures and recoveries")
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -142,6 +144,13 @@ def _metric_panels(ax_tok: Any, ax_tps: Any, ax_mfu: Any, records: list[dict[str
     ax_tps.set_xlabel("step")
     ax_tps.set_ylabel("tokens/s per device")
     ax_tps.set_title("throughput per device")
+    if len({r.get("devices") for r in records}) > 1:  # a shrink: what the whole job trained, on the right
+        total = [(float(r["step"]), float(r["tokens_per_s_per_device"]) * float(r["devices"])) for r in records
+                 if all(isinstance(r.get(k), int | float) for k in ("step", "tokens_per_s_per_device", "devices"))]  # fmt: skip
+        twin = ax_tps.twinx()
+        twin.plot([t[0] for t in total], [t[1] for t in total], color="#17becf", lw=1.2, ls="--")
+        twin.set_ylim(0, max((t[1] for t in total), default=1.0) * 1.2)
+        twin.set_ylabel("tokens/s, all devices (dashed)", color="#17becf")
     xs, ys = series(records, "step", "mfu")
     if xs:
         ax_mfu.plot(xs, [100 * y for y in ys], color="#2ca02c", lw=1.4)
@@ -201,6 +210,50 @@ def _eval_panels(ax_bpb: Any, ax_acc: Any, curve: RunCurve) -> None:
         a.grid(alpha=0.3)
         if a.get_legend_handles_labels()[0]:
             a.legend(loc="best", fontsize=8)
+
+
+def node_spans(events: list[dict[str, Any]]) -> list[tuple[float, float, int]]:
+    """(first step, last step, nodes) of every attempt that logged steps, from events.jsonl's `hosts`."""
+    out = []
+    for ev in events:
+        first, last, hosts = (
+            rundir.num(ev.get("first_step")),
+            rundir.num(ev.get("last_step")),
+            ev.get("hosts"),
+        )
+        if (
+            ev.get("event") == "attempt"
+            and isinstance(hosts, list)
+            and first is not None
+            and last is not None
+        ):
+            out.append((first, last, len(hosts)))
+    return out
+
+
+def nodes_panel(ax: Any, curve: RunCurve) -> None:
+    """The nodes each attempt trained on (a right-hand axis over AX's steps) and each shrink with the throughput
+    it kept; drawn only when the node count changed (FAILOVER_SHRINK)."""
+    spans = node_spans(curve.events)
+    shrinks = [e for e in curve.events if e.get("event") == "shrink"]
+    if len({n for _, _, n in spans}) < 2 and not shrinks:
+        return
+    twin = ax.twinx()
+    for i, (a, b, n) in enumerate(spans):
+        twin.hlines(n, a, b, color="#17becf", lw=3, alpha=0.8, label=None if i else "nodes")
+    for k, ev in enumerate(curve.events):
+        if ev.get("event") != "shrink":
+            continue
+        after = node_spans(curve.events[k:])  # the attempts from this shrink on: the first one resumed shrunk
+        step = after[0][0] if after else (spans[-1][1] if spans else 0.0)
+        twin.annotate(f"{ev.get('nodes_before')}->{ev.get('nodes_after')} nodes\n"
+                      f"{rundir.num(ev.get('throughput')) or 0:.2f} of full throughput",
+                      (step, rundir.integer(ev.get("nodes_after")) or 0),
+                      xytext=(4, -22), textcoords="offset points", fontsize=8, color="#17becf")  # fmt: skip
+    top = max([n for _, _, n in spans] + [rundir.integer(e.get("nodes_before")) or 0 for e in shrinks] + [1])
+    twin.set_ylim(0, top * 1.25)
+    twin.set_ylabel("nodes", color="#17becf")
+    twin.legend(loc="upper right", fontsize=8)
 
 
 def loss_panel(ax: Any, curve: RunCurve) -> None:

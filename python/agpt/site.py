@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agpt import numeric, shellword
 from agpt.errors import BadInput, ConfigError
 from agpt.failover.patterns import DEFAULT_SETS
 from agpt.rundir import LAUNCH_NAMES
@@ -43,27 +44,51 @@ KEYS: dict[str, tuple[bool, str]] = {
     "SITE_PEAK_TFLOPS": (False, "peak dense bf16 TFLOPS of one rank's device, for MFU (empty: no MFU)"),
     "SITE_DEVICE_MEM_GIB": (False, "memory of one rank's device in GiB (0: unknown; agpt check)"),
     "SITE_FS_BW_GBPS": (False, "write bandwidth of the run directory's filesystem in GB/s (0: unknown)"),
+    "SITE_HOST_MEM_GIB": (
+        False,
+        "host memory per node in GiB (0: unknown; agpt check screens the local tier)",
+    ),
     "SITE_LAUNCHER": (False, "pals | hydra | openmpi | srun"),
     "SITE_LAUNCHER_FLAGS": (True, "extra launcher flags"),
     "SITE_CPU_BIND": (False, "CPU binding for the launcher (empty: its default)"),
     "SITE_MODULES": (True, "environment modules to load, in order"),
     "SITE_ENV": (True, "KEY=VALUE environment for every job"),
     "SITE_LOCAL_DIR": (False, "node-local storage"),
+    "SITE_LOCAL_CKPT_DIR": (False, "node-local memory for the local checkpoint tier (empty: /dev/shm)"),
+    "SITE_FAILURE_DOMAIN_RE": (
+        False,
+        "extended regex; its first group names a host's failure domain (empty: none)",
+    ),
     "SITE_PYTHON": (False, "interpreter the venv is built from"),
     "SITE_VENV_DIR": (False, "where venvs live (empty: use the current python)"),
     "SITE_VENV_STAGE": (False, "0 | 1: stage the venv to SITE_LOCAL_DIR with agpt yeet"),
     "SITE_SPARES_PERCENT": (False, "spare nodes as a percentage of the job's nodes"),
     "SITE_SPARES_MIN": (False, "at least this many spare nodes"),
     "SITE_FAILOVER_PATTERNS": (True, "failure-pattern sets for the failover classifier"),
+    "SITE_FAILOVER_SHRINK": (
+        False,
+        "0 | 1: may a job run on fewer nodes when its spares run out (FAILOVER_SHRINK)",
+    ),
 }
 SCHEDULERS = ("pbs", "slurm", "none")
 LAUNCHERS = LAUNCH_NAMES
 PATTERN_SETS = DEFAULT_SETS  # the classifier's built-in sets (agpt.failover.patterns)
 INT_KEYS = ("SITE_GPUS_PER_NODE", "SITE_RANKS_PER_NODE", "SITE_SPARES_PERCENT", "SITE_SPARES_MIN")
 
-NUM_KEYS = ("SITE_DEVICE_MEM_GIB", "SITE_FS_BW_GBPS")
+NUM_KEYS = ("SITE_DEVICE_MEM_GIB", "SITE_FS_BW_GBPS", "SITE_HOST_MEM_GIB")
 
 _ASSIGN_HEAD = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=")
+SITE_NAME_RE = re.compile(
+    r"[A-Za-z0-9_][A-Za-z0-9_.-]*"
+)  # a site name is a folder name and a plain shell word
+MAX_NESTING = 16  # ${A:-${B:-...}} levels a value may nest (a deeper one is refused, not recursed into)
+# Upper bounds of the whole-number keys (agpt.numeric's): they size launches and spare pools.
+INT_MAX = {
+    "SITE_GPUS_PER_NODE": numeric.MAX_RANKS_PER_NODE,
+    "SITE_RANKS_PER_NODE": numeric.MAX_RANKS_PER_NODE,
+    "SITE_SPARES_PERCENT": 100,
+    "SITE_SPARES_MIN": numeric.MAX_NODES,
+}
 
 Value = str | list[str]
 
@@ -147,6 +172,7 @@ class _Lexer:
     def __init__(self, text: str) -> None:
         self.s = text
         self.i = 0
+        self.depth = 0  # ${NAME:-...} nesting
 
     @property
     def line(self) -> int:
@@ -187,7 +213,11 @@ class _Lexer:
                     f"${{{name}...}}: only ${{NAME}}, ${{NAME:-default}} and ${{NAME-default}} are allowed"
                 )
             self.i += 1
+            self.depth += 1
+            if self.depth > MAX_NESTING:
+                raise self.refuse(f"${{NAME:-...}} nested more than {MAX_NESTING} deep")
             default = self.word_parts(stop="}", quoted=False, in_default=True, dq=dq)
+            self.depth -= 1
             if self.peek() != "}":
                 raise self.refuse(f"${{{name}...}} is not closed with '}}'")
             self.i += 1
@@ -427,8 +457,11 @@ def parse_profile(path: Path) -> Profile:
 
 
 def _check_values(prof: Profile) -> None:
-    """Type and range checks on the literal values (values that use `$` are checked only for shape)."""
+    """Type and range checks on the values.  A value that uses `$` is checked as Bash will see it when the job
+    sources the profile (expanded here from this environment, as `show` does); every value is one line of
+    printable text (agpt.shellword: values reach the job scripts)."""
     p = prof.path
+    env = dict(os.environ)
     for key, entry in prof.entries.items():
         is_array = KEYS[key][0]
         where = f"{p}:{entry.line}: {key}"
@@ -436,42 +469,62 @@ def _check_values(prof: Profile) -> None:
             kind = "an array (...)" if is_array else "a single value"
             prof.errors.append(f"{where}: must be {kind}")
             continue
-        v = entry.value
-        if isinstance(v, list):
-            if key == "SITE_FAILOVER_PATTERNS":
-                bad = [x for x in v if x not in PATTERN_SETS]
-                if bad:
-                    prof.errors.append(
-                        f"{where}: unknown pattern set {bad[0]} (known: {' '.join(PATTERN_SETS)})"
-                    )
-            elif key == "SITE_ENV":
-                bad = [x for x in v if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", x)]
-                if bad:
-                    prof.errors.append(f"{where}: '{bad[0]}' is not KEY=VALUE")
+        try:
+            if isinstance(entry.value, list):
+                v: Value = [expand(w, env, where) for w in entry.parts]
+            else:
+                v = env[key] = expand(entry.parts, env, where)
+            for x in v if isinstance(v, list) else [v]:
+                shellword.line(x, where)
+        except (ConfigError, BadInput) as exc:
+            prof.errors.append(str(exc))
             continue
-        if entry.expands:
-            continue
-        if key == "SITE_SCHEDULER" and v not in SCHEDULERS:
-            prof.errors.append(f"{where}: '{v}' is not one of {' | '.join(SCHEDULERS)}")
-        elif key == "SITE_LAUNCHER" and v not in LAUNCHERS:
-            prof.errors.append(f"{where}: '{v}' is not one of {' | '.join(LAUNCHERS)}")
-        elif key in INT_KEYS and not v.isdigit():
-            prof.errors.append(f"{where}: '{v}' is not a whole number >= 0")
-        elif key == "SITE_PEAK_TFLOPS" and v and not re.fullmatch(r"[0-9]+(\.[0-9]+)?", v):
-            prof.errors.append(f"{where}: '{v}' is not a number of TFLOPS")
-        elif key in NUM_KEYS and not re.fullmatch(r"[0-9]+(\.[0-9]+)?", v):
-            prof.errors.append(f"{where}: '{v}' is not a number >= 0")
-        elif key == "SITE_VENV_STAGE" and v not in ("0", "1"):
-            prof.errors.append(f"{where}: '{v}' is not 0 or 1")
-        elif key == "SITE_RANKS_PER_NODE" and v == "0":
-            prof.errors.append(f"{where}: must be at least 1")
-        elif key == "SITE_HOSTNAME_RE":
-            try:
-                re.compile(v)
-            except re.error as exc:
-                prof.errors.append(f"{where}: not a regular expression ({exc})")
-        elif key == "SITE_NAME" and v != p.resolve().parent.name:
-            prof.errors.append(f"{where}: '{v}' differs from the folder name '{p.resolve().parent.name}'")
+        problem = _value_problem(key, v, p)
+        if problem:
+            prof.errors.append(f"{where}: {problem}")
+
+
+def _value_problem(key: str, v: Value, p: Path) -> str:
+    """What is wrong with KEY's (resolved) value V, or ""."""
+    if isinstance(v, list):
+        if key == "SITE_FAILOVER_PATTERNS":
+            bad = [x for x in v if x not in PATTERN_SETS]
+            if bad:
+                return f"unknown pattern set {bad[0]} (known: {' '.join(PATTERN_SETS)})"
+        elif key == "SITE_ENV":
+            bad = [x for x in v if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", x)]
+            if bad:
+                return f"'{bad[0]}' is not KEY=VALUE"
+        return ""
+    if key == "SITE_SCHEDULER" and v not in SCHEDULERS:
+        return f"'{v}' is not one of {' | '.join(SCHEDULERS)}"
+    if key == "SITE_LAUNCHER" and v not in LAUNCHERS:
+        return f"'{v}' is not one of {' | '.join(LAUNCHERS)}"
+    if key in INT_KEYS:
+        if not v.isascii() or not v.isdigit():
+            return f"'{v}' is not a whole number >= 0"
+        lo = 1 if key == "SITE_RANKS_PER_NODE" else 0
+        try:
+            numeric.number(v, "value", lo=lo, hi=INT_MAX[key], integer=True)
+        except BadInput:
+            return f"must be a whole number from {lo} to {INT_MAX[key]}, got '{v}'"
+    if key == "SITE_PEAK_TFLOPS" and v and not re.fullmatch(r"[0-9]+(\.[0-9]+)?", v):
+        return f"'{v}' is not a number of TFLOPS"
+    if key in NUM_KEYS and not re.fullmatch(r"[0-9]+(\.[0-9]+)?", v):
+        return f"'{v}' is not a number >= 0"
+    if key in ("SITE_VENV_STAGE", "SITE_FAILOVER_SHRINK") and v not in ("0", "1"):
+        return f"'{v}' is not 0 or 1"
+    if key in ("SITE_HOSTNAME_RE", "SITE_FAILURE_DOMAIN_RE"):
+        try:
+            re.compile(v)
+        except (re.error, RecursionError) as exc:
+            return f"not a regular expression ({exc})"
+    if key == "SITE_NAME":
+        if not SITE_NAME_RE.fullmatch(v):
+            return f"'{v}' is not a site name (letters, digits, '_', '.', '-')"
+        if v != p.resolve().parent.name:
+            return f"'{v}' differs from the folder name '{p.resolve().parent.name}'"
+    return ""
 
 
 def check_profile(path: Path) -> Profile:
@@ -547,13 +600,14 @@ def display_path(path: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m agpt.site PROFILE`: exit 0 when PROFILE is data only (safe to source), else one line per
-    problem and exit 2.  lib/env.sh runs this before it sources a profile."""
+    """`python -m agpt.site PROFILE`: exit 0 when PROFILE passes `agpt site check` (data only, every key set and
+    well typed as this environment resolves it), else one line per problem and exit 2.  lib/env.sh runs this
+    before it sources a profile: the gate a job goes through is the check a user runs."""
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 1:
         sys.stderr.write("usage: python -m agpt.site PROFILE\n")
         return 2
-    prof = parse_profile(Path(args[0]))
+    prof = check_profile(Path(args[0]))  # exactly `agpt site check`'s checks
     for err in prof.errors:
         sys.stderr.write(f"agpt site: {err}\n")
     return 2 if prof.errors else 0

@@ -38,6 +38,9 @@ SITE_PEAK_TFLOPS=312
 # Memory of the device one rank drives, in GiB (a GPU, or a GPU tile/GCD when each is its own rank); 0:
 # unknown, `agpt check` then skips the memory check.  Cite the site's hardware page beside the value.
 SITE_DEVICE_MEM_GIB=64
+# Host memory (DDR) per node in GiB; `agpt check` holds the local checkpoint tier's memory per node
+# (checkpoint.local_interval) against the tmpfs share of it.  0: unknown (not screened).  Cite the hardware page.
+SITE_HOST_MEM_GIB=512
 # Write bandwidth of the filesystem the run directory (checkpoints) lives on, in GB/s as the site publishes
 # it (an aggregate peak: one job sees at most this); `agpt check` prints the checkpoint save time at it.
 # 0: unknown.
@@ -56,6 +59,15 @@ SITE_MODULES=()
 SITE_ENV=("OMP_NUM_THREADS=8")
 # Node-local storage for staged venvs, data and checkpoints (`agpt yeet --dest`).
 SITE_LOCAL_DIR=/tmp
+# Node-local memory for the local checkpoint tier (checkpoint.local_interval): each rank's shard and a partner
+# node's copy, in a private run-specific folder below this one (a tmpfs, so memory); empty: /dev/shm.
+# Exported to the job; checkpoint.local_dir in a config overrides it.
+SITE_LOCAL_CKPT_DIR=""
+# Where a node's failure domain is named in its host name: an extended regex whose first group (else its whole
+# match) is the domain (a blade, a chassis, a rack).  The local tier puts each node's copy on a node of another
+# domain when no domain holds more than half of the job's nodes.  Empty: every node its own domain (a ring over
+# the nodes).  Exported to the job.
+SITE_FAILURE_DOMAIN_RE='^(x[0-9]+c[0-9]+)'
 
 # Python environment recipe: the interpreter the venv is built from (after the modules are loaded), where
 # venvs live (one per framework release, named after $CONDA_PREFIX or the last module; empty: use the
@@ -72,3 +84,7 @@ SITE_SPARES_MIN=0
 # sources): launchers pals hydra openmpi srun; vendor stacks cuda level_zero rocm gloo oneccl; PyTorch's
 # own (torch: c10d, elastic); system app cascade.
 SITE_FAILOVER_PATTERNS=(pals cuda torch system app cascade)
+# May a job go on with fewer nodes when a node fails and no spare is left (0 | 1)?  1: the failover loop
+# relaunches on the healthy nodes when the global batch is kept (FAILOVER_SHRINK, FAILOVER_MIN_NODES;
+# docs/recovery.md); 0 where the site's policy or accounting forbids a job that runs below its node count.
+SITE_FAILOVER_SHRINK=1

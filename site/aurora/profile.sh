@@ -21,6 +21,8 @@ SITE_PEAK_TFLOPS=419.5
 # 768 GiB of HBM2e per node over 6 GPUs x 2 tiles = 64 GiB per rank (ALCF, Aurora machine overview:
 # https://argonne-lcf.github.io/user-guides/aurora/hardware-overview/machine-overview).
 SITE_DEVICE_MEM_GIB=64
+# 1 TiB of DDR5 per node: 2 Xeon Max CPUs x 512 GB (ALCF, Aurora machine overview, as above).
+SITE_HOST_MEM_GIB=1024
 # Flare is an HPE ClusterStor E1000 Lustre file system like Grand and Eagle, for which ALCF publishes an
 # aggregate 650 GB/s (https://alcf.anl.gov/alcf-resources/storage-and-networking); an assumed figure until ALCF
 # publishes Flare's own.
@@ -45,6 +47,13 @@ SITE_ENV=(
   "TORCH_XPU_ALLOC_CONF=expandable_segments:True"
 )
 SITE_LOCAL_DIR=/tmp
+# The local checkpoint tier's node-local memory folder (checkpoint.local_interval; a tmpfs); empty: /dev/shm.
+SITE_LOCAL_CKPT_DIR=""
+# A node's failure domain, for the local checkpoint tier's partner: HPE Cray EX names a node by its place
+# (xCABINETcCHASSISsSLOTbBOARDnNODE, HPE's "component names (xnames)"); assumption: nodes of one blade (up to
+# the slot) share its power and cooling, so each node's copy goes to another blade.  '^(x[0-9]+c[0-9]+)' moves
+# copies to another chassis.
+SITE_FAILURE_DOMAIN_RE='^(x[0-9]+c[0-9]+s[0-9]+)'
 
 SITE_PYTHON=python3
 SITE_VENV_DIR="${HOME}/venvs/aurora"
@@ -53,3 +62,4 @@ SITE_VENV_STAGE=1
 SITE_SPARES_PERCENT=2
 SITE_SPARES_MIN=4
 SITE_FAILOVER_PATTERNS=(pals level_zero oneccl torch system app cascade)
+SITE_FAILOVER_SHRINK=1

@@ -19,6 +19,8 @@ SITE_PEAK_TFLOPS=191.5
 # MI250X: 128 GB HBM2e = 64 GB per GCD, each GCD its own GPU and rank
 # (https://glennklockwood.com/garden/systems/frontier, after the Frontier user guide).
 SITE_DEVICE_MEM_GIB=64
+# 512 GB of DDR4 per node (the Frontier user guide: https://docs.olcf.ornl.gov/systems/frontier_user_guide.html).
+SITE_HOST_MEM_GIB=512
 # Orion: files past 8 MB (checkpoints) land on its disk tier, peak write 4.6 TB/s (OLCF's Orion specs:
 # https://insidehpc.com/2021/05/olcf-releases-storage-specs-for-frontier-exascale/).
 SITE_FS_BW_GBPS=4600
@@ -37,6 +39,11 @@ SITE_ENV=(
   "OMP_NUM_THREADS=7"
 )
 SITE_LOCAL_DIR=/tmp
+# The local checkpoint tier's node-local memory folder (checkpoint.local_interval; a tmpfs); empty: /dev/shm.
+SITE_LOCAL_CKPT_DIR=""
+# A node's failure domain (the local checkpoint tier's partner): node names here carry no place; empty: every
+# node its own domain, copies in a ring over the nodes.
+SITE_FAILURE_DOMAIN_RE=""
 
 SITE_PYTHON=python3
 SITE_VENV_DIR="${HOME}/venvs/frontier"
@@ -45,3 +52,4 @@ SITE_VENV_STAGE=1
 SITE_SPARES_PERCENT=2
 SITE_SPARES_MIN=2
 SITE_FAILOVER_PATTERNS=(srun rocm gloo torch system app cascade)
+SITE_FAILOVER_SHRINK=1

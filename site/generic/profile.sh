@@ -17,6 +17,8 @@ SITE_RANKS_PER_NODE=1
 SITE_PEAK_TFLOPS=""
 # Any host: device memory unknown, so `agpt check` skips the memory check.
 SITE_DEVICE_MEM_GIB=0
+# Any host: host memory unknown, so `agpt check` skips the local tier's memory screen.
+SITE_HOST_MEM_GIB=0
 # A local disk, roughly.
 SITE_FS_BW_GBPS=1
 SITE_LAUNCHER=hydra
@@ -26,6 +28,11 @@ SITE_CPU_BIND=""
 SITE_MODULES=()
 SITE_ENV=()
 SITE_LOCAL_DIR="${TMPDIR:-/tmp}"
+# The local checkpoint tier's node-local memory folder (checkpoint.local_interval; a tmpfs); empty: /dev/shm.
+SITE_LOCAL_CKPT_DIR=""
+# A node's failure domain (the local checkpoint tier's partner): node names here carry no place; empty: every
+# node its own domain, copies in a ring over the nodes.
+SITE_FAILURE_DOMAIN_RE=""
 
 SITE_PYTHON=python3
 SITE_VENV_DIR=""
@@ -34,3 +41,4 @@ SITE_VENV_STAGE=0
 SITE_SPARES_PERCENT=0
 SITE_SPARES_MIN=0
 SITE_FAILOVER_PATTERNS=(pals hydra openmpi srun cuda level_zero rocm gloo oneccl torch system app cascade)
+SITE_FAILOVER_SHRINK=1

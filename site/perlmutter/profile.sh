@@ -20,6 +20,8 @@ SITE_PEAK_TFLOPS=312
 # 1,536 GPU nodes with A100 40GB (256 more with 80GB: set 80 for `-C gpu&hbm80g`)
 # (NERSC, https://docs.nersc.gov/systems/perlmutter/architecture).
 SITE_DEVICE_MEM_GIB=40
+# 256 GB of DDR4 per GPU node (NERSC, Perlmutter architecture, as above).
+SITE_HOST_MEM_GIB=256
 # All-flash Lustre scratch, "more than 5 terabytes/sec"
 # (https://webarchive.library.unt.edu/web/20201218030734/https://www.nersc.gov/systems/perlmutter).
 SITE_FS_BW_GBPS=5000
@@ -36,6 +38,11 @@ SITE_ENV=(
   "OMP_NUM_THREADS=8"
 )
 SITE_LOCAL_DIR=/tmp
+# The local checkpoint tier's node-local memory folder (checkpoint.local_interval; a tmpfs); empty: /dev/shm.
+SITE_LOCAL_CKPT_DIR=""
+# A node's failure domain (the local checkpoint tier's partner): node names here carry no place; empty: every
+# node its own domain, copies in a ring over the nodes.
+SITE_FAILURE_DOMAIN_RE=""
 
 SITE_PYTHON=python3
 SITE_VENV_DIR="${HOME}/venvs/perlmutter"
@@ -44,3 +51,4 @@ SITE_VENV_STAGE=1
 SITE_SPARES_PERCENT=2
 SITE_SPARES_MIN=2
 SITE_FAILOVER_PATTERNS=(srun cuda gloo torch system app cascade)
+SITE_FAILOVER_SHRINK=1

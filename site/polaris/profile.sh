@@ -20,6 +20,8 @@ SITE_PEAK_TFLOPS=312
 # NVIDIA A100 with 40 GiB HBM2 each (ALCF, Polaris machine overview:
 # https://docs.alcf.anl.gov/polaris/hardware-overview/machine-overview).
 SITE_DEVICE_MEM_GIB=40
+# 512 GB of DDR4 per node (ALCF, Polaris machine overview, as above).
+SITE_HOST_MEM_GIB=512
 # Eagle and Grand: Lustre on HPE ClusterStor E1000, aggregate 650 GB/s
 # (https://alcf.anl.gov/alcf-resources/storage-and-networking).
 SITE_FS_BW_GBPS=650
@@ -38,6 +40,13 @@ SITE_ENV=(
   "FI_CXI_DEFAULT_CQ_SIZE=131072"
 )
 SITE_LOCAL_DIR=/local/scratch
+# The local checkpoint tier's node-local memory folder (checkpoint.local_interval; a tmpfs); empty: /dev/shm.
+SITE_LOCAL_CKPT_DIR=""
+# A node's failure domain, for the local checkpoint tier's partner: HPE Cray EX names a node by its place
+# (xCABINETcCHASSISsSLOTbBOARDnNODE, HPE's "component names (xnames)"); assumption: nodes of one blade (up to
+# the slot) share its power and cooling, so each node's copy goes to another blade.  '^(x[0-9]+c[0-9]+)' moves
+# copies to another chassis.
+SITE_FAILURE_DOMAIN_RE='^(x[0-9]+c[0-9]+s[0-9]+)'
 
 SITE_PYTHON=python3
 SITE_VENV_DIR="${HOME}/venvs/polaris"
@@ -46,3 +55,4 @@ SITE_VENV_STAGE=1
 SITE_SPARES_PERCENT=2
 SITE_SPARES_MIN=2
 SITE_FAILOVER_PATTERNS=(pals cuda torch system app cascade)
+SITE_FAILOVER_SHRINK=1

@@ -20,6 +20,8 @@ SITE_PEAK_TFLOPS=419.5
 # Aurora's node (6 Max 1550 GPUs x 2 tiles, 768 GiB HBM2e): 64 GiB per rank
 # (https://argonne-lcf.github.io/user-guides/aurora/hardware-overview/machine-overview).
 SITE_DEVICE_MEM_GIB=64
+# Aurora's node: 1 TiB of DDR5 (the Aurora machine overview, as above).
+SITE_HOST_MEM_GIB=1024
 # Sunspot's test filesystem publishes no bandwidth; 100 GB/s is a conservative guess for a test rack.
 SITE_FS_BW_GBPS=100
 SITE_LAUNCHER=pals
@@ -37,6 +39,13 @@ SITE_ENV=(
   "FI_CXI_DEFAULT_CQ_SIZE=1048576"
 )
 SITE_LOCAL_DIR=/tmp
+# The local checkpoint tier's node-local memory folder (checkpoint.local_interval; a tmpfs); empty: /dev/shm.
+SITE_LOCAL_CKPT_DIR=""
+# A node's failure domain, for the local checkpoint tier's partner: HPE Cray EX names a node by its place
+# (xCABINETcCHASSISsSLOTbBOARDnNODE, HPE's "component names (xnames)"); assumption: nodes of one blade (up to
+# the slot) share its power and cooling, so each node's copy goes to another blade.  '^(x[0-9]+c[0-9]+)' moves
+# copies to another chassis.
+SITE_FAILURE_DOMAIN_RE='^(x[0-9]+c[0-9]+s[0-9]+)'
 
 SITE_PYTHON=python3
 SITE_VENV_DIR="${HOME}/venvs/sunspot"
@@ -45,3 +54,4 @@ SITE_VENV_STAGE=1
 SITE_SPARES_PERCENT=2
 SITE_SPARES_MIN=1
 SITE_FAILOVER_PATTERNS=(pals level_zero oneccl torch system app cascade)
+SITE_FAILOVER_SHRINK=1

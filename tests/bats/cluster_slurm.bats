@@ -135,12 +135,23 @@ SH
   assert_equal "$(tr '\n' ' ' <chain.txt)" "$a $b "
 }
 
-@test "node fail mid-job: srun reports 'Node failure on n3'; restore brings n3 back" {
-  srun -N 6 bash -c 'echo "up $SLURMD_NODENAME"; sleep 120' >srun.out 2>&1 &
+@test "each node has its own node-local folder, keyed by its name (SITE_LOCAL_CKPT_DIR)" {
+  run srun -N 6 bash -c 'echo "$SLURMD_NODENAME $SITE_LOCAL_CKPT_DIR"; touch "$SITE_LOCAL_CKPT_DIR/mine"'
+  assert_success
+  assert_equal "$(sort <<<"$output" | tr '\n' ' ')" \
+    "$(for i in 1 2 3 4 5 6; do printf 'n%s %s/local/n%s ' "$i" "$AGPT_CLUSTER_DIR" "$i"; done)"
+  for i in 1 2 3 4 5 6; do assert [ -f "$AGPT_CLUSTER_DIR/local/n$i/mine" ]; done
+}
+
+@test "node fail mid-job: srun reports 'Node failure on n3'; its memory is gone; restore brings n3 back" {
+  srun -N 6 bash -c 'echo "up $SLURMD_NODENAME"; touch "$SITE_LOCAL_CKPT_DIR/held"; sleep 120' >srun.out 2>&1 &
   srun_pid=$!
   for _ in $(seq 1 100); do [[ "$(grep -c '^up ' srun.out)" == 6 ]] && break; sleep 0.1; done
+  assert [ -f "$AGPT_CLUSTER_DIR/local/n3/held" ]
   run "$AGPT_ROOT/tests/cluster/node" --dir "$AGPT_CLUSTER_DIR" fail n3
   assert_success
+  assert [ ! -e "$AGPT_CLUSTER_DIR/local/n3" ]
+  assert [ -f "$AGPT_CLUSTER_DIR/local/n2/held" ]
   run "$AGPT_ROOT/tests/cluster/node" --dir "$AGPT_CLUSTER_DIR" state n3
   assert_output --regexp '^down'
   rc=0
@@ -150,6 +161,8 @@ SH
   assert_line "srun: error: Node failure on n3"
   run "$AGPT_ROOT/tests/cluster/node" --dir "$AGPT_CLUSTER_DIR" restore n3
   assert_success
+  run ls -A "$AGPT_CLUSTER_DIR/local/n3"
+  assert_output ""
   run srun -N 6 bash -c 'echo "$SLURMD_NODENAME"'
   assert_success
   assert_equal "${#lines[@]}" 6

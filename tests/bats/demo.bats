@@ -16,7 +16,7 @@ load helpers
   assert_output "agpt demo: unknown argument '--bogus' (see agpt demo --help)"
   AGPT_DEMO_STEPS=ten run agpt demo --out "$BATS_TEST_TMPDIR/out"
   assert_failure 2
-  assert_output "agpt demo: AGPT_DEMO_STEPS: not a positive integer"
+  assert_output "agpt demo: AGPT_DEMO_STEPS: not a whole number from 1 to 9999999"
   run agpt demo --out
   assert_failure 2
 }

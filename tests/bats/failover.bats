@@ -217,6 +217,36 @@ STEPS=12')"
   refute_output --regexp $'(^|\n)h[256]($|\n)'
 }
 
+@test "no spare left, FAILOVER_SHRINK: the loop goes on on 3 hosts to the end; below FAILOVER_MIN_NODES: 75 and why" {
+  first_pass_only
+  # What `agpt check --run-dir` writes at job start: 4 nodes of 1 rank, a global batch of 12 in micro batches of 1.
+  layout='{"format": "agpt-layout/1", "nodes": 4, "ranks_per_node": 1, "tp": 1, "global_batch": 12, "micro_batch": 1}'
+  mkdir -p "$RUN"
+  printf '%s\n' "$layout" >"$RUN/layout.json"
+  # Each rank says whether the trainer would split its batch unevenly (set on attempts on fewer hosts).
+  f="$(job <<<'FAULTS=die@3:h2,die@5:h5,die@7:h6
+STEPS=12 FAILOVER_MIN_NODES=3')"
+  sed -i 's|python3 |bash -c '"'"'echo "uneven=${AGPT_TRAIN_UNEVEN_BATCH:-}"; exec "$@"'"'"' - python3 |' "$f"
+  run bash "$f"
+  assert_success
+  assert_line "verdict: 0"
+  run ev attempt attempt class action hosts
+  assert_line --index 2 '3 "node" "relaunch" ["h1","h6","h3","h4"]'
+  assert_line --index 3 '4 "success" "stop" ["h1","h3","h4"]'
+  run ev shrink nodes_before nodes_after out throughput
+  assert_output '4 3 ["h6"] 0.75'
+  run grep -h 'uneven=' "$RUN"/attempts/j1.3.log "$RUN"/attempts/j1.4.log
+  assert_output --regexp $'^(h[0-9]: uneven=\n){4}(h[0-9]: uneven=true\n?){3}$'
+  # The same failures with a floor of all 4 nodes: handed over as without a shrink, the reason in the log.
+  rm -rf "$RUN" && mkdir -p "$RUN" && printf '%s\n' "$layout" >"$RUN/layout.json"
+  run bash "$(job <<<'FAULTS=die@3:h2,die@5:h5,die@7:h6
+STEPS=12 FAILOVER_MIN_NODES=4')"
+  assert_failure 75
+  assert_output --partial "cannot shrink: 3 healthy node(s) < FAILOVER_MIN_NODES=4 (4 of 4)"
+  run ev stop verdict exit
+  assert_output '"resubmit" 75'
+}
+
 @test "deadline near: resubmit (75) without starting an attempt" {
   run bash "$(job <<<'export AGPT_DEADLINE_EPOCH=$((EPOCHSECONDS + 30)); FAILOVER_MIN_ATTEMPT_S=120')"
   assert_failure 75
@@ -302,13 +332,23 @@ SH
 }
 
 @test "the cleanup hook gets {hosts} and {hostfile} shell-quoted: a planted host list runs nothing" {
-  mkdir -p "$RUN/hosts" "$BATS_TEST_TMPDIR/a dir"
-  printf 'h1\n$(touch %s/pwned)\n' "$BATS_TEST_TMPDIR" >"$RUN/hosts/active"
-  run bash -c "source '$AGPT_ROOT/lib/failover.sh'; AGPT_RUN_DIR='$RUN'
-    FAILOVER_CLEANUP_HOOK='printf \"<%s>\\n\" {hosts} {nhosts}'; _failover_cleanup"
+  local run="$BATS_TEST_TMPDIR/a dir/run \$(touch $BATS_TEST_TMPDIR/pwned)"
+  mkdir -p "$run/hosts"
+  printf 'h1\nh2\n' >"$run/hosts/active"
+  run bash -c "source '$AGPT_ROOT/lib/failover.sh'; AGPT_RUN_DIR='$run'
+    FAILOVER_CLEANUP_HOOK='printf \"<%s>\\n\" {hosts} {nhosts} {hostfile}'; _failover_cleanup"
   assert_success
-  assert_line "<h1,\$(touch $BATS_TEST_TMPDIR/pwned)>"
+  assert_line "<h1,h2>"
   assert_line "<2>"
+  assert_line "<$run/hosts/active>"
+  assert [ ! -e "$BATS_TEST_TMPDIR/pwned" ]
+  # A host list that is not host names (planted by hand) runs nothing: the hook is refused, the loop goes on.
+  printf 'h1\n$(touch %s/pwned)\n' "$BATS_TEST_TMPDIR" >"$run/hosts/active"
+  run bash -c "source '$AGPT_ROOT/lib/failover.sh'; AGPT_RUN_DIR='$run'
+    FAILOVER_CLEANUP_HOOK='printf \"<%s>\\n\" {hosts}'; _failover_cleanup"
+  assert_success
+  assert_output --partial "not a host name"
+  assert_output --partial "cleanup hook failed (rc 2); relaunching anyway"
   assert [ ! -e "$BATS_TEST_TMPDIR/pwned" ]
 }
 

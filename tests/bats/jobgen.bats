@@ -95,7 +95,8 @@ conf() {  # conf NAME YAML-BODY: a config file holding only a job: section
   run agpt jobgen --site polaris --scheduler pbs --no-check -o my.pbs tiny.yaml
   assert_success
   run cat my.pbs
-  assert_line "export AGPT_HOME=\"\${AGPT_HOME:-$AGPT_ROOT}\""
+  assert_line "[[ -n \"\${AGPT_HOME:-}\" ]] || AGPT_HOME=$AGPT_ROOT"
+  assert_line "export AGPT_HOME"
   assert_line "export AGPT_CONFIG=$BATS_TEST_TMPDIR/tiny.yaml"
   assert_line "export AGPT_JOB_SCRIPT=$BATS_TEST_TMPDIR/my.pbs"
   assert_line "#PBS -l walltime=00:01:00"
@@ -170,9 +171,9 @@ refused() {
   refused a 'job: {nodse: 2}'
   assert_output "agpt jobgen: $c: job.nodse: unknown key (did you mean nodes?)"
   refused b 'job: {nodes: 0}'
-  assert_output "agpt jobgen: $c: job.nodes: must be a whole number > 0 (got 0)"
+  assert_output "agpt jobgen: $c: job.nodes: must be a whole number from 1 to 100000, got 0"
   refused c 'job: {nodes: 2, spares: -1}'
-  assert_output "agpt jobgen: $c: job.spares: must be a whole number >= 0 (got -1)"
+  assert_output "agpt jobgen: $c: job.spares: must be a whole number from 0 to 100000, got -1"
   refused d 'job: {walltime: 6h}'
   assert_output --partial "$c: job.walltime: '6h' does not parse"
   refused e 'job: {walltime: "01:75:00"}'

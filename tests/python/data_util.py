@@ -55,12 +55,12 @@ def sp_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def run_agpt(
-    *args: str, mpi: int = 0, cwd: Path | None = None, timeout: int = 120
+    *args: str, mpi: int = 0, cwd: Path | None = None, timeout: int = 120, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     cmd = [str(ROOT / "bin" / "agpt"), *args]
     if mpi:
         cmd = [str(ROOT / ".venv" / "bin" / "mpiexec"), "-n", str(mpi), *cmd]
-    return subprocess.run(cmd, capture_output=True, text=True, env=agpt_env(), cwd=cwd, timeout=timeout)
+    return subprocess.run(cmd, capture_output=True, text=True, env=agpt_env(env), cwd=cwd, timeout=timeout)
 
 
 def tokenize_cli(model: str | Path, inputs: Sequence[str | Path], out: str | Path, *extra: str,

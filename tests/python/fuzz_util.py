@@ -28,6 +28,12 @@ FUZZ_SLOW = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
+# A property whose every example runs whole commands (a job script generated and run): a tenth of the budget.
+FUZZ_HEAVY = settings(
+    max_examples=max(1, _N // 10),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 
 EXTREME_NUMBERS = st.one_of(
     st.sampled_from(

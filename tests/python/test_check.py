@@ -155,9 +155,8 @@ def _one_error(r: subprocess.CompletedProcess[str]) -> str:
 
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert "unknown site 'atlantis'" in _one_error(run("check", "jobs/configs/2b.yaml", "--site", "atlantis"))
-    assert "--nodes: must be at least 1 (got 0)" in _one_error(
-        run("check", "jobs/configs/2b.yaml", "--site", "aurora", "--nodes", "0")
-    )
+    r = run("check", "jobs/configs/2b.yaml", "--site", "aurora", "--nodes", "0")  # a usage error: line + hint
+    assert r.returncode == 2 and "--nodes: must be a whole number from 1 to 100000, got '0'" in r.stderr
     line = _one_error(run("check", "jobs/configs/80b.yaml", "--site", "aurora", "--nodes", "1", "--no-data"))
     assert line.startswith("agpt check: jobs/configs/80b.yaml: model: cannot fit in 64 GiB")
     assert (
@@ -279,3 +278,44 @@ def test_a_generated_job_script_refuses_missing_data_in_seconds_before_any_launc
     assert p.returncode == 2, p.stdout + p.stderr
     assert f"{path}: data.path: {tmp_path}/no-such-blend/manifest.json: missing" in p.stderr
     assert not list((tmp_path / "run" / "attempts").glob("*.log"))  # nothing was launched
+
+
+def test_the_local_tiers_memory_per_node_is_screened_against_the_nodes_memory(tmp_path: Path) -> None:
+    """On 32 Aurora nodes the 20B's local tier holds ~49 GiB of 1 TiB; on 2 Perlmutter nodes (256 GiB) it cannot,
+    and the job is refused before it queues, with what would fit."""
+    cfg = yaml.safe_load((ROOT / "jobs/configs/20b.yaml").read_text())
+    cfg["checkpoint"]["local_interval"] = 20
+    path = tmp_path / "20b-local.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    r = run("check", str(path), "--site", "aurora", "--no-data")
+    line = next(x for x in r.stdout.splitlines() if "local tier" in x)
+    assert re.match(r"\s+ok\s+local tier\s+48\.6 GiB per node at most \(6\.9 GiB of state per node", line), (
+        line
+    )
+    r = run("check", str(path), "--site", "perlmutter", "--nodes", "2", "--no-data")
+    assert r.returncode == 2
+    assert (f"{path}: checkpoint.local_interval: the local tier needs 778.3 GiB per node, more than 50% of 256 "
+            "GiB (site/perlmutter/profile.sh: SITE_HOST_MEM_GIB) that a tmpfs holds by default: run on 13 nodes "
+            "or more") in r.stderr  # fmt: skip
+    r = run("check", str(path), "--site", "generic", "--nodes", "2", "--no-data")
+    assert "sets no host memory (SITE_HOST_MEM_GIB)" in r.stdout
+
+
+def test_check_shows_the_node_counts_a_job_can_shrink_to_and_writes_the_loops_layout(tmp_path: Path) -> None:
+    """FAILOVER_SHRINK: the counts the failover loop may run on once the spares are gone, at what throughput,
+    and RUN_DIR/layout.json, the facts it decides from; a site or job that turns shrink off is told so."""
+    r = run("check", "--site", "perlmutter", "--nodes", "32", "--no-data", "--run-dir", str(tmp_path),
+            "jobs/configs/20b.yaml")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert (
+        "one node lost with no spare: 28 node(s) at 0.86 of full throughput (7 micro-steps, uneven)"
+        in r.stdout
+    )
+    assert re.search(r"runs on 31-28: 0\.86u, .* 16: 0\.50 \(nodes: throughput", r.stdout), r.stdout
+    lay = json.loads((tmp_path / "layout.json").read_text())
+    assert {k: lay[k] for k in ("nodes", "ranks_per_node", "tp", "global_batch", "micro_batch")} == {
+        "nodes": 32, "ranks_per_node": 4, "tp": 1, "global_batch": 768, "micro_batch": 1
+    }  # fmt: skip
+    r = run("check", "--site", "perlmutter", "--nodes", "32", "--no-data", "jobs/configs/20b.yaml",
+            env={"FAILOVER_SHRINK": "0"})  # fmt: skip
+    assert "shrink      off (FAILOVER_SHRINK=0): a failure with no spare left hands over" in r.stdout

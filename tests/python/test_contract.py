@@ -12,7 +12,7 @@ import yaml
 
 from agpt import errors, rundir
 from agpt.chain import Limits, verdict_of
-from agpt.failover import classify, hosts, plan, policy
+from agpt.failover import classify, plan, policy
 from agpt.sim import model as sim_model
 from agpt.watch import settings as watch
 
@@ -84,11 +84,15 @@ def test_settings_defaults_are_one_fact_in_bash_python_and_the_contract() -> Non
         "FAILOVER_BACKOFF": " ".join(f"{b:g}" for b in s.backoff),
         "FAILOVER_PROGRESS_RE": rundir.PROGRESS_RE,
     }
+    want["FAILOVER_MIN_NODES"] = s.min_nodes
     assert _bash_defaults("failover.sh", list(want) + list(WATCHDOG)) == {**want, **WATCHDOG}
+    # FAILOVER_SHRINK is empty when sourced: the site profile (SITE_FAILOVER_SHRINK), sourced later, decides.
+    assert _bash_defaults("failover.sh", ["FAILOVER_SHRINK"]) == {"FAILOVER_SHRINK": ""}
     chain = {"CHAIN_MAX_JOBS": str(limits.max_jobs), "CHAIN_MAX_NO_PROGRESS": str(limits.max_no_progress)}
     assert _bash_defaults("chain.sh", list(chain)) == chain
     rows = {r[0]: r[1] for r in _table("## Settings and their defaults")}
-    assert rows == {**want, **WATCHDOG, **chain, "FAILOVER_WALLTIME_MARGIN": f"{rundir.WALLTIME_MARGIN_S:g}"}
+    assert rows == {**want, **WATCHDOG, **chain, "FAILOVER_WALLTIME_MARGIN": f"{rundir.WALLTIME_MARGIN_S:g}",
+                    "FAILOVER_SHRINK": str(int(s.shrink))}  # fmt: skip
 
 
 # The watchdog settings lib/failover.sh hands `agpt watch`, as Python states them.
@@ -148,7 +152,7 @@ def test_the_simulators_models_hold_the_values_they_cite(path: Path) -> None:
             spares = re.search(r"\((\d+) at (\d+)\)", text[c.start() :].split("\n", 1)[0])
             assert spares is not None, where
             fallback = {"percent": rundir.SPARES_PERCENT, "minimum": rundir.SPARES_MIN}
-            assert hosts.default_spares(int(spares[2]), **fallback) == int(spares[1]), where  # type: ignore[arg-type]
+            assert rundir.spares_for(int(spares[2]), **fallback) == int(spares[1]), where  # type: ignore[arg-type]
         elif c["setting"]:
             assert f"{float(c['value']):g}" == WATCHDOG[c["setting"]], where
         else:

@@ -37,8 +37,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("heartbeats", ("agpt.heartbeat",)),
     ("run directory and shared formats", ("agpt.rundir", "agpt.ckptdir", "agpt.digest", "agpt.ours", "agpt.goodput",
                                           "agpt.hostlist", "agpt.jobconf", "agpt.yamlio", "agpt.progress",
+                                          "agpt.nodelocal", "agpt.localtier",
                                           "agpt.evals.records", "agpt.evals.alarm", "agpt.evals.due")),
-    ("base", ("agpt.errors", "agpt")),
+    ("base", ("agpt.errors", "agpt.numeric", "agpt.shellword", "agpt.proc", "agpt")),
 ]  # fmt: skip
 
 # The recovery path: these, and every module they import (standard library only, docs/contract.md).

@@ -90,12 +90,31 @@ def test_heartbeats_find_a_hung_host_in_one_attempt_where_blind_rotation_cannot(
     assert not named.person_stops
 
 
-def test_without_spares_a_node_failure_ends_the_job() -> None:
+def test_without_spares_a_node_failure_ends_the_job_unless_the_job_shrinks(tmp_path: Path) -> None:
     m = small(mix={"node": 1.0})
     with_spares = engine.simulate(m, seed=1)
-    without = engine.simulate(model.override(m, spares=0), seed=1)
-    assert without.jobs > with_spares.jobs
+    without = engine.simulate(model.override(m, spares=0, shrink=False), seed=1)
+    assert without.jobs > with_spares.jobs and without.shrinks == 0
     assert without.time["queue"] > with_spares.time["queue"]
+    # FAILOVER_SHRINK (the model's batch: 2 micro-steps on 64 nodes): the real planner relaunches on 43 nodes
+    # (3 micro-steps, as on 63) and keeps 20 healthy ones as spares; the job goes on, slower.
+    shrunk = engine.simulate(model.override(m, spares=0), seed=1, workdir=tmp_path)
+    assert shrunk.shrinks > 0 and shrunk.jobs < without.jobs and shrunk.shrunk_s > 0
+    events = [json.loads(x) for x in (tmp_path / "run" / "events.jsonl").read_text().splitlines()]
+    first = next(e for e in events if e.get("event") == "shrink")
+    assert (first["nodes_before"], first["nodes_after"], first["throughput"]) == (64, 43, 0.6667)
+    inside = sum(v for k, v in shrunk.time.items() if k not in ("queue", "waiting_for_a_person"))
+    assert inside == pytest.approx(shrunk.allocated_s, rel=1e-6)
+    assert shrunk.time["slow_steps"] > 0  # the shrunk steps' extra time
+
+
+def test_the_simulator_asks_for_the_spares_job_generation_asks_for(tmp_path: Path) -> None:
+    """4,096 nodes: rundir.spares_for gives 82 (not the 81 of splitting 4,096 hosts), and the loop's split of
+    that allocation gives back 4,096 active and 82 spare."""
+    sim = engine.Sim(model.override(model.load("aurora-20b"), nodes=4096), seed=1, workdir=tmp_path)
+    assert sim.spares == 82
+    split = hostlib.init_run_hosts(sim.run_dir, sim._allocation(), resolve_timeout=0)
+    assert (len(split.active), len(split.spare)) == (4096, 82)
 
 
 def test_512_nodes_of_the_aurora_20b_model_train_at_least_95_percent_of_the_allocation() -> None:
@@ -216,11 +235,17 @@ def test_failover_report_shows_the_runs_mtbf_ratio_and_recommended_interval(tmp_
         [str(BIN / "agpt"), "failover", "report", str(run)], env=agpt_env(), capture_output=True, text=True
     ).stdout
     assert "node MTBF" in text and "checkpoint.interval_s" in text
+    # No watch times (an older loop): the clock runs from the attempt's end; detection and teardown unknown.
     assert g["recovery"] == [
         {"failed": "j.1", "class": "node", "relaunched_s": 15.0, "started_s": 17.0, "built_s": 25.0,
-         "loaded_s": 35.0, "first_step_s": 45.0}
+         "loaded_s": 35.0, "first_step_s": 45.0, "tier": None, "from_partner": None, "since": "attempt end",
+         "stages": {"detection": None, "teardown": None, "relaunch": 15.0, "process start": 2.0,
+                    "model build": 8.0, "state restore": 10.0, "first step": 10.0}, "total_s": 45.0}
     ]  # fmt: skip
-    assert "recovery clock after j.1 (node" in text and "first step back +45.0 s" in text
+    assert (
+        "recovery clock after j.1 (node): relaunch 15.0 s, process start 2.0 s, model build 8.0 s, state "
+        "restore 10.0 s, first step 10.0 s; first step back 45.0 s after its attempt end"
+    ) in text
 
 
 def test_weibull_failures_keep_the_mean_rate() -> None:
@@ -251,3 +276,23 @@ def test_a_long_site_outage_is_waited_out_without_a_person() -> None:
     assert not any(k.startswith("repeat") for k in r.person_stops), r.person_stops
     assert r.time["waiting_for_a_person"] == 0
     assert r.steps > 0
+
+
+def test_the_local_tier_restores_in_the_job_from_memory_and_loses_fewer_steps() -> None:
+    """Node failures only: with the tier the relaunches in a job restore a local step (state restore in about a
+    second instead of the filesystem's reload), far fewer steps are redone, and its memory per node is stated;
+    a failure that reaches a new job is still restored from the global tier."""
+    m = small(mix={"node": 1.0})
+    base = engine.simulate(m, seed=1)
+    loc = engine.simulate(model.override(m, local_tier=True), seed=1)
+    assert loc.local is not None and loc.local["interval_s"] > 0 and loc.local["memory_gb_per_node"] > 0
+    tiers = {f.tier for f in loc.faults if f.back_s is not None}
+    assert "local" in tiers
+    for f in loc.faults:
+        if f.tier == "local":
+            assert f.stages["state restore"] < m.costs.load_s
+    assert sum(f.steps_lost for f in loc.faults) < sum(f.steps_lost for f in base.faults)
+    assert loc.time["lost_work"] < base.time["lost_work"]
+    clock = loc.as_dict()["recovery_clock_s"]
+    assert list(clock["stages"]) == ["detection", "relaunch", "process start", "model build", "state restore",
+                                     "first step"]  # fmt: skip

@@ -187,3 +187,16 @@ def test_show_json_names_file_and_line_of_every_key() -> None:
         "--gpus-per-task=1",
         "--gpu-bind=closest",
     ]
+
+
+def test_a_failure_domain_that_is_not_a_regular_expression_or_a_host_memory_that_is_not_a_number_is_refused(
+    tmp_path: Path,
+) -> None:
+    prof = copy_site(tmp_path)
+    text = prof.read_text().replace("SITE_HOST_MEM_GIB=1024", "SITE_HOST_MEM_GIB=1TiB")
+    prof.write_text(
+        text.replace("SITE_FAILURE_DOMAIN_RE='^(x[0-9]+c[0-9]+s[0-9]+)'", "SITE_FAILURE_DOMAIN_RE='^(x'")
+    )
+    joined = "\n".join(s.check_profile(prof).errors)
+    assert "SITE_HOST_MEM_GIB: '1TiB' is not a number >= 0" in joined
+    assert "SITE_FAILURE_DOMAIN_RE: not a regular expression" in joined

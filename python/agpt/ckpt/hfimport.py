@@ -43,6 +43,10 @@ def check_config(hf_dir: Path, cfg: Config) -> dict[str, Any]:
     path = hf_dir / "config.json"
     hc = _read_json(path)
     archs = hc.get("architectures") or []
+    if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
+        raise BadInput(f"{path}: architectures must be a list of names, got {archs!r:.60}")
+    if not isinstance(hc.get("rope_parameters") or {}, dict):
+        raise BadInput(f"{path}: rope_parameters must be an object, got {hc['rope_parameters']!r:.60}")
     if ARCH not in archs and hc.get("model_type") != "llama":
         raise BadInput(
             f"{path}: architecture {', '.join(archs) or hc.get('model_type') or '?'} is not {ARCH} "

@@ -17,7 +17,7 @@ from typing import Any
 
 from agpt import ckptdir
 from agpt.digest import file_sha256
-from agpt.errors import BadInput
+from agpt.errors import BadInput, CheckpointError
 from agpt.rundir import CKPT, COMPLETE
 from agpt.train import provenance
 
@@ -135,6 +135,14 @@ def _trainer_position(p: Path, md: Any, problems: list[str]) -> tuple[int | None
 
     want = {k: torch.empty((), dtype=torch.int64) for k in ("trainer.step", "trainer.consumed")}
     if not all(k in md.state_dict_metadata for k in want):
+        return None, None
+    # The files holding them are checked against .complete before they are read (read_metadata checked
+    # .metadata): a rank's shard is a fraction of the checkpoint, so info stays quick.
+    holding = sorted({str(v.relative_path) for k, v in (md.storage_data or {}).items() if k.fqn in want})
+    try:
+        ck.verify_digests(p, names=holding)
+    except CheckpointError as exc:
+        problems.append(str(exc))
         return None, None
     try:
         with warnings.catch_warnings():

@@ -91,7 +91,7 @@ def open_step(path: Path) -> StepDir:
         raise CheckpointError(f"{d.marker}: unreadable (expected JSON with an integer step)")
     if d.names_another_step is not None:
         raise CheckpointError(f"{d.marker}: says step {rec['step']}, the directory is {path.name}")
-    meta = ck.read_metadata(path)
+    meta = ck.verified_metadata(path)  # every pinned file's digest, before anything is unpickled
     ck.check_files(path, meta)
     ws = rec.get("world_size")
     return StepDir(

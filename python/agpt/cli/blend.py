@@ -6,14 +6,23 @@ from typing import Any
 
 import click
 
+from agpt import numeric
+from agpt.cli import params
 from agpt.cli.output import show
 
 
 @click.command(name="blend")
 @click.option("--file-list", required=True, help="Lines 'WEIGHT PREFIX CORPUS' (Megatron-DeepSpeed format).")
-@click.option("--seq-len", type=int, required=True, help="L: samples hold L+1 tokens.")
-@click.option("--num-samples", type=int, required=True, help="Samples in the blend (steps x global batch).")
-@click.option("--seed", type=int, default=1234, show_default=True, help="Shuffle seed.")
+@click.option(
+    "--seq-len", type=params.count(1, numeric.MAX_SEQ_LEN), required=True, help="L: samples hold L+1 tokens."
+)
+@click.option(
+    "--num-samples",
+    type=params.count(1, numeric.MAX_SAMPLES),
+    required=True,
+    help="Samples in the blend (steps x global batch).",
+)
+@click.option("--seed", type=params.SEED, default=1234, show_default=True, help="Shuffle seed.")
 @click.option("--output", required=True, help="Blend directory (index files + manifest.json).")
 @click.option("--tokenizer", default=None, help="Tokenizer model (default: the one tokenize recorded).")
 @click.option("--overwrite", is_flag=True, help="Replace another blend in --output.")

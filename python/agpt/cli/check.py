@@ -7,16 +7,23 @@ import sys
 import click
 
 from agpt import check as chk
+from agpt import numeric
+from agpt.cli import params
 from agpt.errors import EXIT_USAGE
 
 
 @click.command(name="check")
 @click.argument("config", type=click.Path(dir_okay=False))
 @click.option("--site", default=None, help="Site name or profile path (default: `agpt site detect`).")
-@click.option("--nodes", type=int, default=None, help="Nodes training (default: the config's job.nodes).")
+@click.option(
+    "--nodes",
+    type=params.count(1, numeric.MAX_NODES),
+    default=None,
+    help="Nodes training (default: the config's job.nodes).",
+)
 @click.option(
     "--ranks-per-node",
-    type=int,
+    type=params.count(1, numeric.MAX_RANKS_PER_NODE),
     default=None,
     help="Ranks per node (default: job.ranks_per_node, else the site's SITE_RANKS_PER_NODE).",
 )

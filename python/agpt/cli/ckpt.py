@@ -6,6 +6,10 @@ import json
 
 import click
 
+from agpt import numeric
+from agpt.cli import params
+from agpt.errors import BadInput
+
 
 @click.group(name="ckpt")
 def cli() -> None:
@@ -13,18 +17,14 @@ def cli() -> None:
 
 
 def _size(text: str) -> int:
+    """--max-shard-size: a size such as 5GB, 500MB or 2GiB, from a KB to a PiB (agpt.numeric)."""
     units = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
     t = text.strip().upper()
     num = t.rstrip("KMGIB")
     unit = t[len(num) :]
-    try:
-        value = float(num)
-    except ValueError:
-        value = -1.0
-    if unit not in units or value <= 0:
-        from agpt.errors import BadInput
-
+    if unit not in units:
         raise BadInput(f"--max-shard-size {text}: expected a size such as 5GB, 500MB or 2GiB")
+    value = numeric.number(num, "--max-shard-size", lo=1e3 / units[unit], hi=2**50 / units[unit])
     return int(value * units[unit])
 
 
@@ -81,7 +81,9 @@ def export_cmd(
 @click.argument("hf_dir")
 @click.option("--config", required=True, help="The new run's config; the folder must match its model.")
 @click.option("--run-dir", required=True, help="The new run's directory (must hold no checkpoint yet).")
-@click.option("--step", type=int, default=0, show_default=True, help="Step the checkpoint starts at.")
+@click.option(
+    "--step", type=params.count(0), default=0, show_default=True, help="Step the checkpoint starts at."
+)
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a dotted config key.")
 def import_cmd(hf_dir: str, config: str, run_dir: str, step: int, sets: tuple[str, ...]) -> None:
     """Write Hugging Face Llama weights HF_DIR as RUN_DIR/ckpt/step-STEP for `agpt train` to continue.
@@ -117,12 +119,30 @@ def info_cmd(path: str, as_json: bool) -> None:
 
 
 @cli.command(name="interval")
-@click.option("--nodes", type=int, required=True, help="nodes in the job (it dies when any one dies)")
-@click.option("--node-mtbf-h", type=float, required=True, help="one node's mean time between failures, hours")
-@click.option("--save-stall-s", type=float, required=True, help="seconds a save stalls training")
-@click.option("--load-s", type=float, default=0.0, show_default=True, help="seconds to load a checkpoint")
 @click.option(
-    "--restart-s", type=float, default=0.0, show_default=True, help="seconds to detect and relaunch"
+    "--nodes",
+    type=params.count(1, numeric.MAX_NODES),
+    required=True,
+    help="nodes in the job (it dies when any one dies)",
+)
+@click.option(
+    "--node-mtbf-h",
+    type=params.Number(lo=1e-3, hi=1e9),
+    required=True,
+    help="one node's mean time between failures, hours",
+)
+@click.option(
+    "--save-stall-s", type=params.seconds(1e-6), required=True, help="seconds a save stalls training"
+)
+@click.option(
+    "--load-s", type=params.seconds(), default=0.0, show_default=True, help="seconds to load a checkpoint"
+)
+@click.option(
+    "--restart-s",
+    type=params.seconds(),
+    default=0.0,
+    show_default=True,
+    help="seconds to detect and relaunch",
 )
 @click.option("--json", "as_json", is_flag=True, help="print the figures as JSON")
 def interval_cmd(

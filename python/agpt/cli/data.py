@@ -6,6 +6,8 @@ import json
 
 import click
 
+from agpt.cli import params
+
 
 @click.group(name="data")
 def cli() -> None:
@@ -37,7 +39,7 @@ def verify_cmd(directory: str, level: str, tokenizer: str | None) -> None:
 @cli.command(name="inspect")
 @click.argument("directory")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@click.option("--show", type=int, default=0, help="Detokenize the first K samples.")
+@click.option("--show", type=params.count(0, 10**6), default=0, help="Detokenize the first K samples.")
 def inspect_cmd(directory: str, as_json: bool, show: int) -> None:
     """Per-corpus requested vs effective weight, epochs and tokens of a blend."""
     from agpt.data.report import format_report, inspect

@@ -8,6 +8,8 @@ from typing import Any
 
 import click
 
+from agpt import numeric
+from agpt.cli import params
 from agpt.errors import BadInput
 
 
@@ -38,13 +40,18 @@ def _table(rec: dict[str, Any]) -> str:
 @click.option("--config", default=None, type=click.Path(dir_okay=False),
               help="The run's config: eval.tasks, eval.task_items, train.seq_len and the alarm's margins.")  # fmt: skip
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a key of --config.")
-@click.option("--limit", type=int, default=None, help="Items per task (default: eval.task_items, else all).")
+@click.option(
+    "--limit", type=params.count(0), default=None, help="Items per task (default: eval.task_items, else all)."
+)
 @click.option("--scorer", type=click.Choice(["lm-eval", "agpt"]), default="lm-eval", show_default=True,
               help="lm-evaluation-harness (transformers), or agpt's in-loop scorer on the same weights.")  # fmt: skip
 @click.option("--run-dir", default=None, type=click.Path(file_okay=False),
               help="Append the result to RUN_DIR/eval.jsonl (with --step) and raise the regression alarm.")  # fmt: skip
 @click.option(
-    "--step", type=int, default=None, help="The training step of EXPORT_DIR (default: from a step-N name)."
+    "--step",
+    type=params.count(0),
+    default=None,
+    help="The training step of EXPORT_DIR (default: from a step-N name).",
 )
 @click.option(
     "--held", is_flag=True, help="Evaluate every checkpoint of --run-dir held for evaluation (the eval job)."
@@ -52,24 +59,33 @@ def _table(rec: dict[str, Any]) -> str:
 @click.option("--keep-exports", is_flag=True, help="With --held: keep RUN_DIR/exports/step-N after scoring.")
 @click.option("--dtype", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True,
               help="The dtype the weights are scored in.")  # fmt: skip
-@click.option("--batch-size", type=int, default=8, show_default=True, help="Sequences per forward.")
+@click.option(
+    "--batch-size", type=params.count(1, 1 << 20), default=8, show_default=True, help="Sequences per forward."
+)
 @click.option(
     "--device",
     default="auto",
     show_default=True,
     help="lm-eval's device: auto (cuda, else xpu, else cpu), cpu, cuda, ...",
 )
-@click.option("--max-length", type=int, default=0,
+@click.option("--max-length", type=params.count(0, numeric.MAX_SEQ_LEN), default=0,
               help="Tokens a row may hold (default: train.seq_len with --config, else the export's).")  # fmt: skip
 @click.option("--tasks-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Keep the task YAMLs and JSONL written for lm-eval here (reusable with lm_eval --include_path).")  # fmt: skip
 @click.option(
     "--cost", is_flag=True, help="Print what one in-loop evaluation of --config costs against a step."
 )
-@click.option("--ranks", type=int, default=0,
+@click.option("--ranks", type=params.count(0, numeric.MAX_NODES * numeric.MAX_RANKS_PER_NODE), default=0,
               help="With --cost: ranks of the job (default: job.nodes x job.ranks_per_node, else 1).")  # fmt: skip
-@click.option("--rows", type=int, default=0, help="With --cost and no task files: rows (items x choices) ...")
-@click.option("--row-tokens", type=int, default=0, help="... of this many tokens each.")
+@click.option(
+    "--rows",
+    type=params.count(0, 1 << 40),
+    default=0,
+    help="With --cost and no task files: rows (items x choices) ...",
+)
+@click.option(
+    "--row-tokens", type=params.count(0, numeric.MAX_SEQ_LEN), default=0, help="... of this many tokens each."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the record as JSON.")
 def cli(export_dir: str | None, task: tuple[str, ...], config: str | None, sets: tuple[str, ...], limit: int | None,
         scorer: str, run_dir: str | None, step: int | None, held: bool, keep_exports: bool, dtype: str,

@@ -4,12 +4,28 @@ from __future__ import annotations
 
 import click
 
+from agpt.cli import params
+
 
 @click.command(name="lr-find")
 @click.option("--config", required=True, type=click.Path(dir_okay=False), help="Run config YAML.")
-@click.option("--steps", type=int, default=100, show_default=True, help="Steps in the sweep.")
-@click.option("--lr-min", type=float, default=1e-6, show_default=True, help="First learning rate.")
-@click.option("--lr-max", type=float, default=1.0, show_default=True, help="Last learning rate.")
+@click.option(
+    "--steps", type=params.count(2, 10**6), default=100, show_default=True, help="Steps in the sweep."
+)
+@click.option(
+    "--lr-min",
+    type=params.Number(lo=1e-30, hi=1e6),
+    default=1e-6,
+    show_default=True,
+    help="First learning rate.",
+)
+@click.option(
+    "--lr-max",
+    type=params.Number(lo=1e-30, hi=1e6),
+    default=1.0,
+    show_default=True,
+    help="Last learning rate.",
+)
 @click.option("--out", default=None, help="PNG path (default RUN_DIR/lr_find.png or ./lr_find.png).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a dotted config key.")
 def cli(

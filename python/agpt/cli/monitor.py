@@ -7,13 +7,15 @@ from pathlib import Path
 
 import click
 
+from agpt.cli import params
+
 
 @click.command(name="monitor")
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @click.option("--once", is_flag=True, help="Print one frame and exit (for scripts and job logs).")
 @click.option(
     "--interval",
-    type=click.FloatRange(0.2, 3600),
+    type=params.Number(lo=0.2, hi=3600, unit="seconds"),
     default=2.0,
     show_default=True,
     help="Seconds between frames.",

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import click
 
+from agpt import numeric
+from agpt.cli import params
 from agpt.errors import ConfigError
 from agpt.sim import engine, model, sweep, validate
 
@@ -19,21 +21,13 @@ def _spares(value: str | None) -> int | str | None:
         return "keep"
     if value == "auto":
         return None
-    try:
-        n = int(value)
-    except ValueError:
-        raise ConfigError(f"--spares: a count or 'auto', got {value!r}") from None
-    if n < 0:
-        raise ConfigError(f"--spares: must not be negative, got {n}")
-    return n
+    return numeric.whole(value, "--spares (a count or 'auto')", maximum=numeric.MAX_NODES)
 
 
 def _load(spec: str, nodes: int | None, spares: str | None, days: float | None) -> model.FaultModel:
     m = model.load(spec)
     kw: dict[str, object] = {}
     if nodes is not None:
-        if nodes < 1:
-            raise ConfigError(f"--nodes: must be at least 1, got {nodes}")
         kw["nodes"] = nodes
     sp = _spares(spares)
     if sp != "keep":
@@ -43,6 +37,14 @@ def _load(spec: str, nodes: int | None, spares: str | None, days: float | None) 
             raise ConfigError(f"--days: must be greater than 0, got {days}")
         kw["horizon_days"] = days
     return model.override(m, **kw) if kw else m
+
+
+def _counts(text: str, flag: str, lo: int, hi: int) -> list[int]:
+    """A comma list of whole numbers from LO to HI (at least one), each through agpt.numeric."""
+    values = [numeric.whole(x, flag, minimum=lo, maximum=hi) for x in text.split(",") if x.strip()]
+    if not values:
+        raise ConfigError(f"{flag}: a comma list of at least one whole number, got {text!r}")
+    return values
 
 
 @click.group(name="sim")
@@ -56,13 +58,32 @@ def cli() -> None:
 
 @cli.command(name="run")
 @click.option("--model", "spec", default="aurora-20b", show_default=True, help=MODEL_HELP)
-@click.option("--nodes", type=int, help="active nodes (default: the model's)")
+@click.option("--nodes", type=params.count(1, numeric.MAX_NODES), help="active nodes (default: the model's)")
 @click.option("--spares", help="spare nodes, or 'auto' (~2%, at least 4)")
 @click.option("--heartbeats/--no-heartbeats", default=None, help="hangs named by heartbeats")
 @click.option("--async-save/--sync-save", default=None, help="async or blocking checkpoint saves")
-@click.option("--interval-s", type=float, help="checkpoint.interval_s: save by time instead of steps")
-@click.option("--days", type=float, help="simulated days (default: the model's horizon_days)")
-@click.option("--seed", type=int, default=1, show_default=True)
+@click.option(
+    "--interval-s", type=params.seconds(), help="checkpoint.interval_s: save by time instead of steps"
+)
+@click.option("--interval", "interval_steps", type=params.count(), help="checkpoint.interval: steps between "
+              "saves (0: by --interval-s alone)")  # fmt: skip
+@click.option("--local-tier/--no-local-tier", default=None,
+              help="the local checkpoint tier, saving at Daly's interval for its own stall")  # fmt: skip
+@click.option("--local-interval-s", type=params.seconds(), help="the local tier's interval instead of Daly's")
+@click.option("--local-stage-gb-s", type=params.Number(lo=0, hi=1e6), help="the local save's staging copy, "
+              "GB/s per device (model: costs.local_stage_gb_s)")  # fmt: skip
+@click.option(
+    "--days",
+    type=params.Number(lo=0, hi=numeric.MAX_DAYS),
+    help="simulated days (default: the model's horizon_days)",
+)
+@click.option(
+    "--shrink/--no-shrink", default=None, help="FAILOVER_SHRINK: fewer nodes when the spares run out"
+)
+@click.option(
+    "--min-nodes", help="FAILOVER_MIN_NODES: a count, or a fraction of the nodes (default: the model's)"
+)
+@click.option("--seed", type=params.SEED, default=1, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="print the whole result as JSON")
 def run_cmd(
     spec: str,
@@ -71,13 +92,32 @@ def run_cmd(
     heartbeats: bool | None,
     async_save: bool | None,
     interval_s: float | None,
+    interval_steps: int | None,
+    local_tier: bool | None,
+    local_interval_s: float | None,
+    local_stage_gb_s: float | None,
     days: float | None,
+    shrink: bool | None,
+    min_nodes: str | None,
     seed: int,
     as_json: bool,
 ) -> None:
     """One simulated run: effective ratio, where the time went, the stops that need a person."""
     m = _load(spec, nodes, spares, days)
+    for flag, v in (("--local-interval-s", local_interval_s), ("--local-stage-gb-s", local_stage_gb_s)):
+        if v is not None and not v > 0:
+            raise ConfigError(f"{flag}: must be greater than 0, got {v}")
+    if local_stage_gb_s is not None:
+        m.costs.local_stage_gb_s = local_stage_gb_s
+    if interval_steps is not None:
+        if interval_steps < 0:
+            raise ConfigError(f"--interval: must not be negative, got {interval_steps}")
+        m.train.checkpoint_interval = interval_steps
     kw: dict[str, object] = {}
+    if shrink is not None:
+        kw["shrink"] = shrink
+    if min_nodes is not None:
+        kw["min_nodes"] = min_nodes
     if heartbeats is not None:
         kw["heartbeats"] = heartbeats
     if async_save is not None:
@@ -86,8 +126,12 @@ def run_cmd(
         if interval_s < 0:
             raise ConfigError(f"--interval-s: must not be negative, got {interval_s}")
         kw["checkpoint_interval_s"] = interval_s
+    if local_tier is not None or local_interval_s is not None:
+        kw["local_tier"] = local_tier is not False
     if kw:
         m = model.override(m, **kw)
+    if local_interval_s is not None and m.train.local:
+        m.train.local_interval_s = local_interval_s
     r = engine.simulate(m, seed=seed)
     d = r.as_dict()
     if as_json:
@@ -102,12 +146,26 @@ def run_cmd(
         f"steps per node-hour vs ideal {r.vs_ideal:.4f}; {r.steps} steps kept"
     )
     click.echo(f"failures {len(r.faults)} {d['failures_by_class']}; attempts {r.attempts}; jobs {r.jobs}")
+    if m.failover.shrink:
+        click.echo(f"shrinks {r.shrinks} (FAILOVER_MIN_NODES={m.failover.min_nodes}): {r.shrunk_s / 3600:.1f} h "
+                   "on fewer nodes")  # fmt: skip
+    else:
+        click.echo("shrinks: off (FAILOVER_SHRINK=0)")
     click.echo("time: " + ", ".join(f"{k.replace('_', ' ')} {v / 3600:.2f} h" for k, v in r.time.items()))
     clock = d["recovery_clock_s"]
     click.echo(
         f"recovery clock (mean, s after the failure): detected {clock['detected']}, relaunched "
         f"{clock['relaunched']}, first step back {clock['first_step_back']}"
     )
+    if r.local is not None:
+        lt = r.local
+        click.echo(
+            f"local tier: a save every {lt['interval_s']:g} s, stalling {lt['stall_s']:g} s, complete {lt['write_s']:g} s "
+            f"later; restore {lt['restore_s']:g} s ({clock.get('local_restores', 0)} restores); "
+            f"{lt['state_gb_per_device']:g} GB per device, {lt['memory_gb_per_node']:g} GB per node at most; first "
+            f"step back after a node failure {clock.get('first_step_back_node')} s (mean); stages: "
+            + ", ".join(f"{k} {v}" for k, v in (clock.get("stages") or {}).items())
+        )
     stops = ", ".join(f"{v} {k}" for k, v in r.person_stops.items()) or "none"
     click.echo(f"stops that needed a person: {stops}")
 
@@ -115,7 +173,11 @@ def run_cmd(
 @cli.command(name="table")
 @click.option("--model", "spec", default="aurora-20b", show_default=True, help=MODEL_HELP)
 @click.option("--nodes", default="512,1024,2048,4096", show_default=True, help="comma list of node counts")
-@click.option("--days", type=float, help="simulated days per row (default: the model's horizon_days)")
+@click.option(
+    "--days",
+    type=params.Number(lo=0, hi=numeric.MAX_DAYS),
+    help="simulated days per row (default: the model's horizon_days)",
+)
 @click.option("--seeds", default="1", show_default=True, help="comma list of seeds, averaged")
 @click.option(
     "--out",
@@ -124,30 +186,39 @@ def run_cmd(
     show_default=True,
     help="folder for goodput.md and goodput.png",
 )
-def table_cmd(spec: str, nodes: str, days: float | None, seeds: str, out: Path) -> None:
-    """The goodput table and figure (docs/sim/): every node count with and without spares, heartbeats, async saves."""
+@click.option("--variant", "only", multiple=True, help="only this variant (repeatable): "
+              + ", ".join(repr(v) for v, _ in sweep.VARIANTS))  # fmt: skip
+def table_cmd(
+    spec: str, nodes: str, days: float | None, seeds: str, out: Path, only: tuple[str, ...]
+) -> None:
+    """The goodput table and figure (docs/sim/): every node count as shipped, with heartbeats, with the local
+    checkpoint tier, without spares and with synchronous saves."""
     m = _load(spec, None, None, days)
-    try:
-        ns = [int(x) for x in nodes.split(",") if x.strip()]
-        ss = [int(x) for x in seeds.split(",") if x.strip()]
-    except ValueError:
+    variants = [v for v in sweep.VARIANTS if not only or v[0] in only]
+    unknown = [v for v in only if v not in dict(sweep.VARIANTS)]
+    if unknown:
         raise ConfigError(
-            f"--nodes/--seeds: comma lists of whole numbers, got {nodes!r} / {seeds!r}"
-        ) from None
-    if not ns or min(ns) < 1:
-        raise ConfigError(f"--nodes: node counts of at least 1, got {nodes!r}")
-    if not ss:
-        raise ConfigError("--seeds: at least one seed")
+            f"--variant: {unknown[0]!r} is not one of {', '.join(repr(v) for v, _ in sweep.VARIANTS)}"
+        )
+    ns = _counts(nodes, "--nodes", 1, numeric.MAX_NODES)
+    ss = _counts(seeds, "--seeds", 0, 2**63 - 1)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(
+            f"--out: {out} exists and is not a folder (goodput.md and goodput.png go in a folder)"
+        )
     from agpt.progress import Progress
 
-    with Progress(len(ns) * len(sweep.VARIANTS) * len(ss), "sim table", unit="runs") as bar:
+    with Progress(len(ns) * len(variants) * len(ss), "sim table", unit="runs") as bar:
 
         def done(line: str) -> None:  # each simulation's result line, above the bar
             bar.write(line)
             bar.update()
 
-        rows = sweep.sweep(m, nodes=ns, seeds=ss, progress=done)
-    out.mkdir(parents=True, exist_ok=True)
+        rows = sweep.sweep(m, nodes=ns, seeds=ss, variants=variants, progress=done)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"--out: cannot create {out} ({e.strerror})") from None
     text = sweep.table(rows, m) + "\n\n" + sweep.headline(rows, nodes=ns[0]) + "\n"
     (out / "goodput.md").write_text(text)
     sweep.plot(rows, out / "goodput.png", m)
@@ -157,7 +228,11 @@ def table_cmd(spec: str, nodes: str, days: float | None, seeds: str, out: Path) 
 
 @cli.command(name="chaos")
 @click.option(
-    "--seed", type=int, default=1, show_default=True, help="the chaos test's --seed (its fault schedule)"
+    "--seed",
+    type=params.SEED,
+    default=1,
+    show_default=True,
+    help="the chaos test's --seed (its fault schedule)",
 )
 def chaos_cmd(seed: int) -> None:
     """The chaos test's run, simulated: steps lost per fault and the effective ratio against its record."""

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from agpt.cli import params
+
 
 @click.command(name="smoke")
 @click.option(
@@ -12,7 +14,9 @@ import click
     type=click.Path(dir_okay=False),
     help="Config (default jobs/configs/smoke.yaml).",
 )
-@click.option("--steps", type=int, default=50, show_default=True, help="Steps to run and compare.")
+@click.option(
+    "--steps", type=params.count(1, 10**6), default=50, show_default=True, help="Steps to run and compare."
+)
 @click.option(
     "--baseline", required=True, type=click.Path(dir_okay=False), help="Baseline file to compare or write."
 )

@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from agpt.cli import params
 from agpt.cli.output import show
 
 
@@ -16,14 +17,28 @@ from agpt.cli.output import show
 @click.option(
     "--text-key", default="text", show_default=True, help="JSON field / parquet column of the text."
 )
-@click.option("--workers", type=int, default=0, help="Worker processes per rank (0: one per CPU).")
-@click.option("--shard-tokens", type=int, default=1 << 30, show_default=True, help="Tokens per shard.")
+@click.option(
+    "--workers", type=params.count(0, 1024), default=0, help="Worker processes per rank (0: one per CPU)."
+)
+@click.option(
+    "--shard-tokens",
+    type=params.count(1, 1 << 40),
+    default=1 << 30,
+    show_default=True,
+    help="Tokens per shard.",
+)
 @click.option("--append-eod/--no-append-eod", default=True, show_default=True, help="End documents with EOD.")
 @click.option("--bos", is_flag=True, help="Start documents with BOS.")
 @click.option(
     "--doc-per-file", is_flag=True, help="A .txt file is one document (default: blank-line blocks)."
 )
-@click.option("--chunk-bytes", type=int, default=64 << 20, show_default=True, help="Work unit size.")
+@click.option(
+    "--chunk-bytes",
+    type=params.count(1, 1 << 40),
+    default=64 << 20,
+    show_default=True,
+    help="Work unit size.",
+)
 @click.option("--name", default="data", show_default=True, help="Shard name prefix: NAME_00000.bin/.idx.")
 @click.option("--corpus", default="", help="Corpus name in filelist.txt (default: the output dir's name).")
 @click.option("--skip-empty", is_flag=True, help="Drop empty documents instead of failing.")

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import click
 
+from agpt.cli import params
+
 
 @click.command(name="train")
 @click.option("--config", "config", required=True, type=click.Path(dir_okay=False), help="Run config YAML.")
 @click.option("--run-dir", default=None, help="Run directory (checkpoints, progress); default $AGPT_RUN_DIR.")
-@click.option("--steps", type=int, default=None, help="Train to this step (train.steps).")
+@click.option("--steps", type=params.count(0), default=None, help="Train to this step (train.steps).")
 @click.option(
-    "--ckpt-interval", type=int, default=None, help="Steps between checkpoints (checkpoint.interval)."
+    "--ckpt-interval",
+    type=params.count(0),
+    default=None,
+    help="Steps between checkpoints (checkpoint.interval).",
 )
 @click.option(
     "--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a dotted key, e.g. optim.lr=1e-3."

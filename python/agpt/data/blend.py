@@ -32,6 +32,7 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -134,6 +135,8 @@ def _find_tokenizer(entries: list[Entry], explicit: str | None) -> tuple[str, st
     found: dict[str, str] = {}
     recorded: dict[Path, dict[str, str] | None] = {}
     for e in entries:
+        if not Path(mmidx.idx_path(e.prefix)).is_file():  # before its folder's tokenize.json is looked for
+            raise DataError(f"{mmidx.idx_path(e.prefix)}: missing (the shard on file list line {e.line})")
         meta = Path(e.prefix).parent / "tokenize.json"
         if meta not in recorded:
             try:
@@ -301,6 +304,12 @@ def plan(entries: list[Entry], num_samples: int) -> tuple[list[str], np.ndarray,
 
 
 def build(s: BlendSettings, comm: Comm | None = None) -> dict[str, Any]:
+    """Build the blend, rank 0 holding --output's lock (agpt.data.workdir.lock): two runs on one
+    --output are refused, not raced."""
+    return workdir.locked_run(Path(s.output).resolve(), "agpt blend", lambda take: _build(s, comm, take))
+
+
+def _build(s: BlendSettings, comm: Comm | None, take_lock: Callable[[], None]) -> dict[str, Any]:
     """Build the blend into `s.output`; every rank calls this; rank 0 returns the report."""
     comm = comm or world()
     t0 = time.monotonic()
@@ -318,7 +327,7 @@ def build(s: BlendSettings, comm: Comm | None = None) -> dict[str, Any]:
     key = mf.cache_key(
         tokenizer_sha256=tok[1], files=files, seq_len=s.seq_len, num_samples=s.num_samples, seed=s.seed
     )
-    if comm.on_root(lambda: _prepare(out, key, s.overwrite)) == "done":
+    if comm.on_root(lambda: _prepare(out, key, s.overwrite, take_lock)) == "done":
         if comm.rank != 0:
             return {}
         done = mf.load(out)
@@ -385,8 +394,9 @@ def _file_indices(s: BlendSettings, comm: Comm, out: Path, files: list[dict[str,
     return epochs
 
 
-def _prepare(out: Path, key: str, overwrite: bool) -> str:
+def _prepare(out: Path, key: str, overwrite: bool, take_lock: Callable[[], None]) -> str:
     """Rank 0: 'done' when `out` already holds this exact blend; refuse to clobber another one."""
+    take_lock()  # --output is this run's from here (agpt.data.workdir.lock)
     workdir.ensure_output(out)
     if (out / mf.MANIFEST).exists():
         try:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -86,6 +87,9 @@ def _check_shape(path: Path, m: dict[str, Any]) -> None:
     def is_int(v: Any) -> bool:
         return type(v) is int and v >= 0
 
+    def is_num(v: Any) -> bool:
+        return type(v) in (int, float) and math.isfinite(v) and v >= 0
+
     tok: Any = m.get("tokenizer")
     need(isinstance(tok, dict) and isinstance(tok.get("sha256"), str), "tokenizer", "an object with sha256")
     need(isinstance(tok.get("path"), str), "tokenizer.path", "a string")
@@ -116,9 +120,31 @@ def _check_shape(path: Path, m: dict[str, Any]) -> None:
             isinstance(rec, dict) and is_int(rec.get("bytes")), f"index_files.{name}.bytes", "a whole number"
         )
         need(isinstance(rec.get("sha256"), str), f"index_files.{name}.sha256", "a string")
+    # The fields `agpt data inspect` (agpt.data.report) reads: when present, of the type every reader needs (a
+    # hand-made manifest may leave them out; inspect then shows them as unknown).
     for key in ("num_samples", "seq_len", "seed"):
         if key in m:
             need(is_int(m[key]), key, "a whole number >= 0")
+    for key in ("cache_key", "dtype"):
+        if key in m:
+            need(isinstance(m[key], str), key, "a string")
+    for i, f in enumerate(files):
+        if "corpus" in f:
+            need(isinstance(f["corpus"], str), f"files[{i}].corpus", "a string")
+        for k in ("docs", "tokens", "samples"):
+            if k in f:
+                need(is_int(f[k]), f"files[{i}].{k}", "a whole number >= 0")
+        for k in ("weight", "epochs"):
+            if k in f:
+                need(is_num(f[k]), f"files[{i}].{k}", "a finite number >= 0")
+    corpora: Any = m.get("corpora", [])
+    need(isinstance(corpora, list), "corpora", "a list")
+    for i, c in enumerate(corpora):
+        need(isinstance(c, dict) and isinstance(c.get("name"), str), f"corpora[{i}].name", "a string")
+        for k in ("samples", "tokens"):
+            need(is_int(c.get(k)), f"corpora[{i}].{k}", "a whole number >= 0")
+        for k in ("weight_requested", "weight_effective", "epochs"):
+            need(is_num(c.get(k)), f"corpora[{i}].{k}", "a finite number >= 0")
 
 
 def unpinned_bins(manifest: dict[str, Any]) -> int:

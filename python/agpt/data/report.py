@@ -11,7 +11,7 @@ from agpt.data import manifest as mf
 def format_report(manifest: dict[str, Any]) -> str:
     """Per corpus: requested vs effective weight, samples, tokens held, epochs (repeats flagged)."""
     rows = [("corpus", "weight", "effective", "samples", "tokens", "epochs", "")]
-    for c in manifest["corpora"]:
+    for c in manifest.get("corpora") or []:
         note = "repeated" if c["epochs"] > 1 else ""
         rows.append(
             (
@@ -26,15 +26,16 @@ def format_report(manifest: dict[str, Any]) -> str:
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows]
-    repeated = [c["name"] for c in manifest["corpora"] if c["epochs"] > 1]
+    repeated = [c["name"] for c in manifest.get("corpora") or [] if c["epochs"] > 1]
     if repeated:
         lines.append(
             f"note: {', '.join(repeated)} asked for more tokens than held: repeated in epochs "
             "(each epoch reshuffled)"
         )
+    n, seq = manifest.get("num_samples"), manifest.get("seq_len")
     lines.append(
-        f"{manifest['num_samples']:,} samples of {manifest['seq_len'] + 1} tokens, seed {manifest['seed']}, "
-        f"{len(manifest['files'])} shards"
+        f"{'?' if n is None else format(n, ',')} samples of {'?' if seq is None else seq + 1} tokens, "
+        f"seed {'?' if manifest.get('seed') is None else manifest['seed']}, {len(manifest['files'])} shards"
     )
     return "\n".join(lines)
 
@@ -42,11 +43,13 @@ def format_report(manifest: dict[str, Any]) -> str:
 def inspect(directory: str | Path, show: int = 0) -> dict[str, Any]:
     """The manifest's mixture, plus the first `show` samples detokenized (needs the tokenizer)."""
     m = mf.load(directory)
+    # mf.load checked every field's type; one a hand-made manifest leaves out is None (unknown) here
     info: dict[str, Any] = {
-        k: m[k] for k in ("cache_key", "seq_len", "num_samples", "seed", "corpora", "tokenizer", "dtype")
+        k: m.get(k) for k in ("cache_key", "seq_len", "num_samples", "seed", "corpora", "tokenizer", "dtype")
     }
+    info["corpora"] = info["corpora"] or []
     info["files"] = [
-        {k: f[k] for k in ("prefix", "corpus", "weight", "docs", "tokens", "samples", "epochs")}
+        {k: f.get(k) for k in ("prefix", "corpus", "weight", "docs", "tokens", "samples", "epochs")}
         for f in m["files"]
     ]
     if show > 0:

@@ -22,12 +22,14 @@ import multiprocessing as mp
 import os
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from agpt import shellword
 from agpt.data import mmidx, workdir
 from agpt.data.dist import Comm, local_ranks, world
 from agpt.data.readers import Chunk, expand_inputs, iter_documents, plan_chunks
@@ -74,6 +76,15 @@ class TokenizeSettings:
             raise BadInput(f"--name {self.name!r}: must be a plain file name prefix")
         if not self.text_key:
             raise BadInput("--text-key: must not be empty")
+        # filelist.txt holds `WEIGHT PREFIX CORPUS` lines that `agpt blend` splits on white space: a shard prefix
+        # (the output folder's absolute path) or a corpus name with a space, a `#` or a control character in it
+        # would write a list that blend refuses.
+        for flag, value in (("--output", str(Path(self.output).resolve())), ("--corpus", self.corpus)):
+            if any(c.isspace() or c == "#" for c in value) or shellword.CONTROL.search(value):
+                raise BadInput(
+                    f"{flag} {shellword.printable(value)!r}: holds a space, '#' or a control character; "
+                    f"{FILELIST} lists 'WEIGHT PREFIX CORPUS' as words"
+                )
 
 
 @dataclass(kw_only=True, slots=True)
@@ -357,11 +368,17 @@ def _prepare(s: TokenizeSettings, out: Path, ident: dict[str, Any]) -> str:
 
 
 def run(s: TokenizeSettings, comm: Comm | None = None) -> dict[str, Any]:
+    """Tokenize, rank 0 holding --output's lock (agpt.data.workdir.lock): two runs on one
+    --output are refused, not raced."""
+    return workdir.locked_run(Path(s.output).resolve(), "agpt tokenize", lambda take: _run(s, comm, take))
+
+
+def _run(s: TokenizeSettings, comm: Comm | None, take_lock: Callable[[], None]) -> dict[str, Any]:
     """Tokenize `s.inputs` into `s.output`; every rank calls this; rank 0 returns the full report."""
     comm = comm or world()
     t0 = time.monotonic()
     out = Path(s.output).resolve()
-    state = comm.on_root(lambda: _plan(s, out))
+    state = comm.on_root(lambda: _plan(s, out, take_lock))
     if state["status"] == "done":
         if comm.rank != 0:
             return {}
@@ -382,7 +399,7 @@ def run(s: TokenizeSettings, comm: Comm | None = None) -> dict[str, Any]:
     return report
 
 
-def _plan(s: TokenizeSettings, out: Path) -> dict[str, Any]:
+def _plan(s: TokenizeSettings, out: Path, take_lock: Callable[[], None]) -> dict[str, Any]:
     """Rank 0: check the tokenizer and the output, and plan the chunks (none when the output is up to date)."""
     sp = load(s.model)
     if s.append_eod and sp.eos_id() < 0:
@@ -392,6 +409,7 @@ def _plan(s: TokenizeSettings, out: Path) -> dict[str, Any]:
     model_sha = file_sha256(s.model)
     files = expand_inputs(s.inputs)
     ident = _identity(s, files, model_sha)
+    take_lock()  # --output is this run's from here (agpt.data.workdir.lock)
     status = _prepare(s, out, ident)
     return {
         "status": status,

@@ -7,15 +7,20 @@ delete: the tools write MARKER into every `.work` they create and refuse a non-e
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import stat
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from agpt.errors import BadInput
 from agpt.ours import ours_or_empty
 
 WORK = ".work"
 MARKER = ".agpt-work"
+LOCK = ".agpt-lock"  # flock'ed by the one run writing DIR
 
 
 def ensure_output(out: Path, flag: str = "--output") -> None:
@@ -62,3 +67,36 @@ def make(work: Path, tool: str) -> None:
     """Create WORK (if missing) and mark it as this tool's."""
     work.mkdir(exist_ok=True)
     (work / MARKER).write_text(f"scratch space of {tool}: deleted when it finishes\n")
+
+
+@contextlib.contextmanager
+def lock(out: Path, tool: str) -> Iterator[None]:
+    """Hold OUT/.agpt-lock (flock, exclusive) while TOOL writes OUT: a second `agpt tokenize` or `agpt blend` on
+    the same --output is refused at once with one line, instead of both writing its files and one crashing.
+    The kernel drops the lock when its holder dies, so a killed run never leaves it held."""
+    ensure_output(out)
+    path = out / LOCK
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise BadInput(f"--output {out}: cannot open its lock {path} ({exc.strerror})") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise BadInput(
+                f"--output {out}: another {tool} is writing it ({path} is held); wait for it to finish, "
+                "or use another --output"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{tool} pid {os.getpid()}\n".encode())
+        yield
+    finally:
+        os.close(fd)
+
+
+def locked_run(out: Path, tool: str, body: Callable[[Callable[[], None]], Any]) -> Any:
+    """BODY(take): rank 0 calls take() once its inputs are checked and before it writes OUT (inside the block
+    whose errors every rank learns); from then until BODY returns it holds OUT's lock (lock())."""
+    with contextlib.ExitStack() as stack:
+        return body(lambda: stack.enter_context(lock(out, tool)))

@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
+from agpt import numeric
 from agpt.errors import BadInput
 from agpt.failover import attribution, evidence, scan
 from agpt.failover import patterns as pat
@@ -45,6 +46,7 @@ from agpt.rundir import PROGRESS_RE as DEFAULT_PROGRESS_RE
 from agpt.rundir import WALLTIME_MARGIN_S as DEFAULT_MARGIN_S
 
 DEFAULT_MAX_MB = 256  # FAILOVER_CLASSIFY_MAX_MB: beyond it, the head and the tail of the log are read
+MAX_MB = 1 << 20  # ... at most a TiB of it
 
 
 def compile_progress(source: str, where: str) -> re.Pattern[bytes]:
@@ -79,10 +81,8 @@ def classify(
     else:
         progress = compile_progress(progress_re, "--progress-re")
     if max_mb is None:
-        max_mb = _number(os.environ.get("FAILOVER_CLASSIFY_MAX_MB") or None, "FAILOVER_CLASSIFY_MAX_MB")
-        max_mb = DEFAULT_MAX_MB if max_mb is None else max_mb
-    if max_mb < 0:
-        raise BadInput(f"FAILOVER_CLASSIFY_MAX_MB/--max-mb: must be >= 0 (0: read it all), got {max_mb:g}")
+        max_mb = numeric.env_number(os.environ, "FAILOVER_CLASSIFY_MAX_MB", DEFAULT_MAX_MB, lo=0, hi=MAX_MB)
+    max_mb = numeric.number(max_mb, "FAILOVER_CLASSIFY_MAX_MB/--max-mb", lo=0, hi=MAX_MB)
     max_bytes = int(max_mb * scan.MIB)
     matcher = HostMatcher(hosts=list(hosts), ipmap=list(ipmap or []))
     now = time.time() if now is None else now
@@ -200,16 +200,11 @@ def _parser() -> _Parser:
     return p
 
 
-def _number(text: str | None, flag: str, *, allow_empty: bool = False) -> float | None:
-    if text is None or (allow_empty and text.strip() in ("", "0")):
+def _deadline(text: str | None) -> float | None:
+    """--deadline: '' or 0 (lib/failover.sh passes an unknown one so) is none; else an epoch time."""
+    if text is None or text.strip() in ("", "0"):
         return None
-    try:
-        value = float(text)
-    except ValueError:
-        raise BadInput(f"{flag}: not a number: '{text}'") from None
-    if value != value or value in (float("inf"), float("-inf")):
-        raise BadInput(f"{flag}: not a finite number: '{text}'")
-    return value
+    return numeric.epoch(text, "--deadline")
 
 
 def parse_rc(text: str) -> int:
@@ -229,15 +224,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = _parser().parse_args(argv)
         rc = parse_rc(args.rc)
-        deadline = _number(args.deadline, "--deadline", allow_empty=True)
-        now = _number(args.now, "--now")
+        deadline = _deadline(args.deadline)
+        now = None if args.now is None else numeric.number(args.now, "--now", lo=0, hi=numeric.MAX_EPOCH)
         margin_text = args.walltime_margin
         margin_flag = "--walltime-margin"
         if margin_text is None and os.environ.get("FAILOVER_WALLTIME_MARGIN"):
             margin_text, margin_flag = os.environ["FAILOVER_WALLTIME_MARGIN"], "FAILOVER_WALLTIME_MARGIN"
-        margin = _number(margin_text, margin_flag)
-        if margin is not None and margin < 0:
-            raise BadInput(f"{margin_flag}: must be >= 0, got {margin_text}")
+        margin = None if margin_text is None else numeric.seconds(margin_text, margin_flag)
         if not Path(args.log).is_file():
             raise BadInput(f"log not found: {args.log}")
         hosts = read_hostfile(args.hostfile)
@@ -259,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
             sets,
             margin_s=DEFAULT_MARGIN_S if margin is None else margin,
             progress_re=args.progress_re,
-            max_mb=_number(args.max_mb, "--max-mb"),
+            max_mb=None if args.max_mb is None else numeric.number(args.max_mb, "--max-mb", lo=0, hi=MAX_MB),
         )
         if ipmap_note:
             result.notes.insert(0, ipmap_note)

@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agpt import rundir
+from agpt import numeric, proc, rundir
 from agpt.errors import BadInput
-from agpt.failover.each import run_each, write_prefixed
+from agpt.failover.each import run_each, run_hook, write_prefixed
 
 BLIND = "blind"
 
@@ -72,6 +72,14 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def write_hosts(path: Path, hosts: Sequence[str]) -> None:
+    """Replace a hosts/* list.  Every host passes the host-name rule and none is listed twice (whatever the caller
+    read them from: an allocation, a flag, an event read back), so a list written is a list every reader takes."""
+    seen: set[str] = set()
+    for h in hosts:
+        rundir.check_host(h, str(path))
+        if h in seen:
+            raise BadInput(f"{path}: {h} would be listed twice")
+        seen.add(h)
     write_atomic(path, "".join(f"{h}\n" for h in hosts))
 
 
@@ -125,12 +133,7 @@ def append_bad(
 ) -> None:
     """Append `host<TAB>time<TAB>jobid<TAB>evidence|blind` lines (one write, O_APPEND)."""
     when = time.time() if now is None else now
-    hosts = list(hosts)
-    wrong = [h for h in hosts if not rundir.valid_host(h)]
-    if wrong:
-        raise BadInput(
-            f"{path}: not a host name: {wrong[0][:80]!r} (allowed: letters, digits, '.', '_', '-')"
-        )
+    hosts = [rundir.check_host(h, str(path)) for h in hosts]
     ev = BLIND if evidence == BLIND else _one_line(evidence)
     jid = "".join(str(jobid).split())  # a field of its own: no tab, no newline
     text = "".join(f"{h}\t{when:.0f}\t{jid}\t{ev}\n" for h in hosts)
@@ -368,6 +371,9 @@ def swap(
             ins = spare[: len(outs)]
         else:
             ins = list(swap_in)
+            twice = sorted({h for h in ins if ins.count(h) > 1})
+            if twice:
+                raise BadInput(f"failover hosts swap: --in names {','.join(twice)} more than once")
             unknown = [h for h in ins if h not in spare and h not in returned]
             if unknown:
                 raise BadInput(f"failover hosts swap: not a spare: {','.join(unknown)}")
@@ -386,6 +392,36 @@ def swap(
                 rh.path("bad"), outs, jobid=jobid, evidence=BLIND if blind else (evidence or "named"), now=now
             )
         return SwapResult(swap_out=outs, swap_in=ins, returned=[h for h in returned if h not in active])
+
+
+def shrink(
+    run_dir: Path,
+    out: Sequence[str],
+    active_after: Sequence[str],
+    *,
+    jobid: str = "",
+    evidence: str = "",
+    now: float | None = None,
+) -> SwapResult:
+    """Run on fewer hosts (agpt.failover.shrink): hosts/active becomes `active_after` (active hosts and spares),
+    the hosts of `out` are appended to hosts/bad, and the active hosts neither kept nor out go to the end of
+    hosts/spare.  BadInput when a host of `active_after` is neither active nor a spare, or is also out."""
+    with rundir.locked(run_dir / rundir.HOSTS_LOCK):
+        rh = RunHosts(run_dir=run_dir)
+        active, spare = rh.active(), rh.spare()
+        outs = list(dict.fromkeys(out))
+        wrong = [h for h in active_after if h in outs or (h not in active and h not in spare)]
+        if wrong or len(set(active_after)) != len(active_after) or any(h not in active for h in outs):
+            raise BadInput(
+                f"failover hosts shrink: {','.join(wrong) or ','.join(outs)}: out, twice, or unknown"
+            )
+        keep = set(active_after)
+        to_spare = [h for h in active if h not in keep and h not in outs]
+        write_hosts(rh.path("spare"), [h for h in spare if h not in keep] + to_spare)  # first: see swap()
+        write_hosts(rh.path("active"), list(active_after))
+        if outs:
+            append_bad(rh.path("bad"), outs, jobid=jobid, evidence=evidence or "named", now=now)
+        return SwapResult(swap_out=outs, swap_in=[h for h in active_after if h in spare], returned=to_spare)
 
 
 def mark_bad(run_dir: Path, hosts: Sequence[str], *, jobid: str, evidence: str) -> None:
@@ -451,10 +487,7 @@ def _read_allocation(args: argparse.Namespace) -> list[str]:
 def _opt_int(v: str | None, flag: str) -> int | None:
     if v is None or v == "":
         return None
-    try:
-        return int(v)
-    except ValueError:
-        raise BadInput(f"failover hosts: {flag} must be an integer, got '{v}'") from None
+    return numeric.whole(v, flag, maximum=numeric.MAX_NODES)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -463,7 +496,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _seconds(flag: str) -> Any:
-    return lambda v: rundir.seconds(v, flag)
+    return numeric.flag(flag, lo=0, hi=numeric.MAX_SECONDS, unit="seconds")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -502,7 +535,12 @@ def _parser() -> argparse.ArgumentParser:
     p = _per_host(sub, "preflight", "run a command per host ({host}); evict the hosts where it fails", 120.0)
     p.add_argument("--jobid", default="")
     p.add_argument("--log", help="write every host's output here, [host]-prefixed")
-    _per_host(sub, "each", "run a command per active host ({host}), e.g. a cleanup hook", 60.0)
+    _per_host(
+        sub,
+        "each",
+        "run a command per active host ({host}), or once ({hosts} {nhosts} {hostfile}), e.g. a cleanup hook",
+        60.0,
+    )
     return ap
 
 
@@ -512,7 +550,7 @@ def _per_host(sub: Any, name: str, help_text: str, timeout: float) -> _Parser:
     p.add_argument("--run-dir", required=True)
     p.add_argument("--cmd", required=True)
     p.add_argument("--timeout", type=_seconds("--timeout"), default=timeout)
-    p.add_argument("--workers", type=int, default=32)
+    p.add_argument("--workers", type=numeric.flag("--workers", lo=1, hi=1024, integer=True), default=32)
     return p
 
 
@@ -527,6 +565,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"agpt: error: {e}\n")
         return e.exit_code
     run_dir = Path(args.run_dir)
+    if args.sub in ("each", "preflight"):
+        proc.end_all_on_signals()  # killed while hooks run: their process groups end with it
     try:
         if args.sub == "init":
             split = init_run_hosts(
@@ -571,14 +611,10 @@ def main(argv: list[str] | None = None) -> int:
                 _say(f"preflight evicted {len(evicted)} host(s): {','.join(evicted)}")
             print(json.dumps({"evicted": evicted}))
         elif args.sub == "each":
-            hosts = RunHosts(run_dir=run_dir).active()
-            outputs, failed = run_each(hosts, args.cmd, timeout=args.timeout, workers=args.workers)
-            for h in hosts:
-                for line in outputs.get(h, "").splitlines():
-                    print(f"[{h}] {line}")
-            for h, why in failed.items():
-                _say(f"{h}: {why}")
-            return 1 if failed else 0
+            rh = RunHosts(run_dir=run_dir)
+            return run_hook(
+                rh.active(), rh.path("active"), args.cmd, timeout=args.timeout, workers=args.workers
+            )
     except BadInput as e:
         sys.stderr.write(f"agpt: error: {e}\n")
         return e.exit_code

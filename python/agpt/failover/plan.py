@@ -21,9 +21,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from agpt import ckptdir, rundir
+from agpt import ckptdir, numeric, rundir
 from agpt.errors import BadInput
 from agpt.failover import hosts as hostlib
+from agpt.failover import shrink as shrinklib
 from agpt.failover.policy import Attempt, Plan, Settings, before_attempt, decide, effective_class
 from agpt.rundir import CLASSES
 
@@ -43,7 +44,7 @@ def scan_steps(log: Path, pattern: str = DEFAULT_PROGRESS_RE) -> tuple[int | Non
     last: int | None = None
     count = 0
     try:
-        with open(log, "rb") as f:
+        with rundir.open_regular(log) as f:
             while True:
                 chunk = f.readline(1 << 16)
                 if not chunk:
@@ -72,6 +73,11 @@ def read_events(path: Path) -> list[dict[str, Any]]:
     return rundir.read_jsonl(path)
 
 
+def _hosts(v: Any) -> list[str]:
+    """The host names of a record's list (anything else in it is dropped)."""
+    return [h for h in v if rundir.valid_host(h)] if isinstance(v, list) else []
+
+
 def _clean_event(ev: dict[str, Any]) -> dict[str, Any]:
     """An attempt record as decide() reads it: numbers that are numbers, `swapped` a dict (records are data)."""
     out = dict(ev)
@@ -81,11 +87,10 @@ def _clean_event(ev: dict[str, Any]) -> dict[str, Any]:
     sw = ev.get("swapped")
     if not isinstance(sw, dict):
         sw = {}
+    # Hosts read back pass the host-name rule: a record is data, never the source of a host list.
     out["swapped"] = {
-        "out": [h for h in sw.get("out") or [] if isinstance(h, str)]
-        if isinstance(sw.get("out"), list)
-        else [],
-        "in": [h for h in sw.get("in") or [] if isinstance(h, str)] if isinstance(sw.get("in"), list) else [],
+        "out": _hosts(sw.get("out")),
+        "in": _hosts(sw.get("in")),
         "blind": bool(sw.get("blind")),
     }
     out["class"] = ev.get("class") if isinstance(ev.get("class"), str) else "crash"
@@ -207,10 +212,7 @@ def _opt(v: str | None, parse: Any, default: Any) -> Any:
 
 def _settings(args: argparse.Namespace) -> Settings:
     def backoff(text: str) -> tuple[float, ...]:
-        try:
-            return tuple(float(x) for x in text.replace(",", " ").split())
-        except ValueError:
-            raise BadInput(f"failover plan: --backoff wants seconds like '5 10 20', got '{text}'") from None
+        return tuple(rundir.seconds(x, "FAILOVER_BACKOFF/--backoff") for x in text.replace(",", " ").split())
 
     try:
         re.compile(args.progress_re or DEFAULT_PROGRESS_RE)
@@ -231,7 +233,18 @@ def _settings(args: argparse.Namespace) -> Settings:
             args.min_attempt_s, lambda v: rundir.seconds(v, "FAILOVER_MIN_ATTEMPT_S"), d.min_attempt_s
         ),
         backoff=_opt(args.backoff, backoff, d.backoff),
+        shrink=_opt(getattr(args, "shrink", None), _switch("FAILOVER_SHRINK"), d.shrink),
+        min_nodes=_opt(getattr(args, "min_nodes", None), str, d.min_nodes),
     )
+
+
+def _switch(name: str) -> Any:
+    def parse(v: str) -> bool:
+        if v.strip() not in ("0", "1"):
+            raise BadInput(f"{name}: 0 or 1, got {v!r}")
+        return v.strip() == "1"
+
+    return parse
 
 
 class _Parser(argparse.ArgumentParser):
@@ -269,6 +282,10 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--max-blind", help=f"FAILOVER_MAX_BLIND (default {d.max_blind})")
     ap.add_argument("--min-attempt-s", help=f"FAILOVER_MIN_ATTEMPT_S (default {d.min_attempt_s:g})")
     ap.add_argument("--backoff", help=f"FAILOVER_BACKOFF (default '{' '.join(f'{b:g}' for b in d.backoff)}')")
+    ap.add_argument(
+        "--shrink", help=f"FAILOVER_SHRINK, 0 or 1 (default {int(d.shrink)}; '': SITE_FAILOVER_SHRINK)"
+    )
+    ap.add_argument("--min-nodes", help=f"FAILOVER_MIN_NODES: a count or a fraction (default {d.min_nodes})")
     ap.add_argument("--apply", action="store_true", help="do it: swap hosts, append events.jsonl")
     ap.add_argument(
         "--shell", action="store_true", help="print `ACTION EXIT BACKOFF_S ATTEMPT` instead of JSON"
@@ -301,8 +318,7 @@ def run(args: argparse.Namespace, extra: Sequence[str] = ()) -> Plan:
     unless --classification names the classifier's JSON); with --apply the swaps and events are written."""
     settings = _settings(args)
     run_dir = Path(args.run_dir)
-    now = time.time() if args.now is None else rundir.epoch(args.now, "--now")
-    assert now is not None
+    now = time.time() if args.now is None else numeric.number(args.now, "--now", lo=0, hi=numeric.MAX_EPOCH)
     deadline = rundir.epoch(args.deadline, "--deadline")
     events_path = run_dir / rundir.EVENTS
     events = read_events(events_path)
@@ -320,15 +336,30 @@ def run(args: argparse.Namespace, extra: Sequence[str] = ()) -> Plan:
         return plan
 
     att, record = _ended_attempt(args, run_dir, now=now, deadline=deadline, extra=extra)
-    plan = decide(
-        att, active=active, spare=spare, history=history, settings=settings, now=now, deadline=deadline
-    )
+    plan = decide(att, active=active, spare=spare, history=history, settings=settings, now=now,
+                  deadline=deadline, layout=_layout(run_dir) if settings.shrink else None)  # fmt: skip
     if args.apply:
         swapped = _act(run_dir, args.jobid, att, plan)
         append_event(events_path, _attempt_event(args.jobid, att, record, swapped, plan, active))
+        if plan.shrink is not None:
+            append_event(events_path, _shrink_event(args.jobid, att, plan, now))
         if plan.action == "stop":
             append_event(events_path, _stop_event(args.jobid, args.attempt, plan, now))
     return plan
+
+
+def _layout(run_dir: Path) -> shrinklib.Layout | str:
+    """The job's layout.json for a shrink, or why there is none."""
+    try:
+        return shrinklib.read_layout(run_dir)
+    except BadInput as e:
+        return str(e)
+
+
+def _shrink_event(jobid: str, att: Attempt, plan: Plan, now: float) -> dict[str, Any]:
+    """The `shrink` line of events.jsonl (docs/contract.md): the node count before and after, and its cost."""
+    return {"event": "shrink", "jobid": jobid, "attempt": att.attempt, "time": round(now, 3), **(plan.shrink or {}),
+            "out": plan.swap_out, "in": plan.swap_in, "reason": plan.reason}  # fmt: skip
 
 
 def _ended_attempt(
@@ -374,6 +405,7 @@ def _ended_attempt(
         "started": started,
         "ended": ended if ended is not None else round(now, 3),
         "log": str(log.relative_to(run_dir)) if log and _under(log, run_dir) else args.log,
+        **(rundir.times_of(log) if log else {}),  # the watch's last progress line and first sign of the end
     }
     return att, record
 
@@ -382,7 +414,10 @@ def _act(run_dir: Path, jobid: str, att: Attempt, plan: Plan) -> dict[str, Any]:
     """Do what the plan says to the host lists (the swap, the hosts proven bad); what was swapped."""
     swapped: dict[str, Any] = {"out": [], "in": [], "blind": plan.blind, "returned": []}
     evidence = "; ".join(att.evidence[:2]) or att.cls
-    if plan.action == "relaunch" and plan.swap_out:
+    if plan.action == "relaunch" and plan.shrink is not None:
+        r = hostlib.shrink(run_dir, plan.swap_out, plan.shrink["hosts"], jobid=jobid, evidence=evidence)
+        swapped.update({"out": r.swap_out, "in": r.swap_in, "to_spare": r.returned})
+    elif plan.action == "relaunch" and plan.swap_out:
         r = hostlib.swap(
             run_dir,
             plan.swap_out,
@@ -420,6 +455,8 @@ def _attempt_event(
         "last_step": att.last_step,
         "ckpt_step": att.ckpt_step,
         "started": record["started"],
+        "last_progress": record.get("last_progress"),
+        "detected": record.get("detected"),
         "ended": record["ended"],
         "hosts": list(active),
         "log": record["log"],
@@ -437,7 +474,10 @@ def _summary(args: argparse.Namespace, plan: Plan) -> str:
     if plan.action == "stop":
         return f"{head}: stop, {plan.verdict} (exit {plan.exit}): {plan.reason}"
     swap = ""
-    if plan.swap_out:
+    if plan.shrink is not None:
+        swap = f"; out {','.join(plan.swap_out)}" + (f", in {','.join(plan.swap_in)}" if plan.swap_in else "") + (
+            f", back to the spares {','.join(plan.to_spare)}" if plan.to_spare else "")  # fmt: skip
+    elif plan.swap_out:
         swap = (
             f"; swap {','.join(plan.swap_out)} -> {','.join(plan.swap_in)}{' (blind)' if plan.blind else ''}"
         )

@@ -29,7 +29,9 @@ The rules, in order (why in brackets):
    `last_heard`), then in rank order; when the failure recurs unchanged, the host evicted last time is
    cleared and goes back to the end of the spare list, so a rotation needs one spare, not one per host.
    `system`: same hosts.  `app`: no swap.  Not enough spares -> stop `resubmit` (75) after progress in this job
-   (a new allocation continues; the hosts proven bad are recorded so it avoids them), else `failed` (1).
+   (a new allocation continues; the hosts proven bad are recorded so it avoids them), else `failed` (1); but
+   for named hosts with FAILOVER_SHRINK on, a relaunch on the healthy hosts left when agpt.failover.shrink finds
+   a count that keeps the global batch within FAILOVER_MIN_NODES (its refusal is then part of the stop's reason).
 6. Backoff: FAILOVER_BACKOFF[k], k = the attempts in a row without progress (or in a row of `system`) minus one.
    If the deadline leaves less than FAILOVER_MIN_ATTEMPT_S after the backoff -> stop `resubmit` (75): never
    start an attempt that cannot reach a checkpoint.
@@ -43,6 +45,7 @@ from typing import Any
 
 from agpt import rundir
 from agpt.errors import EXIT_RESUBMIT, EXIT_USAGE, BadInput
+from agpt.failover import shrink as shrinklib
 from agpt.rundir import BLIND_CLASSES, CLASSES
 
 NO_SUCH_COMMAND = (
@@ -62,8 +65,11 @@ class Settings:
     max_blind: int = 8
     min_attempt_s: float = 600.0
     backoff: tuple[float, ...] = (5.0, 10.0, 20.0, 40.0, 60.0)
+    shrink: bool = True  # FAILOVER_SHRINK (a site forbids it with SITE_FAILOVER_SHRINK=0)
+    min_nodes: str = shrinklib.MIN_NODES  # FAILOVER_MIN_NODES: a count, or a fraction of the job's nodes
 
     def __post_init__(self) -> None:
+        shrinklib.min_nodes(self.min_nodes, 1)  # BadInput naming FAILOVER_MIN_NODES
         for name, v, least in (
             ("MAX_ATTEMPTS", self.max_attempts, 1),
             ("MAX_REPEAT", self.max_repeat, 2),
@@ -117,6 +123,8 @@ class Plan:
     mark_bad: list[str] = field(default_factory=list)
     backoff_s: float = 0.0
     reason: str = ""
+    to_spare: list[str] = field(default_factory=list)  # a shrink: healthy hosts put back as spares
+    shrink: dict[str, Any] | None = None  # a shrink: the `shrink` event's figures (agpt.failover.shrink)
 
     def as_dict(self) -> dict[str, Any]:
         """The plan as `agpt failover plan` prints it: every field, by its name."""
@@ -232,8 +240,10 @@ def decide(
     settings: Settings,
     now: float,
     deadline: float | None = None,
+    layout: shrinklib.Layout | str | None = None,
 ) -> Plan:
     """The next step after attempt `att`; `history` holds this job's earlier attempt events, oldest first.
+    `layout`: the job's RUN_DIR/layout.json for a shrink, or why there is none.
 
     The rules of the module's docstring, in its order: the attempt's own end (1), a deterministic failure (2),
     no progress (3), the attempt limit (4), the swap (5), the backoff and the deadline (6).
@@ -252,6 +262,8 @@ def decide(
     if stop is not None:
         return stop
     plan = _swap(att, cls, named, active=active, spare=spare, history=history, progressed=progressed)
+    if plan.action == "stop" and named and len(spare) < len(named):
+        plan = _shrink_or_stop(plan, named, active=active, spare=spare, settings=settings, layout=layout)
     if plan.action == "stop":
         return plan
     plan.backoff_s = _backoff(att, history, settings)
@@ -361,3 +373,35 @@ def _swap(
     else:
         plan.reason = "'app': an application error every rank hits; no swap"
     return plan
+
+
+def _shrink_or_stop(
+    stop: Plan,
+    named: list[str],
+    *,
+    active: Sequence[str],
+    spare: Sequence[str],
+    settings: Settings,
+    layout: shrinklib.Layout | str | None,
+) -> Plan:
+    """Rule 5's shrink: more named hosts than spares, FAILOVER_SHRINK on: a relaunch on the healthy hosts when
+    agpt.failover.shrink finds a count that keeps the global batch; else the stop, its reason saying why not."""
+    if not settings.shrink:
+        stop.reason += "; not shrinking (FAILOVER_SHRINK=0)"
+        return stop
+    if not isinstance(layout, shrinklib.Layout):
+        stop.reason += f"; cannot shrink: {layout or 'the job has no layout'}"
+        return stop
+    sh = shrinklib.plan(layout, active=active, spare=spare, named=named, floor_spec=settings.min_nodes)
+    if isinstance(sh, str):
+        stop.reason += f"; cannot shrink: {sh}"
+        return stop
+    return Plan(
+        action="relaunch",
+        swap_out=named,
+        swap_in=sh.swap_in,
+        to_spare=sh.to_spare,
+        shrink=sh.record,
+        reason=f"'node': the log names {','.join(named)}, {len(spare)} spare(s) left: shrink {sh.before} -> "
+        f"{sh.after} nodes (FAILOVER_SHRINK), {sh.reason}",
+    )

@@ -23,6 +23,7 @@ from agpt import goodput as gp
 from agpt.errors import BadInput
 from agpt.evals import records
 from agpt.failover import hosts
+from agpt.failover import shrink as shrinklib
 from agpt.heartbeat.format import STACKS_SUFFIX
 
 
@@ -48,6 +49,7 @@ class AttemptRow:
     reason: str = ""
     steps_made: int = 0
     lost_s: float | None = None
+    nodes: int | None = None  # hosts the attempt ran on
 
     @property
     def duration_s(self) -> float | None:
@@ -82,6 +84,7 @@ class AttemptRow:
             "bad_hosts": self.bad_hosts,
             "evidence": self.evidence,
             "reason": self.reason,
+            "nodes": self.nodes,
         }
 
 
@@ -102,6 +105,8 @@ class Report:
     evaluation: dict[str, Any] | None = (
         None  # eval.jsonl: newest record per scorer, bests (agpt.evals.records)
     )
+    nodes: dict[str, shrinklib.JobNodes] = field(default_factory=dict)  # per job: node counts, shrinks, cost
+    measured: dict[str, Any] | None = None  # tokens/s at each device count (metrics.jsonl)
 
     def totals(self) -> dict[str, Any]:
         proven = sum(len(a.swapped_out) for a in self.attempts if a.swapped_out and not a.blind)
@@ -131,6 +136,9 @@ class Report:
             "verdict": last.get("verdict"),
             "exit": last.get("exit"),
             "reason": last.get("reason"),
+            "shrinks": sum(len(j.shrinks) for j in self.nodes.values()),
+            "shrunk_s": _round(sum(j.shrunk_s for j in self.nodes.values())),
+            "shrink_cost_s": _round(sum(j.cost_s for j in self.nodes.values())),
         }
 
     def as_dict(self) -> dict[str, Any]:
@@ -146,6 +154,9 @@ class Report:
             "stragglers": self.stragglers,
             "stacks": self.stacks,
             "evaluation": self.evaluation,
+            "nodes": {jid: j.as_dict() for jid, j in self.nodes.items()},
+            "shrinks": [e for j in self.nodes.values() for e in j.shrinks],
+            "throughput_by_devices": self.measured,
         }
 
 
@@ -220,6 +231,7 @@ def _row(ev: dict[str, Any]) -> AttemptRow:
         bad_hosts=_strs(ev.get("bad_hosts")),
         evidence=str(evidence or ""),
         reason=str(ev.get("reason") or ""),
+        nodes=len(ev["hosts"]) if isinstance(ev.get("hosts"), list) else None,
     )
 
 
@@ -307,7 +319,24 @@ def build(run_dir: str | Path) -> Report:
         stacks=[f"{p}/" for p in sorted((d / rundir.ATTEMPTS).glob(f"*{STACKS_SUFFIX}")) if p.is_dir()],
         resume_step=ckptdir.resume_step(d),
         evaluation=records.summary(d, notes=notes),
+        nodes=shrinklib.history(events),
+        measured=_throughput_by_devices(d / rundir.METRICS, notes),
     )
+
+
+def _throughput_by_devices(path: Path, notes: list[str]) -> dict[str, Any] | None:
+    """Mean tokens/s of the whole job at each device count of metrics.jsonl (what a shrink cost, measured);
+    None when the trainer wrote none or only one device count."""
+    if not path.is_file():
+        return None
+    by: dict[int, list[float]] = {}
+    for r in read_jsonl(path, notes):
+        dev, tps = _int(r.get("devices")), _num(r.get("tokens_per_s_per_device"))
+        if dev and tps is not None and (_int(r.get("steps")) or 0) > 0:
+            by.setdefault(dev, []).append(tps * dev)
+    if len(by) < 2:
+        return None
+    return {str(k): round(sum(v) / len(v), 1) for k, v in sorted(by.items(), reverse=True)}
 
 
 # --- text ----------------------------------------------------------------------------------------------------
@@ -365,13 +394,14 @@ def render(rep: Report) -> str:
     return "\n".join(lines) + "\n"
 
 
-HEADER = ("JOB", "#", "START (UTC)", "DURATION", "RC", "CLASS", "STEPS", "LOST", "SWAP")
+HEADER = ("JOB", "#", "START (UTC)", "DURATION", "NODES", "RC", "CLASS", "STEPS", "LOST", "SWAP")
 
 
 def row_cells(a: AttemptRow) -> tuple[str, ...]:
     """One attempt's cells of the timeline (also the table of `agpt report --html`)."""
     return (a.jobid, str(a.attempt), fmt_time(a.started), fmt_duration(a.duration_s),
-            "-" if a.rc is None else str(a.rc), a.cls, _steps(a), fmt_duration(a.lost_s), _swap(a))  # fmt: skip
+            "?" if a.nodes is None else str(a.nodes), "-" if a.rc is None else str(a.rc), a.cls, _steps(a),
+            fmt_duration(a.lost_s), _swap(a))  # fmt: skip
 
 
 def _timeline(rep: Report) -> list[str]:
@@ -394,15 +424,39 @@ def _timeline(rep: Report) -> list[str]:
     return lines + [_stop_line(s) for s in stops]
 
 
+def shrink_lines(rep: Report) -> list[str]:
+    """Each shrink (node count before and after, what it kept and cost) and the throughput measured at each
+    device count (`agpt monitor` prints the same lines)."""
+    lines = []
+    for s in (e for j in rep.nodes.values() for e in j.shrinks):
+        lines.append(f"  {fmt_time(_num(s.get('time')))}  job {s.get('jobid')} after attempt {s.get('attempt')}: "
+                     f"{s.get('nodes_before')} -> {s.get('nodes_after')} nodes (job: {s.get('nodes_full')}), "
+                     f"{s.get('micro_steps_full')} -> {s.get('micro_steps')} micro-steps per step: "
+                     f"{_num(s.get('throughput')) or 0:.2f} of full throughput"
+                     f"{', uneven split' if s.get('uneven') else ''}")  # fmt: skip
+    for j in rep.nodes.values():
+        if j.shrunk_s:
+            lines.append(f"  job {j.jobid}: {j.text} nodes; {fmt_duration(_round(j.shrunk_s))} on fewer nodes cost "
+                         f"{fmt_duration(_round(j.cost_s))} of full-speed training (planned throughput)")  # fmt: skip
+    if rep.measured:
+        lines.append(
+            "  measured tokens/s: " + ", ".join(f"{v:g} on {k} devices" for k, v in rep.measured.items())
+        )
+    return ["", "nodes (shrinks: FAILOVER_SHRINK):", *lines] if lines else []
+
+
 def _records(rep: Report) -> list[str]:
     """The chain's jobs, the stragglers, the stack dumps, hosts/bad and the trainer's health events."""
-    lines: list[str] = []
+    lines: list[str] = shrink_lines(rep)
     if rep.jobs:
         lines += ["", "chain:"]
         for j in rep.jobs:
+            nodes = rep.nodes.get(str(j.get("jobid")))
             lines.append(
                 f"  job {j.get('jobid')}: {fmt_time(_num(j.get('started')))} -> {fmt_time(_num(j.get('ended')))}"
-                f"  {j.get('verdict', '?')}" + (f", next {j['next_jobid']}" if j.get("next_jobid") else "")
+                f"  {j.get('verdict', '?')}"
+                + (f", next {j['next_jobid']}" if j.get("next_jobid") else "")
+                + (f", nodes {nodes.text}" if nodes else "")
             )
     if rep.stragglers:
         lines += ["", "stragglers (heartbeats):"]
@@ -446,7 +500,8 @@ def _summary(t: dict[str, Any]) -> list[str]:
         + (f", {fmt_duration(t['between_attempts_s'])} between attempts" if t["between_attempts_s"] else "")
         + (f", wall {fmt_duration(t['wall_s'])}" if t["wall_s"] is not None else ""),
         f"verdict: {t['verdict'] or 'none yet'}" + (f" (exit {t['exit']})" if t["exit"] is not None else ""),
-    ]
+    ] + ([f"shrinks: {t['shrinks']}, {fmt_duration(t['shrunk_s'])} on fewer nodes, costing "
+          f"{fmt_duration(t['shrink_cost_s'])} of full-speed training"] if t["shrinks"] else [])  # fmt: skip
 
 
 def _stop_line(s: dict[str, Any]) -> str:

@@ -24,6 +24,7 @@ import re
 from pathlib import Path
 from typing import BinaryIO
 
+from agpt import rundir
 from agpt.failover.evidence import MAX_RANKS, Evidence
 from agpt.failover.labels import split_labels
 
@@ -102,7 +103,7 @@ class Scanner:
         """
         self.path = path
         self.max_bytes = max_bytes
-        with path.open("rb") as f:
+        with rundir.open_regular(path) as f:
             size = os.fstat(f.fileno()).st_size
             if not max_bytes or size <= max_bytes:
                 self._scan(f, None, skipping=False)
@@ -291,7 +292,7 @@ class Scanner:
             for r in want
         }
         try:
-            with self.path.open("rb") as f:
+            with rundir.open_regular(self.path) as f:
                 read = 0
                 carry = b""
                 while want and (not self.max_bytes or read < self.max_bytes):

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agpt import rundir
+from agpt import numeric, rundir
 from agpt.heartbeat.format import DIR, SWAP_FILE, write_atomic
 from agpt.heartbeat.reader import as_float, read_records
 
@@ -39,17 +39,12 @@ class StragglerMonitor:
 
     @classmethod
     def from_env(cls, run_dir: str | Path, attempt: str) -> StragglerMonitor:
-        def num(name: str, default: float) -> float:
-            try:
-                return float(os.environ.get(name) or default)
-            except ValueError:
-                return default
-
+        env = os.environ
         return cls(
             run_dir=Path(run_dir),
             attempt=attempt,
-            pct=num("FAILOVER_STRAGGLER_PCT", 20.0),
-            windows=max(1, int(num("FAILOVER_STRAGGLER_WINDOWS", 3))),
+            pct=numeric.env_number(env, "FAILOVER_STRAGGLER_PCT", 20.0, lo=0, hi=10_000),
+            windows=numeric.env_number(env, "FAILOVER_STRAGGLER_WINDOWS", 3, lo=1, hi=10_000, integer=True),
             swap=os.environ.get("FAILOVER_STRAGGLER", "report").strip().lower() == "swap",
         )
 

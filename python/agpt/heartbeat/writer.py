@@ -26,12 +26,9 @@ kill leaves one file per node that says where every live rank was.  On rank 0, t
 from __future__ import annotations
 
 import faulthandler
-import hashlib
 import json
 import os
 import shutil
-import socket
-import tempfile
 import threading
 import time
 from collections import deque
@@ -39,7 +36,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from agpt import nodelocal, numeric, rundir
 from agpt.heartbeat.format import DIR, FORMAT, node_file, stacks_dir, write_atomic
+from agpt.nodelocal import host_name
 from agpt.rundir import LOCAL_RANK_VARS, LOCAL_SIZE_VARS, RANK_VARS, SLURM_TASKS_PER_NODE
 
 DEFAULT_INTERVAL_S = 15.0
@@ -62,10 +61,8 @@ def _env_int(env: Mapping[str, str], names: tuple[str, ...], default: int) -> in
 
 
 def _env_float(env: Mapping[str, str], name: str, default: float) -> float:
-    try:
-        v = float(env.get(name, "") or default)
-    except ValueError:
-        return default
+    """Seconds from NAME (agpt.numeric: a bad value is BadInput naming it); unset, empty or 0: DEFAULT."""
+    v = float(numeric.env_number(env, name, default, lo=0, hi=numeric.MAX_SECONDS))
     return v if v > 0 else default
 
 
@@ -74,22 +71,16 @@ def attempt_id(env: Mapping[str, str] | None = None) -> str:
     env = os.environ if env is None else env
     if env.get("AGPT_ATTEMPT_ID"):
         return env["AGPT_ATTEMPT_ID"]
-    job = env.get("FAILOVER_JOBID") or env.get("SLURM_JOB_ID") or env.get("PBS_JOBID") or "local"
-    return f"{job.replace('/', '_')}.{env.get('FAILOVER_ATTEMPT', '0')}"
-
-
-def host_name(env: Mapping[str, str] | None = None) -> str:
-    env = os.environ if env is None else env
-    return env.get("AGPT_HEARTBEAT_HOST") or env.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    return f"{rundir.job_id(env) or 'local'}.{env.get('FAILOVER_ATTEMPT', '0')}"
 
 
 def _proc_state(pid: int) -> str | None:
     """The kernel's state letter of a local process (T: stopped, D: uninterruptible), None when unknown."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    return stat.rsplit(")", 1)[-1].split()[0] if ")" in stat else None
+    return text.rsplit(")", 1)[-1].split()[0] if ")" in text else None
 
 
 class Heartbeat:
@@ -119,10 +110,10 @@ class Heartbeat:
         self.interval_s = interval_s
         self.tick_s = tick_s if tick_s else min(1.0, interval_s / 3)
         self.dump_after_s = dump_after_s
-        base = Path(local_dir) if local_dir else _local_base()
-        # Job ids repeat across clusters and test runs: the run directory is part of the name too.
-        tag = hashlib.sha1(str(self.run_dir.resolve()).encode()).hexdigest()[:8]
-        self.local_dir = base / f"agpt-heartbeat.{tag}.{attempt}.{host}".replace("/", "_")
+        base = nodelocal.base(str(local_dir or ""), os.environ.get("AGPT_HEARTBEAT_LOCAL_DIR"))
+        self.local_dir = nodelocal.folder(
+            base, "heartbeat", self.run_dir, attempt, host
+        )  # agpt.nodelocal's rule
         self.on_publish = on_publish
         self.tick = 0
         self.seq = 0
@@ -153,7 +144,8 @@ class Heartbeat:
             self._compute.append(float(compute_s))
 
     def start(self) -> Heartbeat:
-        self.local_dir.mkdir(parents=True, exist_ok=True)
+        self.local_dir.parent.parent.mkdir(parents=True, exist_ok=True)  # the base; agpt-UID is made private
+        nodelocal.make_private(self.local_dir)
         if self.local_rank == 0:
             (self.run_dir / DIR).mkdir(parents=True, exist_ok=True)
             self._clean_earlier_attempts()
@@ -178,8 +170,8 @@ class Heartbeat:
         """Node-local folders of this job's earlier attempts on this host (a killed attempt leaves its own)."""
         job = self.attempt.rsplit(".", 1)[0]
         tag = self.local_dir.name.split(".")[1]
-        for d in self.local_dir.parent.glob(f"agpt-heartbeat.{tag}.{job}.*.{self.host}"):
-            if d != self.local_dir and d.is_dir():
+        for d in self.local_dir.parent.glob(f"heartbeat.{tag}.{job}.*.{self.host}"):
+            if d != self.local_dir and d.is_dir() and not d.is_symlink():
                 shutil.rmtree(d, ignore_errors=True)
 
     # -- the thread -------------------------------------------------------------------------------------------
@@ -286,16 +278,6 @@ class Heartbeat:
                 write_atomic(target, text)
         if self.on_publish is not None:
             self.on_publish(self)
-
-
-def _local_base() -> Path:
-    env = os.environ.get("AGPT_HEARTBEAT_LOCAL_DIR")
-    if env:
-        return Path(env)
-    shm = Path("/dev/shm")
-    if shm.is_dir() and os.access(shm, os.W_OK):
-        return shm
-    return Path(tempfile.gettempdir())
 
 
 def enabled(env: Mapping[str, str] | None = None) -> bool:

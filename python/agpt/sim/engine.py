@@ -7,8 +7,9 @@ trainer's checkpoint policy says so, an async save complete only once written).
 
 What decides is the code that runs on the machine, called in-process in the order lib/failover.sh and
 lib/chain.sh call it, on a real run directory in a temporary folder:
-  job start  agpt.failover.hosts.init_run_hosts (hosts/all, active, spare; proven-bad hosts left out),
-             agpt.chain.cmd_start
+  job start  an allocation of the nodes + agpt.rundir.spares_for (what job generation asks for),
+             agpt.failover.hosts.init_run_hosts (hosts/all, active, spare; proven-bad hosts left out),
+             layout.json as `agpt check --run-dir` writes it (the model's `layout`), agpt.chain.cmd_start
   attempt    agpt.failover.plan.run --before --apply;  the attempt (simulated: its log written in the
              launcher's format);  agpt.failover.classify.classify on that log;
              agpt.failover.plan.run --apply (swaps in hosts/active|spare, hosts/bad, events.jsonl)
@@ -16,6 +17,9 @@ lib/chain.sh call it, on a real run directory in a temporary folder:
   saves      agpt.train.ckpt_policy.next_save, markers ckpt/step-N/.complete as the trainer writes them
 A stop that the chain does not continue from (stuck, repeat, no progress, the job limit) waits for a person
 (`costs.person_response_h`), who removes what broke and starts the chain again.
+
+A shrink (FAILOVER_SHRINK, no spare left) runs the next attempts on fewer hosts, each step longer by
+micro-steps(n) / micro-steps(full) (agpt.failover.shrink's throughput); that extra time counts as slow steps.
 
 Heartbeats: the hung host is handed to the planner as the classifier's first suspect (what per-rank heartbeat
 evidence adds to a hang), and a hang is detected after `heartbeat_timeout_s` instead of the idle watchdog.
@@ -44,6 +48,8 @@ from agpt.failover import classify as classifylib
 from agpt.failover import hosts as hostlib
 from agpt.failover import patterns as patlib
 from agpt.failover import plan as planlib
+from agpt.failover import shrink as shrinklib
+from agpt.sim import local as simlocal
 from agpt.sim import logs
 from agpt.sim.model import FaultModel, ScriptedFault
 from agpt.train import ckpt_policy
@@ -73,6 +79,10 @@ class FaultRecord:
     relaunched_s: float | None = None  # failure -> the next attempt's launch
     back_s: float | None = None  # failure -> the first step back
     attempts: int = 0  # attempts until the first step back (1: the next one worked)
+    tier: str | None = None  # where the first attempt back restored its state from: local or global
+    stages: dict[str, float] = field(
+        default_factory=dict
+    )  # of the attempt that came back (the recovery clock)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -96,6 +106,9 @@ class Result:
     attempts: int = 0
     verdict: str = ""
     first_start_s: float = 0.0
+    local: dict[str, float] | None = None  # the local tier's interval and costs (sim.local), when it is on
+    shrinks: int = 0  # relaunches on fewer nodes (FAILOVER_SHRINK)
+    shrunk_s: float = 0.0  # of the allocated time, attempts on fewer nodes than the job started with
 
     @property
     def effective_ratio(self) -> float:
@@ -136,8 +149,11 @@ class Result:
             "person_stops": self.person_stops,
             "jobs": self.jobs,
             "attempts": self.attempts,
+            "shrinks": self.shrinks,
+            "shrunk_h": round(self.shrunk_s / 3600, 3),
             "verdict": self.verdict,
             "recovery_clock_s": _clock(self.faults),
+            "local_tier": self.local,
             "faults": [
                 {
                     "class": f.cls,
@@ -171,11 +187,16 @@ def _clock(faults: list[FaultRecord]) -> dict[str, float | None]:
         return round(sum(v) / len(v), 1) if v else None
 
     stops = [f for f in faults if f.cls != "straggler"]
-    return {
+    out: dict[str, Any] = {
         "detected": mean([f.detected_s for f in stops]),
         "relaunched": mean([f.relaunched_s for f in stops]),
         "first_step_back": mean([f.back_s for f in stops]),
     }
+    if any(f.tier == "local" for f in stops):  # the local tier's variant: each stage, and node failures alone
+        out["first_step_back_node"] = mean([f.back_s for f in stops if f.cls == "node"])
+        out["stages"] = {k: mean([f.stages.get(k) for f in stops if f.stages]) for k in simlocal.STAGES}
+        out["local_restores"] = sum(f.tier == "local" for f in stops)
+    return out
 
 
 @dataclass(kw_only=True, slots=True)
@@ -234,9 +255,17 @@ class Sim:
         self.run_dir = workdir / "run"
         self.run_dir.mkdir(parents=True)
         self.pool = logs.host_names(m.machine_nodes, m.launcher)
-        # FAILOVER_SPARES unset: the failover loop's split, with the fallback SITE_SPARES_* of agpt.rundir.
-        fallback = hostlib.default_spares(m.nodes, percent=rundir.SPARES_PERCENT, minimum=rundir.SPARES_MIN)
-        self.spares: int = fallback if m.spares is None else m.spares
+        # FAILOVER_SPARES unset: what job generation asks for (agpt.rundir.spares_for, the fallback SITE_SPARES_*),
+        # which the failover loop's split gives back.
+        asked = rundir.spares_for(m.nodes, percent=rundir.SPARES_PERCENT, minimum=rundir.SPARES_MIN)
+        self.spares: int = asked if m.spares is None else m.spares
+        lay = m.layout
+        self.layout = shrinklib.Layout(nodes=m.nodes, ranks_per_node=lay.ranks_per_node, tp=lay.tp,
+                                       global_batch=m.nodes * lay.ranks_per_node // lay.tp * lay.micro_batch * lay.accum,
+                                       micro_batch=lay.micro_batch, config=f"sim:{m.name}")  # fmt: skip
+        self.pace = 1.0  # step time on the attempt's nodes over the step time on the job's (a shrink)
+        self.shrinks = 0
+        self.shrunk_s = 0.0
         self.t = 0.0
         self.horizon = m.horizon_days * 86400.0
         self.next_fail: dict[str, float] = {}
@@ -262,6 +291,9 @@ class Sim:
         self.verdict = ""
         self.first_start: float | None = None
         self.done = False
+        if m.train.local_daly and not (m.train.local_interval or m.train.local_interval_s):
+            m.train.local_interval_s = round(simlocal.daly_interval_s(m), 1)
+        self.local = simlocal.Tier(simlocal.costs(m)) if m.train.local else None
         scale = 1.0
         if m.failures.distribution == "weibull":
             scale = 1.0 / math.gamma(1.0 + 1.0 / m.failures.weibull_shape)
@@ -313,6 +345,8 @@ class Sim:
             "max_blind": fo.max_blind,
             "min_attempt_s": fo.min_attempt_s,
             "backoff": " ".join(f"{b:g}" for b in fo.backoff),
+            "shrink": "1" if fo.shrink else "0",
+            "min_nodes": fo.min_nodes,
             "apply": True,
             "shell": False,
         }
@@ -374,6 +408,9 @@ class Sim:
             attempts=self.attempts,
             verdict=self.verdict,
             first_start_s=self.first_start or 0.0,
+            local=None if self.local is None else simlocal.summary(m, self.local.costs),
+            shrinks=self.shrinks,
+            shrunk_s=self.shrunk_s,
         )
 
     def _allocation(self) -> list[str]:
@@ -398,9 +435,11 @@ class Sim:
             self.first_start = start
         deadline = start + m.costs.walltime_h * 3600.0
         self.slow = 1.0
-        hostlib.init_run_hosts(
-            self.run_dir, self._allocation(), active=m.nodes, spares=self.spares, resolve_timeout=0
-        )
+        if self.local is not None:
+            self.local.reset()
+        # FAILOVER_SPARES unset: the loop splits the allocation itself; else the model's count.
+        hostlib.init_run_hosts(self.run_dir, self._allocation(), spares=m.spares, resolve_timeout=0)
+        shrinklib.write_layout(self.run_dir, self.layout)  # the job script's `agpt check --run-dir`
         self._chain(chainlib.cmd_start, job=jobid, predecessor="", max_jobs=m.chain.max_jobs)
         start_step = chainlib.latest_step(self.run_dir)
         rc = self._attempts(jobid, deadline)
@@ -475,21 +514,39 @@ class Sim:
         self.attempts += 1
         self.attempt_serial += 1
         active = hostlib.read_hosts(self.run_dir / "hosts" / "active")
+        self.pace = (
+            1.0 / shrinklib.fit(self.layout, len(active)).throughput if len(active) < self.m.nodes else 1.0
+        )
         launch = self.t
         for f in self.open:
             if f.relaunched_s is None:
                 f.relaunched_s = launch - f.time_s
             f.attempts += 1
-        resumed = self.ckpt
-        ready = launch + c.launcher_start_s + c.model_build_s + (c.load_s if resumed else 0.0)
+        resumed, restore, tier = self._resume_point(launch)
+        ready = launch + c.launcher_start_s + c.model_build_s + restore
+        for f in self.open:
+            if f.back_s is None:  # what this attempt would cost, if it comes back
+                f.tier, f.stages = tier, simlocal.stages(self.m, f, launch, restore)
         end = self._train(active, launch, ready, resumed, deadline)
         ended = self._detected(end, launch, ready, deadline)
         self._account(end, launch, ready, ended)
+        if self.pace > 1.0:
+            self.shrunk_s += ended - launch
         self.t = ended
         if end.kind == "horizon":
             self.done = True
             return 75, planlib.Plan(action="stop", verdict="resubmit", exit=75)
         return self._classify_and_plan(jobid, n, end, active, resumed, launch, ended, deadline)
+
+    def _resume_point(self, t: float) -> tuple[int, float, str | None]:
+        """(step, restore seconds, tier) of an attempt launched at T: the newest complete local step of this job
+        when it is at least as new as the newest global checkpoint (sim.local), else the global one."""
+        c = self.m.costs
+        step = self.local.newest(t) if self.local is not None else None
+        if step is not None and step >= self.ckpt:
+            assert self.local is not None
+            return step, self.local.costs.restore_s, "local"
+        return self.ckpt, c.load_s if self.ckpt else 0.0, "global" if self.ckpt else None
 
     def _detected(self, end: AttemptEnd, launch: float, ready: float, deadline: float) -> float:
         """When the failover loop sees the attempt over: the watchdog, the heartbeats or the launcher's
@@ -515,21 +572,24 @@ class Sim:
         if end.kind not in ("deadline", "done", "horizon"):
             self.time["detection"] += ended - end.at
         self._settle(ended)
+        if self.local is not None:
+            self.local.lost_at(end.at)  # a local save still being written died with the job
+        kept = self._resume_point(ended)[0]
         fault = end.fault
         if fault is not None:
             fault.detected_s = ended - fault.time_s
-            fault.steps_lost = max(0, end.step - self.ckpt)
+            fault.steps_lost = max(0, end.step - kept)
             self.open.append(fault)
         if end.first is not None:  # back to training: close the failures this attempt recovered from
             for f in self.open:
                 if f is not fault and f.back_s is None:
-                    f.back_s = ready - f.time_s
+                    f.back_s = ready + tr.step_s - f.time_s  # the first step back done
             self.open = [f for f in self.open if f is fault]
-        lost = end.step - self.ckpt  # steps past the newest complete checkpoint: done again
+        lost = end.step - kept  # steps past the newest complete checkpoint (of either tier): done again
         if lost > 0 and end.kind not in ("done", "horizon"):
-            self.time["lost_work"] += lost * tr.step_s * self.slow
+            self.time["lost_work"] += lost * tr.step_s * self.slow * self.pace
             self.time["productive"] -= lost * tr.step_s
-            self.time["slow_steps"] -= lost * tr.step_s * (self.slow - 1.0)
+            self.time["slow_steps"] -= lost * tr.step_s * (self.slow * self.pace - 1.0)
 
     def _classify_and_plan(self, jobid: str, n: int, end: AttemptEnd, active: list[str], resumed: int,
                            launch: float, ended: float, deadline: float) -> tuple[int, planlib.Plan]:  # fmt: skip
@@ -555,6 +615,7 @@ class Sim:
         for h in plan.swap_out:
             if not plan.blind:
                 self.down_until[h] = ended + m.failures.repair_h * 3600.0
+        self.shrinks += plan.shrink is not None
         return rc, plan
 
     def _train(
@@ -572,12 +633,15 @@ class Sim:
         stop_at = deadline - tr.deadline_margin_s
         failer = min(active, key=self._fail_time) if self.random_failures else None
         while True:
-            st = tr.step_s * self.slow
+            st = tr.step_s * self.slow * self.pace
             nxt = ckpt_policy.next_save(
                 run.step, interval=tr.checkpoint_interval, interval_s=tr.checkpoint_interval_s, step_s=st
             )
+            nxt_local = ckpt_policy.next_save(run.step, interval=tr.local_interval, interval_s=tr.local_interval_s,
+                                              step_s=st) if self.local is not None else None  # fmt: skip
             sf = self._scripted_next()
-            bound = self._bound(run.step, nxt, sf)
+            saves = [x for x in (nxt, nxt_local) if x is not None]
+            bound = self._bound(run.step, min(saves) if saves else None, sf)
             seg_end = run.clock + (bound - run.step) * st if bound < INF else INF
             tf = self._fail_time(failer) if failer else INF
             tev = min(tf, stop_at, self.horizon)
@@ -591,7 +655,7 @@ class Sim:
                 raise RuntimeError(
                     "no save, no failure, no deadline and no horizon: nothing ends the attempt"
                 )
-            end = self._segment_done(run, st, int(bound), seg_end, nxt, sf, active)
+            end = self._segment_done(run, st, int(bound), seg_end, nxt, sf, active, nxt_local)
             if end is not None:
                 return end
 
@@ -649,7 +713,8 @@ class Sim:
         return end
 
     def _segment_done(self, run: _Run, st: float, end_step: int, seg_end: float, nxt: int | None,
-                      sf: ScriptedFault | None, active: list[str]) -> AttemptEnd | None:  # fmt: skip
+                      sf: ScriptedFault | None, active: list[str], nxt_local: int | None = None,
+                      ) -> AttemptEnd | None:  # fmt: skip
         """The segment ran to END_STEP: the recurring bug strikes, a scripted fault fires, or a save starts (the
         last one ends training).  None: train on."""
         tr, c = self.m.train, self.m.costs
@@ -668,6 +733,11 @@ class Sim:
             kind = self._scripted_kind(sf, active)
             return AttemptEnd(kind=kind, bad=self._scripted_host(sf, active), at=run.clock, first=run.first, last=s,
                               step=s, fault=rec)  # fmt: skip
+        if self.local is not None and s in (nxt_local, nxt):  # a local save (with each global one too)
+            stall = self.local.costs.stall_s
+            self.time["checkpoint_stalls"] += stall
+            run.clock += stall
+            self.local.save(s, run.clock)
         if not ((nxt is not None and s == nxt) or (tr.steps and s >= tr.steps)):
             return None
         if sf is not None and sf.during_save and s >= sf.step:

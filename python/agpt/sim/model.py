@@ -7,17 +7,17 @@ nodes, an unknown key) raises ConfigError naming the key, which the CLI turns in
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from agpt import rundir
+from agpt import numeric, rundir
 from agpt.chain import Limits
-from agpt.errors import ConfigError
+from agpt.errors import BadInput, ConfigError
 from agpt.failover.policy import Settings
+from agpt.failover.shrink import min_nodes as shrink_floor
 
 MODELS_DIR = Path(__file__).resolve().parent / "models"
 CLASSES = ("node", "hang", "straggler", "system", "app")
@@ -61,6 +61,13 @@ class Costs:
     grace_s: float = rundir.GRACE_S
     classify_s: float = 1.0
     person_response_h: float = 8.0
+    # The local checkpoint tier (agpt.sim.local): bytes per device and per node over these bandwidths.
+    ranks_per_node: int = 12
+    local_fixed_s: float = 0.0  # a local save's stall besides the copy (collecting the state)
+    local_stage_gb_s: float = 0.0222  # the staging copy of one device's shard, GB/s
+    sha256_gb_s: float = 0.33  # one rank hashing its shard, GB/s
+    host_mem_gb_s: float = 0.26  # one rank writing or reading its shard in node-local memory, GB/s
+    network_gb_s: float = 200.0  # a node's injection bandwidth, for the partner's copy, GB/s
 
     @property
     def save_stall_s(self) -> float:
@@ -81,6 +88,16 @@ class Train:
     checkpoint_keep: int = 2
     async_save: bool = True
     deadline_margin_s: float = 600.0
+    local_interval: int = 0  # the local checkpoint tier: a local save every N steps ...
+    local_interval_s: float = 0.0  # ... or every S seconds (0 and 0: no local tier)
+    local_keep: int = 2
+    local_daly: bool = (
+        False  # ... or at Daly's interval for its own stall, which the simulation sets (sim.local)
+    )
+
+    @property
+    def local(self) -> bool:
+        return bool(self.local_interval or self.local_interval_s or self.local_daly)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -91,6 +108,20 @@ class Failover:
     min_attempt_s: float = _LOOP.min_attempt_s
     backoff: list[float] = field(default_factory=lambda: list(_LOOP.backoff))
     walltime_margin_s: float = rundir.WALLTIME_MARGIN_S
+    shrink: bool = _LOOP.shrink
+    min_nodes: str = _LOOP.min_nodes
+
+
+@dataclass(kw_only=True, slots=True)
+class Layout:
+    """What `agpt check --run-dir` writes to layout.json for a shrink (agpt.failover.shrink): the batch at the
+    model's node count is nodes x ranks_per_node / tp x micro_batch x accum (it grows with the nodes, as the
+    step time is held fixed)."""
+
+    ranks_per_node: int = 12
+    tp: int = 1
+    micro_batch: int = 1
+    accum: int = 2
 
 
 @dataclass(kw_only=True, slots=True)
@@ -126,6 +157,7 @@ class FaultModel:
     train: Train = field(default_factory=Train)
     failover: Failover = field(default_factory=Failover)
     chain: Chain = field(default_factory=Chain)
+    layout: Layout = field(default_factory=Layout)
     faults: list[ScriptedFault] = field(default_factory=list)
 
     @property
@@ -140,21 +172,30 @@ _SECTIONS: dict[str, type] = {
     "train": Train,
     "failover": Failover,
     "chain": Chain,
+    "layout": Layout,
+}
+
+
+# Upper bounds of the keys that size the simulation (agpt.numeric's): a larger one would never end.
+_BOUNDS = {
+    "nodes": numeric.MAX_NODES,
+    "machine_nodes": numeric.MAX_NODES,
+    "spares": numeric.MAX_NODES,
+    "horizon_days": numeric.MAX_DAYS,
 }
 
 
 def _num(v: Any, key: str, *, integer: bool = False, positive: bool = False) -> float:
+    """A fault model's number through agpt.numeric: finite, >= 0 (> 0 when POSITIVE), within _BOUNDS."""
     if isinstance(v, bool) or not isinstance(v, int | float):
         raise ConfigError(f"{key}: must be a number, got {v!r}")
-    if not math.isfinite(v):
-        raise ConfigError(f"{key}: must be a finite number, got {v!r}")
-    if integer and int(v) != v:
-        raise ConfigError(f"{key}: must be a whole number, got {v!r}")
-    if v < 0:
-        raise ConfigError(f"{key}: must not be negative, got {v!r}")
-    if positive and v == 0:
+    try:
+        n = numeric.number(v, key, lo=0, hi=_BOUNDS.get(key, numeric.MAX_COUNT), integer=integer)
+    except BadInput as e:
+        raise ConfigError(str(e)) from None
+    if positive and n == 0:
         raise ConfigError(f"{key}: must be greater than 0, got {v!r}")
-    return v
+    return n
 
 
 # Keys that must be > 0 (a zero would divide, or make no sense).
@@ -167,9 +208,18 @@ _POSITIVE = {
     "costs.walltime_h",
     "costs.fs_write_gb_s",
     "costs.fs_read_gb_s",
+    "costs.ranks_per_node",
+    "costs.local_stage_gb_s",
+    "costs.sha256_gb_s",
+    "costs.host_mem_gb_s",
+    "costs.network_gb_s",
     "train.step_s",
     "behaviour.straggler_slowdown",
     "failover.max_attempts",
+    "layout.ranks_per_node",
+    "layout.tp",
+    "layout.micro_batch",
+    "layout.accum",
     "chain.max_jobs",
     "chain.max_no_progress",
 }
@@ -194,6 +244,8 @@ def _section(cls: type, raw: Any, name: str) -> Any:
                 raise ConfigError(f"{key}: must be true or false, got {v!r}")
             kw[k] = v
         elif isinstance(default, str):
+            if k == "min_nodes" and isinstance(v, int | float) and not isinstance(v, bool):
+                v = str(v)  # FAILOVER_MIN_NODES: a count or a fraction, as the loop reads it
             if not isinstance(v, str):
                 raise ConfigError(f"{key}: must be a string, got {v!r}")
             kw[k] = v
@@ -287,10 +339,16 @@ def validate(m: FaultModel) -> None:
         raise ConfigError(f"nodes: {m.nodes} is more than machine_nodes {m.machine_nodes}")
     if m.train.checkpoint_keep < 1:
         raise ConfigError("train.checkpoint_keep: must be at least 1")
+    if m.train.local_keep not in (1, 2):
+        raise ConfigError(f"train.local_keep: 1 or 2, got {m.train.local_keep}")
     if m.failover.max_repeat < 2:
         raise ConfigError("failover.max_repeat: must be at least 2")
     if m.failover.max_blind < 1:
         raise ConfigError("failover.max_blind: must be at least 1")
+    try:
+        shrink_floor(m.failover.min_nodes, m.nodes)
+    except BadInput as e:
+        raise ConfigError(f"failover.min_nodes: {e}") from None
 
 
 def preset_names() -> list[str]:
@@ -326,6 +384,12 @@ def override(m: FaultModel, **kw: Any) -> FaultModel:
             out.train.async_save = bool(v)
         elif k == "checkpoint_interval_s":
             out.train.checkpoint_interval_s = float(v)
+        elif (
+            k == "local_tier"
+        ):  # on at the interval `agpt ckpt interval` recommends for its stall (sim.local)
+            out.train.local_interval, out.train.local_interval_s, out.train.local_daly = 0, 0.0, bool(v)
+        elif k in ("shrink", "min_nodes"):  # FAILOVER_SHRINK, FAILOVER_MIN_NODES
+            setattr(out.failover, k, v)
         else:
             setattr(out, k, v)
     validate(out)

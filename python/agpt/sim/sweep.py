@@ -1,4 +1,5 @@
-"""The goodput table: one fault model at 512-4,096 nodes, with and without spares, heartbeats and async saves.
+"""The goodput table: one fault model at 512-4,096 nodes, with and without spares, heartbeats, a shrink when the
+spares run out (FAILOVER_SHRINK) and async saves.
 
 `sweep()` runs the simulations, `table()` writes the Markdown of docs/sim/goodput.md, `plot()` the PNG.
 """
@@ -17,7 +18,9 @@ NODES = (512, 1024, 2048, 4096)
 VARIANTS: tuple[tuple[str, dict[str, object]], ...] = (
     ("as shipped", {}),
     ("+ heartbeats", {"heartbeats": True}),
+    ("+ local tier", {"heartbeats": True, "local_tier": True}),  # and heartbeats: the tier at Daly's interval
     ("no spares", {"spares": 0}),
+    ("no spares, no shrink", {"spares": 0, "shrink": False}),  # the loop before FAILOVER_SHRINK
     ("sync saves", {"async_save": False}),
 )
 SHOWN = ("lost_work", "restarts", "detection", "backoff", "checkpoint_stalls", "slow_steps")

@@ -64,29 +64,35 @@ def complete_steps(ckpt_root: Path, *, warn_unreadable: bool = True) -> list[tup
     return [(d.step, d.path) for d in done]
 
 
-def verify_digests(path: Path, group: Any = None) -> None:
-    """Every file `.complete` pins has its digest (the files split over the ranks of GROUP); raise
-    CheckpointError naming the first that differs.  A marker without digests (older runs) verifies nothing."""
-    rec = ckptdir.read_marker(path) or {}
-    raw = rec.get("sha256")
-    pinned: dict[str, Any] = raw if isinstance(raw, dict) else {}
-    names = sorted(str(k) for k in pinned)
-    rank, world = (dist.get_rank(group), dist.get_world_size(group)) if dist.is_initialized() else (0, 1)
-    bad = ""
-    for name in names[rank::world]:
+def pinned(path: Path) -> dict[str, str]:
+    """FILE -> sha256 that step directory PATH's `.complete` pins ({} for a marker without digests)."""
+    raw = (ckptdir.read_marker(path) or {}).get("sha256")
+    return {str(k): str(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
+
+
+def _first_mismatch(path: Path, names: list[str], pins: dict[str, str]) -> str:
+    """The first of NAMES whose bytes differ from its pin (a one-line reason), or ""."""
+    for name in names:
         f = path / name
         if "/" in name or name.startswith(".."):
-            bad = f"{path / COMPLETE}: names {name!r}, not a file of this directory"
-            break
+            return f"{path / COMPLETE}: names {name!r}, not a file of this directory"
         try:
             got = file_sha256(f)
         except OSError as exc:
-            bad = f"{f}: checkpoint data file unreadable ({exc.strerror})"
-            break
-        want = str(pinned[name])
-        if got != want:
-            bad = f"{f}: corrupt checkpoint data (sha256 {got[:16]}..., .complete recorded {want[:16]}...)"
-            break
+            return f"{f}: checkpoint data file unreadable ({exc.strerror})"
+        if got != pins[name]:
+            return f"{f}: corrupt checkpoint data (sha256 {got[:16]}..., .complete recorded {pins[name][:16]}...)"
+    return ""
+
+
+def verify_digests(path: Path, group: Any = None, names: list[str] | None = None) -> None:
+    """Every file `.complete` pins (or those of NAMES it pins) has its digest, the files split over the ranks of
+    GROUP; raise CheckpointError naming the first that differs.  Called before anything in the directory is
+    deserialised (docs/trust.md).  A marker without digests (older runs) verifies nothing."""
+    pins = pinned(path)
+    todo = sorted(pins if names is None else [n for n in names if n in pins])
+    rank, world = (dist.get_rank(group), dist.get_world_size(group)) if dist.is_initialized() else (0, 1)
+    bad = _first_mismatch(path, todo[rank::world], pins)
     if world > 1:
         found: list[str] = [""] * world
         dist.all_gather_object(found, bad, group=group)
@@ -94,6 +100,13 @@ def verify_digests(path: Path, group: Any = None) -> None:
     if bad:
         SUSPECT.add(path)
         raise CheckpointError(bad)
+
+
+def verified_metadata(path: Path, group: Any = None) -> Metadata:
+    """PATH's DCP metadata, after every file `.complete` pins was checked against its digest: the trainer's resume
+    and `agpt ckpt export` read the whole checkpoint, so all of it is verified before any of it is unpickled."""
+    verify_digests(path, group)
+    return read_metadata(path)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -298,7 +311,13 @@ def _flatten_shapes(sd: dict[str, Any], prefix: str = "") -> dict[str, tuple[int
 
 
 def read_metadata(path: Path) -> Metadata:
+    """The DCP metadata: a pickle, so its digest is checked against `.complete` first (when pinned); a planted or
+    corrupt `.metadata` is refused before it is deserialised."""
     meta_file = path / ".metadata"
+    bad = _first_mismatch(path, [".metadata"], pins) if ".metadata" in (pins := pinned(path)) else ""
+    if bad:
+        SUSPECT.add(path)
+        raise CheckpointError(bad)
     try:
         return FileSystemReader(path).read_metadata()
     except Exception as exc:
@@ -396,8 +415,8 @@ def _disk_full(exc: BaseException) -> bool:
 
 
 def load(path: Path, sd: dict[str, Any], group: Any, meta: Metadata | None = None) -> None:
-    """Verify the digests `.complete` pins, then load in place into `sd` (resharding as needed)."""
-    verify_digests(path, group)
+    """Load in place into `sd` (resharding as needed); META from verified_metadata, which checked every pinned
+    file's digest first."""
     try:
         dcp.load(sd, storage_reader=FileSystemReader(path), process_group=group)
     except (KeyboardInterrupt, SystemExit):

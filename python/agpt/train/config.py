@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +19,8 @@ from typing import Any
 
 import yaml
 
-from agpt.errors import ConfigError
+from agpt import numeric
+from agpt.errors import BadInput, ConfigError
 
 DTYPES = ("fp32", "bf16", "fp16")
 
@@ -79,6 +81,9 @@ class TrainConfig:
     seq_len: int = 2048
     global_batch: int = 256  # samples per optimizer step over all ranks (fixed when ranks change)
     micro_batch: int = 1  # samples per rank per forward; accumulation makes up the rest
+    uneven_batch: bool = (
+        False  # true: data ranks that do not divide global_batch split it unevenly (a shrink)
+    )
     seed: int = 1234
     log_interval: int = 1
     run_dir: str = ""
@@ -263,8 +268,25 @@ class CheckpointConfig:
     resume: bool = True
     save_final: bool = True
     thread_count: int = 1  # writer threads per rank
+    # The local tier (docs/recovery.md): each rank's shard in node memory, a copy on a partner node.  Off at 0/0.
+    local_interval: int = 0  # steps between local saves
+    local_interval_s: float = 0.0  # also a local save once this many seconds passed since the last one
+    local_keep: int = 2  # complete local steps kept (1 or 2)
+    local_dir: str = ""  # node-local base folder; "": $SITE_LOCAL_CKPT_DIR, else /dev/shm
+
+    @property
+    def local(self) -> bool:
+        return bool(self.local_interval or self.local_interval_s)
 
     def validate(self) -> None:
+        if self.local_interval < 0:
+            raise ConfigError(f"checkpoint.local_interval: must be >= 0 steps (got {self.local_interval})")
+        if not (math.isfinite(self.local_interval_s) and self.local_interval_s >= 0):
+            raise ConfigError(
+                f"checkpoint.local_interval_s: must be >= 0 seconds (got {self.local_interval_s})"
+            )
+        if self.local_keep not in (1, 2):
+            raise ConfigError(f"checkpoint.local_keep: 1 or 2 (got {self.local_keep})")
         if self.interval < 0:
             raise ConfigError(f"checkpoint.interval: must be >= 0 (got {self.interval})")
         if not (math.isfinite(self.interval_s) and self.interval_s >= 0):
@@ -379,7 +401,11 @@ class Config:
             )
         dp = world // tp
         tc = self.train
-        if tc.global_batch % (tc.micro_batch * dp):
+        if tc.uneven_batch and dp > tc.global_batch:
+            raise ConfigError(
+                f"train.global_batch: {tc.global_batch} samples cannot feed {dp} data-parallel ranks"
+            )
+        if tc.global_batch % (tc.micro_batch * dp) and not tc.uneven_batch:
             raise ConfigError(
                 f"train.micro_batch: global batch {tc.global_batch} is not a multiple of "
                 f"micro_batch {tc.micro_batch} × {dp} data-parallel ranks"
@@ -398,34 +424,56 @@ def _field_types(section: str) -> dict[str, Any]:
     return {f.name: f.type for f in dataclasses.fields(cls)}
 
 
+# Upper bounds of the sizes that drive loops or memory (agpt.numeric's, one home): a larger value is refused naming
+# the key, before a model or a buffer is built from it.  Other whole numbers fit in 64 bits.
+SIZE_BOUNDS: dict[str, int] = {
+    "model.vocab_size": numeric.MAX_VOCAB,
+    "model.n_layers": numeric.MAX_LAYERS,
+    "model.max_seq_len": numeric.MAX_SEQ_LEN,
+    "model.dim": 1 << 20,
+    "model.n_heads": 1 << 16,
+    "model.n_kv_heads": 1 << 16,
+    "model.ffn_dim": 1 << 24,
+    "model.multiple_of": 1 << 16,
+    "train.seq_len": numeric.MAX_SEQ_LEN,
+    "train.global_batch": 1 << 30,
+    "train.micro_batch": 1 << 20,
+    "train.steps": numeric.MAX_COUNT,
+    "eval.samples": numeric.MAX_SAMPLES,
+    "eval.task_items": 1 << 30,
+    "checkpoint.max_writers": numeric.MAX_NODES * numeric.MAX_RANKS_PER_NODE,
+    "checkpoint.thread_count": 1024,
+    "parallel.tp": numeric.MAX_RANKS_PER_NODE,
+}
+
+
+_FLOAT_TEXT = re.compile(
+    r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|[+-]?(?:inf|infinity|nan)", re.I
+)
+
+
 def _coerce(key: str, value: Any, typ: Any) -> Any:
-    """Check a YAML value against the field's declared type; int widens to float, nothing else."""
+    """Check a YAML value against the field's declared type; int widens to float, nothing else.  Numbers go
+    through agpt.numeric (finite, within SIZE_BOUNDS or 64 bits), named by their key."""
     name = typ if isinstance(typ, str) else getattr(typ, "__name__", str(typ))
-    if name == "bool":
-        if isinstance(value, bool):
+    dotted = key.rsplit(": ", 1)[-1]
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    try:
+        if name == "bool" and isinstance(value, bool):
             return value
-    elif name == "int":
-        if isinstance(value, int) and not isinstance(value, bool):
-            if abs(value) >= 1 << 63:
-                raise ConfigError(f"{key}: {value} is out of range (at most 2**63 - 1)")
-            return value
-    elif name == "float":
-        number: float | None = None
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            try:
-                number = float(value)
-            except OverflowError:
-                raise ConfigError(f"{key}: {value} is out of range for a float") from None
-        elif isinstance(value, str):  # YAML 1.1 reads "3e-4" as a string
-            try:
-                number = float(value)
-            except ValueError:
-                pass
-        if number is not None:
-            if not math.isfinite(number):
-                raise ConfigError(f"{key}: must be a finite number (got {value!r})")
-            return number
-    elif name.startswith("dict"):
+        if name == "int" and number and isinstance(value, int):
+            if dotted in SIZE_BOUNDS:  # a size: its sign is validate()'s to refuse ("must be positive")
+                return numeric.number(value, key, hi=SIZE_BOUNDS[dotted], integer=True)
+            return numeric.number(value, key, lo=-((1 << 63) - 1), hi=(1 << 63) - 1, integer=True)
+        # YAML 1.1 reads "3e-4" as a string: a float key takes one that spells a number
+        if name == "float" and (number or (isinstance(value, str) and _FLOAT_TEXT.fullmatch(value.strip()))):
+            return float(numeric.number(value, key))
+    except BadInput as e:
+        raise ConfigError(str(e)) from None
+    if name in ("bool", "int", "float"):
+        raise ConfigError(f"{key}: expected {name}, got {value!r}")
+
+    if name.startswith("dict"):
         if isinstance(value, Mapping):
             return dict(value)
         if value is None:

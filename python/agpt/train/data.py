@@ -83,13 +83,28 @@ def make_source(path: str, vocab_size: int, seq_len: int, seed: int, synthetic: 
     return Synthetic(vocab_size, seq_len, seed)
 
 
+def share(*, rank: int, world: int, global_batch: int) -> tuple[int, int]:
+    """(first, count): rank r's contiguous slice of a global batch, in rank order.  Where `world` does not divide
+    the batch (train.uneven_batch: a run on fewer nodes), the first G mod world ranks hold one sample more."""
+    base, extra = divmod(global_batch, world)
+    return rank * base + min(rank, extra), base + (rank < extra)
+
+
+def micro_steps(*, world: int, global_batch: int, micro_batch: int) -> int:
+    """Micro-batches every rank runs per step: as many as the busiest rank's share needs (ranks run in step)."""
+    busiest = -(-global_batch // world)
+    return -(-busiest // micro_batch)
+
+
 def sample_indices(
     *, consumed: int, rank: int, world: int, global_batch: int, micro_batch: int, micro_step: int
 ) -> range:
-    """Global sample indices of one micro batch: rank r owns the r-th contiguous slice of the batch."""
-    per_rank = global_batch // world
-    start = consumed + rank * per_rank + micro_step * micro_batch
-    return range(start, start + micro_batch)
+    """Global sample indices of one micro batch: rank r owns the r-th contiguous slice of the batch (share());
+    the last micro batch of a share may be shorter, and empty past its end."""
+    first, count = share(rank=rank, world=world, global_batch=global_batch)
+    lo = min(count, micro_step * micro_batch)
+    start = consumed + first
+    return range(start + lo, start + min(count, lo + micro_batch))
 
 
 def micro_batch(source: Source, indices: range) -> np.ndarray:

@@ -12,17 +12,23 @@ The trainer calls each hook where its fault would strike; each is a no-op unless
   AGPT_TEST_CKPT_WRITE_DELAY=S | STEP:S[,STEP:S...]
                                          a checkpoint writer sleeps S seconds before writing (tests kill
                                          ranks in the middle of a save)
+  AGPT_TEST_LOCAL_FULL=STEP[:HOST]       the local tier's write of STEP (on HOST) fails as a full node-local
+                                         folder does (ENOSPC)
+  AGPT_TEST_SAMPLE_LOG=PATH              every micro batch appends `ATTEMPT STEP DP_RANK MICRO FIRST COUNT WEIGHT`
+                                         to PATH (tp rank 0 only): the samples a run consumed, in order (the
+                                         shrink drill compares them with an unfaulted run's)
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from agpt.heartbeat.writer import host_name
+from agpt.nodelocal import host_name
 
 NAN_AT = "AGPT_FAULT_NAN_AT"
 SPIKE_AT = "AGPT_FAULT_SPIKE_AT"
@@ -30,6 +36,8 @@ EVAL_AT = "AGPT_FAULT_EVAL_AT"
 SLEEP_AT = "AGPT_FAULT_SLEEP_AT"
 SLOW_HOST = "AGPT_FAULT_SLOW_HOST"
 CKPT_WRITE_DELAY = "AGPT_TEST_CKPT_WRITE_DELAY"
+LOCAL_FULL = "AGPT_TEST_LOCAL_FULL"
+SAMPLE_LOG = "AGPT_TEST_SAMPLE_LOG"
 SPIKE_SCALE = 1000.0  # an injected spike multiplies the step's loss by this
 
 
@@ -77,6 +85,18 @@ class Faults:
         bad["tasks"] = {k: {**v, "acc": 0.0, "acc_norm": 0.0} for k, v in (out.get("tasks") or {}).items()}
         return bad
 
+    def samples(self, step: int, dp_rank: int, micro: int, indices: range, weight: float) -> None:
+        """Record the samples of one micro batch of STEP (AGPT_TEST_SAMPLE_LOG; one O_APPEND write a line)."""
+        path = self.env.get(SAMPLE_LOG, "")
+        if path:
+            attempt = self.env.get("AGPT_ATTEMPT_ID", "-")
+            line = f"{attempt} {step} {dp_rank} {micro} {indices.start} {len(indices)} {weight:g}\n"
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, line.encode())
+            finally:
+                os.close(fd)
+
     def forward(self, step: int, compute_s: float) -> None:
         """Right after the forward pass of STEP, which took COMPUTE_S: hang alive, or be the slow host."""
         forward(step, compute_s, self.env)
@@ -109,3 +129,11 @@ def ckpt_write_delay(step: int, env: Mapping[str, str] | None = None) -> float:
         if int(key) == step:
             return float(val)
     return 0.0
+
+
+def local_write(step: int, path: Path, env: Mapping[str, str] | None = None) -> None:
+    """Before the local tier writes PATH of STEP: raise ENOSPC when AGPT_TEST_LOCAL_FULL asks for it."""
+    env = os.environ if env is None else env
+    at, _, where = env.get(LOCAL_FULL, "").partition(":")
+    if at.isdigit() and int(at) == step and where in ("", host_name(env)):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))

@@ -27,7 +27,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from agpt import rundir
+from agpt import numeric, rundir
 from agpt.errors import EXIT_REPEAT, ConfigError
 from agpt.train.entry import NonFinite
 
@@ -61,7 +61,7 @@ def parse_skip(value: Any, key: str = "train.skip") -> list[tuple[int, int]]:
         if not value:
             return []
         try:
-            data = json.loads(Path(value).read_text())
+            data = json.loads(rundir.read_bytes(value))  # a regular file: never a FIFO
         except OSError as exc:
             raise ConfigError(f"{key}: cannot read {value} ({exc.strerror})") from None
         except ValueError as exc:
@@ -77,10 +77,12 @@ def parse_skip(value: Any, key: str = "train.skip") -> list[tuple[int, int]]:
             isinstance(item, list | tuple)
             and len(item) == 2
             and all(isinstance(x, int) and not isinstance(x, bool) for x in item)
-            and 1 <= item[0] <= item[1]
+            and 1 <= item[0] <= item[1] <= numeric.MAX_COUNT
         )
         if not ok:
-            raise ConfigError(f"{key}: {item!r} is not a [from_batch, to_batch] pair with 1 <= from <= to")
+            raise ConfigError(
+                f"{key}: {item!r:.80} is not a [from_batch, to_batch] pair with 1 <= from <= to <= 2**53"
+            )
         out.append((int(item[0]), int(item[1])))
     return out
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from agpt import rundir
+from agpt import numeric, rundir
 from agpt.train.config import Config, ModelConfig
 
 FILE = rundir.METRICS
@@ -37,12 +37,8 @@ def flops_per_token(model: ModelConfig, seq_len: int) -> float:
 
 def peak_tflops(environ: dict[str, str] | None = None) -> float | None:
     """Peak dense bf16 TFLOPS of one device (one rank's accelerator) from the site profile; None if unset."""
-    raw = (os.environ if environ is None else environ).get(PEAK_ENV, "").strip()
-    try:
-        value = float(raw)
-    except ValueError:
-        return None
-    return value if value > 0 else None
+    value = numeric.env_number(os.environ if environ is None else environ, PEAK_ENV, 0.0, lo=0, hi=1e6)
+    return float(value) if value > 0 else None
 
 
 @dataclass(kw_only=True, slots=True)

@@ -34,9 +34,11 @@ def train(
             raise BadInput(f"--run-dir {rd}: not writable")
     import time
 
-    from agpt.train import clock
+    from agpt.train import clock, stop
     from agpt.train.trainer import Trainer
 
+    clock.attempt()  # FAILOVER_ATTEMPT and AGPT_DEADLINE_EPOCH: refused here, not after the first step
+    stop.deadline()
     marks = {"started": clock.process_start(), "configured": time.time()}
     trainer = Trainer(cfg, rd)
     marks["built"] = time.time()

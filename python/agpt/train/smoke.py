@@ -26,9 +26,11 @@ def _line(step: int, loss: float, grad_norm: float, peak_mem: int) -> str:
 
 def read_baseline(path: Path) -> dict[int, str]:
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise BadInput(f"--baseline {path}: cannot read ({exc.strerror}); record one with --record") from None
+    except UnicodeDecodeError as exc:
+        raise BadInput(f"--baseline {path}: not a baseline (not UTF-8 text at byte {exc.start})") from None
     out: dict[int, str] = {}
     for n, line in enumerate(text.splitlines(), 1):
         line = line.strip()

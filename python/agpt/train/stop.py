@@ -13,6 +13,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from agpt import numeric
 from agpt.errors import EXIT_RESUBMIT
 
 DEADLINE_ENV = "AGPT_DEADLINE_EPOCH"  # the job's end (epoch), exported by the job script
@@ -25,16 +26,17 @@ class Stop:
     term: bool = False  # SIGTERM: the scheduler ends the job; save, exit 143
     resubmit: bool = False  # SIGUSR1, a straggler swap or the deadline: save, exit 75 (the chain resubmits)
     save: bool = False  # a time-based save is due: save and go on
+    local: bool = False  # a time-based save of the local tier is due (checkpoint.local_interval_s)
 
     def encode(self) -> list[float]:
         """The request as numbers to sum over the ranks (in the step's all-reduce)."""
-        return [float(self.term), float(self.resubmit), float(self.save)]
+        return [float(self.term), float(self.resubmit), float(self.save), float(self.local)]
 
     @classmethod
     def decode(cls, sums: Sequence[float]) -> Stop:
         """The agreed request from the summed numbers: any rank's request counts."""
-        term, resubmit, save = (float(x) > 0 for x in sums)
-        return cls(term=term, resubmit=resubmit, save=save)
+        term, resubmit, save, local = (float(x) > 0 for x in sums)
+        return cls(term=term, resubmit=resubmit, save=save, local=local)
 
     @property
     def ends_run(self) -> bool:
@@ -52,11 +54,13 @@ class Stop:
 NO_STOP = Stop()
 
 
+def deadline(env: Mapping[str, str] | None = None) -> float | None:
+    """The job's end (AGPT_DEADLINE_EPOCH) through agpt.numeric, None when unset or empty: a bad value (nan,
+    text) is refused naming it; train/run.py asks once before training, so a typo is not silently no deadline."""
+    return numeric.epoch((os.environ if env is None else env).get(DEADLINE_ENV), DEADLINE_ENV)
+
+
 def deadline_near(margin_s: float, env: Mapping[str, str] | None = None) -> bool:
     """Whether the job's deadline (AGPT_DEADLINE_EPOCH) is less than MARGIN_S away."""
-    raw = (os.environ if env is None else env).get(DEADLINE_ENV, "")
-    try:
-        deadline = float(raw)
-    except ValueError:
-        return False
-    return time.time() >= deadline - margin_s
+    end = deadline(env)
+    return end is not None and time.time() >= end - margin_s

@@ -27,18 +27,19 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
-from agpt import ckptdir
+from agpt import ckptdir, localtier
 from agpt.errors import AgptError, CheckpointError
 from agpt.heartbeat import writer as heartbeat
 from agpt.heartbeat.straggler import StragglerMonitor
 from agpt.observe import writers as owriters
 from agpt.train import checkpoint as ck
-from agpt.train import ckpt_policy, clock, faults
+from agpt.train import ckpt_policy, clock, faults, localckpt
 from agpt.train import data as tdata
 from agpt.train import dist as tdist
 from agpt.train import evaluate as tevaluate
 from agpt.train import health as thealth
 from agpt.train import metrics as tmetrics
+from agpt.train import optim as toptim
 from agpt.train import parallel as tpar
 from agpt.train import stages as tstages
 from agpt.train.config import Config
@@ -75,7 +76,9 @@ class Trainer:
         tc = cfg.train
         self.layout = tpar.layout(cfg, self.rank, self.world, self.info.local_world_size)
         self.dp = self.layout.dp
-        self.accum = tc.global_batch // (tc.micro_batch * self.dp)
+        self.accum = tdata.micro_steps(
+            world=self.dp, global_batch=tc.global_batch, micro_batch=tc.micro_batch
+        )
         if tc.deterministic:
             os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
             torch.use_deterministic_algorithms(True, warn_only=True)
@@ -96,7 +99,7 @@ class Trainer:
         # Held-out loss and tasks, checked (exit 2 on a bad task file) before anything trains.
         self.evals = tevaluate.InLoop(cfg, run_dir, self.rank) if cfg.eval.interval else None
         self.model = self._build_model()
-        self.optim = self._build_optim()
+        self.optim = toptim.build(self.model, cfg.optim)
         self.updates: thealth.UpdateMonitor | None = None
         if tc.frozen_threshold > 0:
             named = list(self.model.named_parameters())
@@ -113,6 +116,15 @@ class Trainer:
                 world=self.world,
                 pin_memory=self.device.type != "cpu",
             )
+        self.local: localckpt.LocalTier | None = (
+            None  # node memory with a partner's copy (train/localckpt.py)
+        )
+        if self.ckpt is not None and cfg.checkpoint.local:
+            self.local = localckpt.LocalTier(cfg.checkpoint, self.ckpt.root.parent, rank=self.rank, world=self.world,
+                                             layout=localtier.layout_name(self.dp, self.layout.tp), state=self.state,
+                                             state_bytes=localckpt.estimate_bytes(self.model),
+                                             pin_memory=self.device.type != "cpu")  # fmt: skip
+        self.restored: dict[str, Any] = {}  # the tier the state came from, for the recovery clock
         self.health = thealth.Health(cfg, run_dir, self.rank)
         self.faults = faults.Faults(self.rank, run_dir)  # the tests' fault hooks: no-ops unless asked
         self._signal: int | None = None
@@ -158,28 +170,6 @@ class Trainer:
         model.activation_checkpointing = tc.activation_checkpointing
         return model
 
-    def _build_optim(self) -> torch.optim.Optimizer:
-        oc = self.cfg.optim
-        decay = [p for n, p in self.model.named_parameters() if p.ndim >= 2]
-        no_decay = [p for n, p in self.model.named_parameters() if p.ndim < 2]
-        groups: list[dict[str, Any]] = [
-            {"params": decay, "weight_decay": oc.weight_decay},
-            {"params": no_decay, "weight_decay": 0.0},
-        ]
-        if oc.lr_scale:  # one group per (parameter group, decay) so each can have its own rate
-            by: dict[tuple[str, bool], list[torch.nn.Parameter]] = {}
-            for n, p in self.model.named_parameters():
-                by.setdefault((thealth.param_group(n), p.ndim >= 2), []).append(p)
-            groups = [
-                {
-                    "params": ps,
-                    "weight_decay": oc.weight_decay if decay_it else 0.0,
-                    "lr_scale": float(oc.lr_scale.get(g, 1.0)),
-                }
-                for (g, decay_it), ps in by.items()
-            ]
-        return torch.optim.AdamW(groups, lr=oc.lr, betas=(oc.beta1, oc.beta2), eps=oc.eps, foreach=True)
-
     # -- schedule -----------------------------------------------------------------------------------
     def scheduled_lr(self, step: int) -> float:
         """Linear warmup to optim.lr, then cosine to optim.min_lr over decay_steps (default train.steps)."""
@@ -207,17 +197,30 @@ class Trainer:
         }
 
     def resume(self, *, force: bool = False) -> Path | None:
-        """Load the newest complete checkpoint; fall back past corrupt ones with a warning."""
+        """Load the newest complete checkpoint: the local tier's when it is at least as new (a relaunch, not a
+        rollback: `force`), else the global one's, falling back past corrupt ones with a warning."""
         if self.ckpt is None or not (self.cfg.checkpoint.resume or force):
             return None
         done = ck.complete_steps(self.ckpt.root)
+        if (
+            self.local is not None
+            and not force
+            and (got := self.local.restore(done[-1][0] if done else None))
+        ):
+            sd, choice = got
+            self._adopt(sd, choice.step, self.local.folder)
+            self.local.last_saved_step = choice.step
+            self.restored = {"tier": "local", "from_partner": choice.from_partner}
+            if self.rank == 0:
+                print(self.local.resumed_line(choice), flush=True)
+            return self.local.folder
         if not done:
             return None
         first_error: CheckpointError | None = None
         for step, path in reversed(done):
             sd = self.state()
             try:
-                meta = ck.read_metadata(path)
+                meta = ck.verified_metadata(path, self.ckpt.group)  # digests before anything is unpickled
                 try:
                     ck.check_model(path, meta, sd["model"])
                 except CheckpointError as exc:
@@ -231,12 +234,8 @@ class Trainer:
                 if self.rank == 0:
                     ck.warn(f"{path} is corrupt ({exc}); trying an older checkpoint")
                 continue
-            set_state_dict(self.model, self.optim, model_state_dict=sd["model"], optim_state_dict=sd["optim"])
-            self.step = int(sd["trainer"]["step"])
-            self.consumed = int(sd["trainer"]["consumed"])
-            torch.set_rng_state(sd["trainer"]["rng_cpu"])
-            if self.step != step:
-                raise CheckpointError(f"{path}: holds step {self.step}, not {step}")
+            self._adopt(sd, step, path)
+            self.restored = {"tier": "global"}
             if self.rank == 0:
                 rec = ckptdir.read_marker(path) or {}
                 print(
@@ -248,6 +247,15 @@ class Trainer:
             return path
         assert first_error is not None
         raise first_error
+
+    def _adopt(self, sd: dict[str, Any], step: int, path: Path) -> None:
+        """Make a loaded state this trainer's (model, optimizer, step, data position, RNG)."""
+        set_state_dict(self.model, self.optim, model_state_dict=sd["model"], optim_state_dict=sd["optim"])
+        self.step = int(sd["trainer"]["step"])
+        self.consumed = int(sd["trainer"]["consumed"])
+        torch.set_rng_state(sd["trainer"]["rng_cpu"])
+        if self.step != step:
+            raise CheckpointError(f"{path}: holds step {self.step}, not {step}")
 
     # -- one step -----------------------------------------------------------------------------------
     def train_step(self, *, stop: Stop = NO_STOP) -> tuple[StepRecord, Stop]:
@@ -303,6 +311,11 @@ class Trainer:
             idx = tdata.sample_indices(consumed=self.consumed, rank=self.layout.dp_rank, world=self.dp,
                                        global_batch=tc.global_batch, micro_batch=tc.micro_batch,
                                        micro_step=micro)  # fmt: skip
+            # Past the end of an uneven share: a micro batch of weight 0 keeps this rank's collectives in step.
+            weight = 1.0 if len(idx) else 0.0
+            idx = idx or range(idx.start - 1, idx.start)
+            if self.layout.tp_rank == 0:
+                self.faults.samples(self.step + 1, self.layout.dp_rank, micro, idx, weight)
             batch = torch.from_numpy(tdata.micro_batch(self.source, idx)).to(self.device)
             wait += time.perf_counter() - t_data
             inputs, targets = batch[:, :-1], batch[:, 1:]
@@ -315,8 +328,8 @@ class Trainer:
                 logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="sum"
             )
             self._phase("backward")
-            (loss_sum * scale).backward()
-            local_sum += loss_sum.detach()
+            (loss_sum * (scale * weight)).backward()
+            local_sum += loss_sum.detach() * weight
         return local_sum, wait
 
     def _clip_gradients(self) -> torch.Tensor:
@@ -376,9 +389,15 @@ class Trainer:
         split = "" if tp == 1 else f" as dp {self.dp} x tp {tp}"
         if tp > 1 and self.cfg.parallel.sequence_parallel:
             split += " (sequence parallel)"
+        batch = f"{self.dp} dp ranks x micro {tc.micro_batch} x accum {self.accum}"
+        if tc.global_batch % (tc.micro_batch * self.dp):
+            hi = tdata.share(rank=0, world=self.dp, global_batch=tc.global_batch)[1]
+            lo = tdata.share(rank=self.dp - 1, world=self.dp, global_batch=tc.global_batch)[1]
+            batch = (f"{self.dp} dp ranks x {lo}-{hi} samples in {self.accum} micro-steps of at most "
+                     f"{tc.micro_batch} (uneven: train.uneven_batch)")  # fmt: skip
         return (
             f"agpt: train: {params / 1e6:.1f}M parameters on {self.world} ranks ({self.device.type}){split}, "
-            f"global batch {tc.global_batch} = {self.dp} dp ranks x micro {tc.micro_batch} x accum {self.accum}, "
+            f"global batch {tc.global_batch} = {batch}, "
             f"seq {tc.seq_len}, params {tc.param_dtype} over {tc.master_dtype} masters, "
             f"run dir {self.run_dir or '(none)'}"
         ) + ("\nagpt: train: WARNING: SYNTHETIC DATA (data.synthetic: true): generated tokens, no real data; "
@@ -413,15 +432,22 @@ class Trainer:
         """What this rank asks of the next step: stop on a signal or the deadline, or a time-based save."""
         due = ckpt_policy.due_by_time(since_save_s, self.cfg.checkpoint.interval_s) and self.rank == 0
         near = deadline_near(self.cfg.train.deadline_margin_s)
-        return Stop(
-            term=self._signal == signal.SIGTERM, resubmit=self._signal == signal.SIGUSR1 or near, save=due
-        )
+        local = self.local is not None and self.rank == 0 and self.local.due_by_time()
+        return Stop(term=self._signal == signal.SIGTERM, resubmit=self._signal == signal.SIGUSR1 or near, save=due,
+                    local=local)  # fmt: skip
 
     def save(self, *, block: bool) -> None:
         if self.ckpt is None or self.ckpt.last_saved_step == self.step:
             return
         self._phase("checkpoint")
         self._pending_stall += self.ckpt.save(self.step, self.state, block=block)
+
+    def _wait_saves(self) -> None:
+        """Both tiers' saves in flight, to their end (a failed global save raises; a failed local one warns)."""
+        if self.local is not None:
+            self.local.wait()
+        if self.ckpt is not None:
+            self.ckpt.wait()
 
     def write_progress(self) -> None:
         if self.run_dir is None or self.rank != 0:
@@ -453,9 +479,14 @@ class Trainer:
                     except thealth.Fault as fault:
                         self._rollback(fault, applied=True)
                         continue
-                if ckpt_policy.due_by_step(self.step, self.cfg.checkpoint.interval) or agreed.save:
+                saved = ckpt_policy.due_by_step(self.step, self.cfg.checkpoint.interval) or agreed.save
+                if saved:
                     self.save(block=False)
                     t_save = time.perf_counter()
+                local_due = agreed.local or saved  # a global save is a local one too: memory holds it
+                if self.local is not None and self.local.due(self.step, local_due):
+                    self._phase("checkpoint")
+                    self._pending_stall += self.local.save(self.step)
                 if (
                     self.step % self.cfg.train.log_interval == 0
                     or self.step == self.cfg.train.steps
@@ -464,13 +495,11 @@ class Trainer:
                     self._log(emit, rec)
             if self.cfg.checkpoint.save_final:
                 self.save(block=False)
-            if self.ckpt is not None:
-                self.ckpt.wait()
+            self._wait_saves()
             return 0
         except AgptError:
-            if self.ckpt is not None:
-                with contextlib.suppress(AgptError):  # the error that stopped the run is the one to report
-                    self.ckpt.wait()
+            with contextlib.suppress(AgptError):  # the error that stopped the run is the one to report
+                self._wait_saves()
             raise
         finally:
             if self.hb is not None:
@@ -503,15 +532,16 @@ class Trainer:
         self._window.add(rec.tokens, rec.compute_s, rec.wait_s)
         if self.clock_marks is not None:
             if self.rank == 0 and self.run_dir is not None:
-                clock.record(self.run_dir, {**self.clock_marks, "first_step": time.time()}, self.step)
+                clock.record(
+                    self.run_dir, {**self.clock_marks, "first_step": time.time()}, self.step, **self.restored
+                )
             self.clock_marks = None
 
     def _stop(self, agreed: Stop, emit: Callable[[str], None], rec: StepRecord) -> int:
         """A signal or the deadline: a blocking save of this step, its line, and the exit code that says why."""
         self.save(block=True)
         self._log(emit, rec)
-        if self.ckpt is not None:
-            self.ckpt.wait()
+        self._wait_saves()
         if self.rank == 0:
             print(f"agpt: stopped at step {self.step} on {agreed.reason}, checkpoint saved", flush=True)
         return agreed.exit_code

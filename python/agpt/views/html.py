@@ -69,7 +69,11 @@ def timeline_png(rep: freport.Report) -> str | None:
             color=CLASS_COLOURS.get(a.cls, "#1f77b4"),
         )
         ax.text(
-            (a.ended - t0) / div, i, f" {a.cls} {runplot.swap_text(_swapped(a))}", va="center", fontsize=8
+            (a.ended - t0) / div,
+            i,
+            f" {a.cls} on {a.nodes or '?'} nodes {runplot.swap_text(_swapped(a))}",
+            va="center",
+            fontsize=8,
         )
     ax.set_yticks(range(len(rows)), [f"{a.jobid}.{a.attempt}" for a in rows])
     ax.invert_yaxis()
@@ -99,6 +103,7 @@ def curves_png(run_dir: Path) -> str | None:
     if not xs:  # no metrics.jsonl (a trainer of its own): the loss panel alone
         fig, ax_loss = plt.subplots(figsize=(11, 4.5))
         runplot.loss_panel(ax_loss, curve)
+        runplot.nodes_panel(ax_loss, curve)
         fig.tight_layout()
         return _png(fig)
     fig, (ax_loss, ax_tps) = plt.subplots(2, 1, figsize=(11, 8), sharex=True)
@@ -113,6 +118,7 @@ def curves_png(run_dir: Path) -> str | None:
                 ax_tps.axvline(
                     float(step), color="#7f7f7f" if cls == "walltime" else "#d62728", ls="--", lw=1.2
                 )
+    runplot.nodes_panel(ax_tps, curve)
     ax_tps.set_xlabel("step")
     ax_tps.set_ylabel("tokens/s per device")
     ax_tps.set_title("throughput (dashed: failures and hand-overs)")

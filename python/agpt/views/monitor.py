@@ -84,6 +84,11 @@ def host_rows(st: ostatus.Status) -> list[tuple[str, str]]:
     rows = [
         ("hosts", f"active {h['active']}, spare {h['spare']}, bad {h['bad']} (proven), blind {h['blind']}")
     ]
+    shrinks = [e for j in (st.report.nodes.values() if st.report is not None else ()) for e in j.shrinks]
+    if shrinks:  # the newest shrink (FAILOVER_SHRINK): the node count it left and what that costs
+        e = shrinks[-1]
+        rows.append(("shrunk", f"job {e.get('jobid')}: {e.get('nodes_before')} -> {e.get('nodes_after')} nodes "
+                               f"(job: {e.get('nodes_full')}), {e.get('throughput')} of full throughput"))  # fmt: skip
     current = f"{st.current['jobid']}.{st.current['attempt']}" if st.current else None
     beats = [b for b in st.beats if current is None or b.attempt == current] or st.beats
     if beats:

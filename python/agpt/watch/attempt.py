@@ -34,6 +34,9 @@ GROUP_CHECK_S = 0.1
 # Without SIGCHLD (not the main thread), how often to look whether CMD has exited.
 TICK_S = 0.2
 
+# The longest single poll(): its timeout is a C int of milliseconds (24.8 days); a longer wait is several polls.
+POLL_MAX_MS = 3_600_000
+
 RUN, DRAIN, TERM, KILLED, DONE = range(5)
 
 
@@ -74,6 +77,9 @@ class Attempt:
         self.stop_signal: int | None = None
         self.kill_at = math.inf
         self.until = math.inf  # end of DRAIN or of KILLED
+        self.idle_at: float | None = None  # when the idle limit fired, a stop signal came, CMD exited
+        self.signal_at: float | None = None
+        self.exited_at: float | None = None
         self.streams: dict[int, int] = {}  # our read end -> 1 or 2
         self.poller = select.poll()
 
@@ -89,6 +95,9 @@ class Attempt:
         self.streams = dict(self.child.streams)
         try:
             self._loop()
+        except BaseException:
+            self.child.signal_group(signal.SIGKILL)  # the child is ours to end, whatever broke here
+            raise
         finally:
             for fd in list(self.streams):
                 self._close(fd)
@@ -111,7 +120,7 @@ class Attempt:
             if self.phase == DONE:
                 return
             wake = self._next_deadline(now)
-            ms = -1 if wake == math.inf else max(0, math.ceil((wake - now) * 1000))
+            ms = -1 if wake == math.inf else min(POLL_MAX_MS, max(0, math.ceil((wake - now) * 1000)))
             for fd, _ev in poller.poll(ms):
                 if fd == self.sig.rfd:
                     for num in self.sig.take():
@@ -159,6 +168,7 @@ class Attempt:
         if reason is None:
             return
         self.idle_reason = reason
+        self.idle_at = now
         pgid = self.child.pgid
         self.say(f"{reason}; SIGTERM to process group {pgid}, SIGKILL after {self.s.grace:g} s")
         self.child.signal_group(signal.SIGTERM)
@@ -183,6 +193,8 @@ class Attempt:
     def _reap(self) -> None:
         if self.rc is None:
             self.rc = self.child.poll()
+            if self.rc is not None:
+                self.exited_at = time.monotonic()
 
     def _on_signal(self, num: int) -> None:
         now = time.monotonic()
@@ -201,6 +213,7 @@ class Attempt:
                 self.kill_at = now
             return
         self.stop_signal = num  # recorded even while killing: no retry may follow
+        self.signal_at = now
         if self.phase in (KILLED, DONE):
             return
         self.child.signal_group(num)
@@ -209,6 +222,18 @@ class Attempt:
         )
         if self.phase in (RUN, DRAIN):
             self.phase, self.kill_at = TERM, now + self.s.grace
+
+    def times(self) -> dict[str, float]:
+        """The attempt's end on the wall clock (epochs): its last progress line, when the end first showed (the
+        first output after that line, the idle limit, a stop signal or CMD's exit) and now (torn down)."""
+        shift = time.time() - time.monotonic()
+        p = self.progress
+        out = {"last_progress": p.at} if p.at is not None else {}
+        signs = [p.after_at if p.at is not None else None, self.idle_at, self.signal_at, self.exited_at]
+        if any(t is not None for t in signs):
+            out["detected"] = min(t for t in signs if t is not None)
+        out["ended"] = time.monotonic()
+        return {k: round(v + shift, 3) for k, v in out.items()}
 
     def _outcome(self) -> Outcome:
         last = self.progress.line

@@ -6,9 +6,9 @@ Every bad flag is one line naming it and exit 2, before CMD starts.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 
+from agpt import numeric
 from agpt.errors import EXIT_USAGE, BadInput
 from agpt.watch.attempt import DRAIN_S
 from agpt.watch.run import run_settings
@@ -16,7 +16,7 @@ from agpt.watch.settings import DEFAULT_BACKOFF, DEFAULT_GRACE, DEFAULT_TIMEOUT,
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs start-up time
 if TYPE_CHECKING:
-    from typing import NoReturn
+    from typing import Any, NoReturn
 
 DESCRIPTION = """\
 Run CMD and kill it when its output goes idle: no byte on its stdout or stderr (any process it started counts,
@@ -56,36 +56,12 @@ examples:
 """
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, got {text!r}")
-    return value
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text!r}")
-    return value
+def _seconds(flag: str) -> Any:
+    return lambda text: numeric.seconds(text, flag)
 
 
 def _schedule(text: str) -> tuple[float, ...]:
-    try:
-        values = tuple(float(p) for p in text.split(","))
-    except ValueError:
-        values = ()
-    if not values or not all(math.isfinite(v) and v >= 0 for v in values):
-        raise argparse.ArgumentTypeError(
-            f"not a comma-separated list of seconds >= 0 (like 5,10,20): {text!r}"
-        )
-    return values
+    return tuple(numeric.seconds(p, "--backoff") for p in text.split(","))
 
 
 class _Parser(argparse.ArgumentParser):
@@ -105,28 +81,28 @@ def _parser() -> _Parser:
     )
     p.add_argument(
         "--timeout",
-        type=_seconds,
+        type=_seconds("--timeout"),
         default=DEFAULT_TIMEOUT,
         metavar="S",
         help=f"idle seconds before the kill; 0 disables (default {DEFAULT_TIMEOUT:g})",
     )
     p.add_argument(
         "--startup-timeout",
-        type=_seconds,
+        type=_seconds("--startup-timeout"),
         default=None,
         metavar="S",
         help="idle limit until the first progress line; 0 disables (default: --timeout)",
     )
     p.add_argument(
         "--grace",
-        type=_seconds,
+        type=_seconds("--grace"),
         default=DEFAULT_GRACE,
         metavar="S",
         help=f"seconds between SIGTERM and SIGKILL (default {DEFAULT_GRACE:g})",
     )
     p.add_argument(
         "--retries",
-        type=_count,
+        type=numeric.flag("--retries", lo=0, hi=1000, integer=True),
         default=0,
         metavar="N",
         help="re-run up to N times on a non-zero exit, 124 included (default 0)",
@@ -140,6 +116,12 @@ def _parser() -> _Parser:
     )
     p.add_argument(
         "--log", metavar="FILE", help="also append both streams, interleaved as they came, to FILE"
+    )
+    p.add_argument(
+        "--times",
+        metavar="FILE",
+        help="write the attempt's end as JSON epochs: last_progress, detected (the first output after it, the "
+        "idle limit, a signal or the exit) and ended (torn down); the recovery clock's first stages",
     )
     p.add_argument(
         "--progress-file",
@@ -163,7 +145,10 @@ def main(argv: list[str] | None = None) -> int:
         args, cmd = args[:cut], args[cut + 1 :]
     parser = _parser()
     try:
-        ns, extra = parser.parse_known_args(args)
+        try:
+            ns, extra = parser.parse_known_args(args)
+        except BadInput as e:
+            parser.error(str(e))
         if extra:
             parser.error(f"unexpected {extra[0]!r}: put the command after '--': agpt watch [OPTIONS] -- CMD")
         if cmd is None:
@@ -174,9 +159,12 @@ def main(argv: list[str] | None = None) -> int:
         return e.code if isinstance(e.code, int) else EXIT_USAGE
     try:
         options = vars(ns)
-        log = options.pop("log")  # every other option is a setting of the same name
+        log, times = (
+            options.pop("log"),
+            options.pop("times"),
+        )  # every other option is a setting of the same name
         settings = WatchSettings(**options)
-        return run_settings(cmd, settings, log=log).rc
+        return run_settings(cmd, settings, log=log, times=times).rc
     except BadInput as e:
         sys.stderr.write(f"agpt watch: error: {e}\n")
         return EXIT_USAGE

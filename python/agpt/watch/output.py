@@ -59,6 +59,8 @@ class Progress:
         self.line: str | None = None
         self.at: float | None = None  # when the last progress line came
         self.first_at = -math.inf  # when the first one came
+        self.after_at: float | None = None  # when the first output after the last progress line came
+        self.marks: list[tuple[int, float]] = []  # (end offset in pending, when those bytes came)
 
     def feed(self, key: int, buf: bytearray, n: int, now: float) -> None:
         nl = buf.rfind(b"\n", 0, n)
@@ -69,7 +71,8 @@ class Progress:
             return
         self.carry[key] = bytes(buf[max(end, n - CARRY_MAX) : n])
         if self.eager and not self.seen:
-            self._scan(old + bytes(buf[:end]), now)
+            region = old + bytes(buf[:end])
+            self._scan(region, now, [(len(region), now)])
             return
         lo = max(0, end - SCAN_TAIL)
         if lo:
@@ -77,8 +80,11 @@ class Progress:
         else:
             self.pending += old
         self.pending += buf[lo:end]
+        self.marks.append((len(self.pending), now))
         if len(self.pending) > SCAN_TAIL:
-            del self.pending[:-SCAN_TAIL]
+            cut = len(self.pending) - SCAN_TAIL
+            del self.pending[:cut]
+            self.marks = [(o - cut, t) for o, t in self.marks if o > cut]
         self.pending_at = now
         if now - self.scanned_at >= SCAN_EVERY:
             self.flush(now)
@@ -87,24 +93,37 @@ class Progress:
         """Scan what is deferred; with `eof`, that stream's last partial line counts as complete."""
         if eof is not None and self.carry.get(eof):
             self.pending += self.carry.pop(eof) + b"\n"
+            self.marks.append((len(self.pending), now))
             self.pending_at = now
         if self.pending:
-            self._scan(bytes(self.pending), self.pending_at)
+            self._scan(bytes(self.pending), self.pending_at, self.marks)
             self.pending.clear()
+        self.marks = []
         self.scanned_at = now
 
-    def _scan(self, region: bytes, at: float) -> None:
+    def _scan(self, region: bytes, at: float, marks: list[tuple[int, float]]) -> None:
+        """The last progress line of REGION; MARKS date its bytes (the recovery clock's detection: when the line
+        came, and when the first output after it came)."""
+
+        def came(offset: int) -> float:  # when the byte at OFFSET of REGION came
+            return next((t for o, t in marks if o > offset), at)
+
         last = None
         for match in self.pattern.finditer(region):
             last = match
         if last is None:
+            if self.seen and self.after_at is None and region.strip():
+                self.after_at = came(0)
             return
         start = max(region.rfind(b"\n", 0, last.start()), region.rfind(b"\r", 0, last.start())) + 1
         stops = [i for i in (region.find(b"\n", last.end()), region.find(b"\r", last.end())) if i >= 0]
-        line = region[start : min(stops) if stops else len(region)]
+        end = min(stops) if stops else len(region)
+        line = region[start:end]
+        when = came(end - 1)
         if not self.seen:
-            self.seen, self.first_at = True, at
-        self.at = at
+            self.seen, self.first_at = True, when
+        self.at = when
+        self.after_at = came(end + 1) if region[end + 1 :].strip() else None
         self.line = line.decode("utf-8", "replace").strip()[:200]
 
 

@@ -29,8 +29,10 @@ def run_settings(
     env: Mapping[str, str] | None = None,
     out_fd: int = 1,
     err_fd: int = 2,
+    times: str | os.PathLike[str] | None = None,
 ) -> Outcome:
-    """Run CMD under the watchdog with retries; the Outcome of the last attempt."""
+    """Run CMD under the watchdog with retries; the Outcome of the last attempt.  TIMES: a file for the last
+    attempt's end on the wall clock (Attempt.times, JSON), the recovery clock's detection and teardown."""
     if not cmd:
         raise BadInput("no command given: agpt watch [OPTIONS] -- CMD [ARGS...]")
     base = dict(os.environ if env is None else env)
@@ -50,6 +52,8 @@ def run_settings(
                 cmd, settings, sig=sig, log_fd=log_fd, env=base, out_fd=out_fd, err_fd=err_fd, say=say
             )
             outcome = attempt.run()
+            if times is not None:
+                _write_times(times, attempt, say)
             if outcome.rc == 0 or outcome.stop_signal is not None or outcome.spawn_failed:
                 break
         if outcome.rc != 0 and total > 1 and not outcome.spawn_failed and outcome.stop_signal is None:
@@ -57,11 +61,25 @@ def run_settings(
         return outcome
 
 
+def _write_times(path: str | os.PathLike[str], attempt: Attempt, say: Say) -> None:
+    """TIMES as one JSON object, replaced whole; a failure is said, never fatal."""
+    import json
+
+    tmp = f"{os.fspath(path)}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "w") as f:
+            f.write(json.dumps(attempt.times()) + "\n")
+        os.replace(tmp, path)
+    except OSError as e:
+        say(f"--times: cannot write {os.fspath(path)} ({e.strerror})")
+
+
 def watch(
     cmd: Sequence[str],
     *,
     log: str | os.PathLike[str] | int | None = None,
     env: Mapping[str, str] | None = None,
+    times: str | os.PathLike[str] | None = None,
     **settings: Any,
 ) -> int:
     """Run CMD under the idle watchdog; its exit status (124 on idle, 128+N on a signal), of the last attempt
@@ -71,4 +89,4 @@ def watch(
     progress_re (default $FAILOVER_PROGRESS_RE, else DEFAULT_PROGRESS_RE), progress_file.  Raises BadInput on a
     bad value, before anything runs.
     """
-    return run_settings(cmd, WatchSettings(**settings), log=log, env=env).rc
+    return run_settings(cmd, WatchSettings(**settings), log=log, env=env, times=times).rc

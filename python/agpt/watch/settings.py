@@ -5,11 +5,10 @@ Plain slotted classes rather than dataclasses: `dataclasses` pulls in `inspect`,
 
 from __future__ import annotations
 
-import math
 import os
 import re
 
-from agpt import rundir
+from agpt import numeric, rundir
 from agpt.errors import BadInput
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs start-up time
@@ -25,13 +24,9 @@ EXIT_NOT_FOUND = 127
 
 
 def _check_seconds(flag: str, value: float) -> float:
-    """Seconds >= 0 and at most rundir.MAX_SECONDS (a year): a larger value would overflow the poll and the
-    sleeps, after the child had started."""
-    if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise BadInput(f"{flag}: must be a number of seconds >= 0, got {value!r}")
-    if value > rundir.MAX_SECONDS:
-        raise BadInput(f"{flag}: at most {rundir.MAX_SECONDS:.0f} seconds (a year), got {value!r}")
-    return float(value)
+    """Seconds from 0 to a year (agpt.numeric): a larger value would overflow the poll and the sleeps, after the
+    child had started."""
+    return numeric.seconds(value, flag)
 
 
 class WatchSettings:

@@ -10,7 +10,8 @@ import json
 import sys
 from pathlib import Path
 
-from agpt.errors import AgptError
+from agpt import numeric
+from agpt.errors import AgptError, BadInput
 from agpt.yeet.extract import check_dest
 from agpt.yeet.node import stage_file
 
@@ -23,11 +24,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dest", type=Path, required=True)
     p.add_argument("--host", required=True)
     p.add_argument("--sha256", required=True)
-    p.add_argument("--size", type=int, required=True)
+    p.add_argument("--size", type=numeric.flag("--size", lo=0, hi=1 << 60, integer=True), required=True)
     p.add_argument("--compression", default="zstd")
     p.add_argument("--check")
-    p.add_argument("--members", type=int, default=0, help="> 0: the head validated this digest's tarball")
-    a = p.parse_args(argv)
+    p.add_argument(
+        "--members",
+        type=numeric.flag("--members", lo=0, hi=numeric.MAX_COUNT, integer=True),
+        default=0,
+        help="> 0: the head validated this digest's tarball",
+    )
+    try:
+        a = p.parse_args(argv)
+    except BadInput as e:
+        p.error(str(e))
     out: dict[str, object] = {"host": a.host, "ok": False}
     try:
         check_dest(a.dest)

@@ -14,7 +14,7 @@ import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
-from agpt import rundir
+from agpt import numeric, rundir
 from agpt.errors import BadInput
 from agpt.yeet.node import NodeResult
 
@@ -67,12 +67,12 @@ def parse_min_success(text: str | None) -> tuple[str, float] | None:
     raw = text.strip()
     try:
         if raw.endswith("%"):
-            kind, value = "fraction", float(raw[:-1]) / 100.0
+            kind, value = "fraction", float(numeric.number(raw[:-1], "--min-success", lo=0, hi=100)) / 100.0
         elif "." in raw:
-            kind, value = "fraction", float(raw)
+            kind, value = "fraction", float(numeric.number(raw, "--min-success", lo=0, hi=1))
         else:
-            kind, value = "count", float(int(raw))
-    except ValueError:
+            kind, value = "count", float(numeric.whole(raw, "--min-success", maximum=numeric.MAX_NODES))
+    except BadInput:
         raise BadInput(f"--min-success {text!r}: expected a count N or a fraction like 0.9") from None
     if kind == "fraction" and not 0.0 < value <= 1.0:
         raise BadInput(f"--min-success {text!r}: a fraction must be in (0, 1]")

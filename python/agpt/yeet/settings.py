@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agpt import numeric
 from agpt.errors import BadInput
 from agpt.yeet.report import parse_min_success
 
@@ -20,17 +21,9 @@ TAR_SUFFIXES = (".tar.zst", ".tzst", ".tar.gz", ".tgz", ".tar")
 
 
 def env_int(name: str, default: int, lo: int, hi: int) -> int:
-    """A whole-number setting from the environment (empty: DEFAULT); anything else is one line, exit 2."""
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise BadInput(f"{name}={raw!r}: expected a whole number {lo}..{hi}") from None
-    if not lo <= value <= hi:
-        raise BadInput(f"{name}={value}: expected {lo}..{hi}")
-    return value
+    """A whole-number setting from the environment (empty: DEFAULT) through agpt.numeric: anything else is one
+    line naming it, exit 2."""
+    return int(numeric.env_number(os.environ, name, default, lo=lo, hi=hi, integer=True))
 
 
 @dataclass(kw_only=True, slots=True)
