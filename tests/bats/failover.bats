@@ -5,11 +5,8 @@
 load helpers
 load loop_jobs
 
-# The loop scenarios' job scripts set -euo pipefail themselves, so the second pass of the suite (BASH_ENV with
-# set -u) would only repeat them; it runs the sourcing tests and one loop.
-first_pass_only() {
-  if [[ "${BASH_ENV:-}" == */set-u.bash ]]; then skip "loop scenario: the job script already runs under set -euo pipefail"; fi
-}
+# The loop scenarios' job scripts set -euo pipefail themselves, so the set -u pass of the suite would only repeat
+# them (first_pass_only); it runs the sourcing tests and one loop.
 
 local_setup() {
   RUN="$BATS_TEST_TMPDIR/run"

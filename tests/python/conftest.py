@@ -1,4 +1,5 @@
-"""Shared fixtures: the checkout's paths, an isolated HOME/TMPDIR, and the local Slurm cluster."""
+"""Shared fixtures: the checkout's paths, an isolated HOME/TMPDIR, and the local Slurm cluster; the session
+fixtures of data_util (sp_model) and ckpt_util (blend, trained, exported) are registered here, once for all."""
 
 from __future__ import annotations
 
@@ -14,6 +15,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 BIN = ROOT / "bin"
 VENV_BIN = ROOT / ".venv" / "bin"
+# Session fixtures built once for the whole run: a test names them as arguments and imports nothing.  A test module
+# that imports the fixture function gets a definition of its own, which pytest builds again for that module (a
+# tokenizer trained, a model trained on 2 ranks, an export), so collection refuses it (_no_private_copies).
+pytest_plugins = ["data_util", "ckpt_util"]
+SHARED_FIXTURES = {"data_util": ["sp_model"], "ckpt_util": ["blend", "trained", "exported"]}
 
 
 def agpt_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -27,12 +33,30 @@ def agpt_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects: tests/run runs `-m cluster` in a lane of its own
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """A test on the real local Slurm cluster gets one rerun: on 2 loaded cores the scheduler's own timing
-    (I/O forwarding, node pings) varies; a failure twice in a row is still a failure."""
+    """A test that asks for the `cluster` fixture is marked `cluster`.  A test on the real local Slurm cluster
+    gets one rerun: on 2 loaded cores the scheduler's own timing (I/O forwarding, node pings) varies; a failure
+    twice in a row is still a failure."""
+    _no_private_copies(items)
     for item in items:
+        if "cluster" in getattr(item, "fixturenames", ()) and not item.get_closest_marker("cluster"):
+            item.add_marker(pytest.mark.cluster)
         if item.get_closest_marker("cluster") and not item.get_closest_marker("flaky"):
             item.add_marker(pytest.mark.flaky(reruns=1, reruns_delay=2))
+
+
+def _no_private_copies(items: list[pytest.Item]) -> None:
+    """Refuses a test module that imports a shared session fixture (see pytest_plugins above), naming both."""
+    for module in {item.module for item in items if isinstance(item, pytest.Function) and item.module}:
+        for owner, names in SHARED_FIXTURES.items():
+            shared = sys.modules.get(owner)
+            for name in names:
+                if shared is not None and getattr(module, name, None) is getattr(shared, name, None):
+                    raise pytest.UsageError(
+                        f"{module.__file__}: imports the session fixture {name} from {owner}: that builds it again "
+                        f"for this module; drop the import (conftest.py registers it for every test)"
+                    )
 
 
 @pytest.fixture

@@ -154,7 +154,10 @@ def on_a_terminal(argv: list[str], env: dict[str, str], *, interrupt_after: floa
     seconds); everything it drew.  It must exit 0."""
     main, child = pty.openpty()
     fcntl.ioctl(child, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 120, 0, 0))
-    p = subprocess.Popen(argv, stdin=child, stdout=child, stderr=child, env=env, close_fds=True)
+    # Ctrl-C at its default in the child: a suite started in the background (`tests/run &`, nohup) ignores
+    # SIGINT, the child would inherit that, never stop and hang the test.
+    p = subprocess.Popen(argv, stdin=child, stdout=child, stderr=child, env=env, close_fds=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
     os.close(child)
     if interrupt_after is not None:
         time.sleep(interrupt_after)

@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from ckpt_util import STEPS, TINY, blend, exported, files_of, trained
-from data_util import run_agpt, sp_model
+from ckpt_util import STEPS, TINY, files_of
+from data_util import run_agpt
 
 pytestmark = pytest.mark.slow
-__all__ = ["blend", "exported", "sp_model", "trained"]
 
 TEXTS = [
     "def encode(self, o):\n    return json.dumps(o)",

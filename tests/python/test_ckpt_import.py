@@ -9,12 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from ckpt_util import TINY, blend, data_sets, exported, files_of, trained
-from data_util import run_agpt, sp_model
+from ckpt_util import TINY, data_sets, files_of
+from data_util import run_agpt
 from train_util import losses, run_train
 
 pytestmark = pytest.mark.slow
-__all__ = ["blend", "exported", "sp_model", "trained"]
 
 
 def _import(hf: Path, run: Path, *extra: str, mpi: int = 0):

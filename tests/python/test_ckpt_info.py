@@ -8,11 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from ckpt_util import STEPS, blend, git_head, trained
-from data_util import run_agpt, sp_model
+from ckpt_util import STEPS, git_head
+from data_util import run_agpt
 
 pytestmark = pytest.mark.slow
-__all__ = ["blend", "sp_model", "trained"]
 
 
 def test_info_reports_step_tokens_provenance_and_data(trained: Path, blend: Path) -> None:

@@ -16,9 +16,8 @@ from agpt.data.greedy import deficit_sequence
 from agpt.data.mmidx import Shard
 from agpt.data.tokenize import TokenizeSettings, run
 from agpt.errors import DataError
-from data_util import STDLIB, blend_cli, run_agpt, sp_model, tree_bytes
+from data_util import STDLIB, blend_cli, run_agpt, tree_bytes
 
-__all__ = ["sp_model"]
 L = 32
 
 CORPORA = {  # name: (weight, sources, shard tokens)

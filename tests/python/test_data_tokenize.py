@@ -14,17 +14,7 @@ import pytest
 from agpt.data.mmidx import Shard
 from agpt.data.tokenizer import load
 from agpt.errors import DataError
-from data_util import (
-    independent_read,
-    run_agpt,
-    shard_prefixes,
-    sp_model,
-    stdlib_documents,
-    tokenize_cli,
-    tree_bytes,
-)
-
-__all__ = ["sp_model"]
+from data_util import independent_read, run_agpt, shard_prefixes, stdlib_documents, tokenize_cli, tree_bytes
 
 
 def _write_inputs(d: Path, docs: list[str]) -> tuple[list[Path], list[str]]:

@@ -9,9 +9,7 @@ import pytest
 
 from agpt.data.blend import BlendSettings, build
 from agpt.data.tokenize import TokenizeSettings, run
-from data_util import STDLIB, run_agpt, sp_model
-
-__all__ = ["sp_model"]
+from data_util import STDLIB, run_agpt
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import pytest
 
 from agpt.errors import BadInput, ConfigError
 from agpt.evals import alarm, due, records, score, tasks
-from data_util import STDLIB, run_agpt, sp_model  # noqa: F401 - sp_model is a fixture
+from data_util import STDLIB, run_agpt
 
 HELLASWAG = {
     "ind": 4,
@@ -124,7 +124,7 @@ def test_bad_specs_and_files_are_refused_naming_them(tmp_path: Path) -> None:
 
 def test_a_choice_longer_than_the_sequence_is_refused_and_contexts_are_left_truncated(
     tmp_path: Path,
-    sp_model: Path,  # noqa: F811
+    sp_model: Path,
 ) -> None:
     from agpt.data.tokenizer import load
 
@@ -298,7 +298,7 @@ def test_every_nth_checkpoint_is_held_until_released_and_pruning_keeps_it(tmp_pa
     assert due.pending(tmp_path) == [60]
 
 
-def test_blend_pins_bytes_per_token_of_each_corpus(tmp_path: Path, sp_model: Path) -> None:  # noqa: F811
+def test_blend_pins_bytes_per_token_of_each_corpus(tmp_path: Path, sp_model: Path) -> None:
     from agpt.data import bytecount
     from agpt.data.blend import BlendSettings, build
     from agpt.data.tokenizer import load

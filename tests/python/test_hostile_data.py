@@ -13,9 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from data_util import SOURCES, STDLIB, run_agpt, sp_model
-
-__all__ = ["sp_model"]
+from data_util import SOURCES, STDLIB, run_agpt
 
 
 def one_line_2(r: object, *needles: str) -> str:

@@ -12,11 +12,9 @@ import pytest
 
 from agpt.errors import BadInput
 from agpt.heartbeat import writer as heartbeat
-from ckpt_util import STEPS, blend, data_sets, trained
-from data_util import run_agpt, sp_model
+from ckpt_util import STEPS, data_sets
+from data_util import run_agpt
 from train_util import run_train
-
-__all__ = ["blend", "sp_model", "trained"]
 
 
 def test_a_symlink_planted_where_the_heartbeat_folder_goes_is_never_followed(

@@ -9,9 +9,6 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, agpt_env
-from data_util import sp_model
-
-__all__ = ["sp_model"]
 
 
 def agpt(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

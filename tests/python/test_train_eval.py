@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from data_util import STDLIB, run_agpt, sp_model  # noqa: F401 - sp_model is a fixture
+from data_util import STDLIB, run_agpt
 from train_util import run_train
 
 pytestmark = pytest.mark.slow
@@ -38,7 +38,7 @@ def _blend(d: Path, model: Path, out: str, seq_len: int, sources: dict[str, list
     return d / out
 
 
-def test_held_out_loss_per_corpus_in_metrics_and_plot(tmp_path: Path, sp_model: Path) -> None:  # noqa: F811
+def test_held_out_loss_per_corpus_in_metrics_and_plot(tmp_path: Path, sp_model: Path) -> None:
     train = _blend(tmp_path, sp_model, "train", 64, CORPORA, 0)
     held = _blend(tmp_path, sp_model, "held", 64, CORPORA, 1)
     base = [
@@ -92,7 +92,7 @@ def test_held_out_loss_per_corpus_in_metrics_and_plot(tmp_path: Path, sp_model: 
 
 def test_data_stages_switch_at_until_tokens_and_resume_exactly_after_kill_9(
     tmp_path: Path,
-    sp_model: Path,  # noqa: F811
+    sp_model: Path,
 ) -> None:
     from train_util import kill_9_mid_save, same_steps
 

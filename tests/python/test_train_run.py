@@ -13,11 +13,10 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from data_util import sp_model, stdlib_documents
+from data_util import stdlib_documents
 from train_util import AGPT, TINY, logged, run_train, smoke, train_env, training, wait_for
 
 pytestmark = pytest.mark.slow
-__all__ = ["sp_model"]  # a session fixture shared with the data tests
 
 MASTER_SCRIPT = """
 import os, sys
@@ -92,8 +91,11 @@ def test_deadline_saves_and_exits_75(tmp_path: Path) -> None:
     assert (run / "progress").read_text().startswith("step=1 ")
 
 
+SMOKE_STEPS = 10  # enough to record, repeat bit for bit and name a difference at step 2; 50 took 3x the time
+
+
 def _smoke(baseline: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return smoke(baseline, *args, steps=50)
+    return smoke(baseline, *args, steps=SMOKE_STEPS)
 
 
 def test_smoke_passes_twice_and_fails_on_one_changed_hyperparameter(tmp_path: Path) -> None:
@@ -102,7 +104,7 @@ def test_smoke_passes_twice_and_fails_on_one_changed_hyperparameter(tmp_path: Pa
     assert r.returncode == 2 and "--baseline" in r.stderr and "baseline.txt" in r.stderr
     assert _smoke(base, "--record").returncode == 0
     lines = [ln for ln in base.read_text().splitlines() if ln.startswith("step=")]
-    assert len(lines) == 50 and "peak_mem=" in lines[0]
+    assert len(lines) == SMOKE_STEPS and "peak_mem=" in lines[0]
     for _ in range(2):
         r = _smoke(base)
         assert r.returncode == 0, r.stdout + r.stderr
