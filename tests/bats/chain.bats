@@ -70,9 +70,9 @@ field() { python3 -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1
   assert_line --index 2 "qdel 1002.fakepbs"
   run agpt chain status "$AGPT_RUN_DIR"
   assert_success
-  assert_line --index 0 --regexp '^JOB +START +END +STEPS +VERDICT +NEXT$'
-  assert_line --index 1 --regexp '^500\.fakepbs .* 0->0 +resubmit +1001\.fakepbs$'
-  assert_line --index 2 --regexp '^1001\.fakepbs .* 0->0 +done +cancelled 1002\.fakepbs$'
+  assert_line --index 0 --regexp '^JOB +START +END +STEPS +NODES +VERDICT +NEXT$'
+  assert_line --index 1 --regexp '^500\.fakepbs .* 0->0 +- +resubmit +1001\.fakepbs$'
+  assert_line --index 2 --regexp '^1001\.fakepbs .* 0->0 +- +done +cancelled 1002\.fakepbs$'
   assert_line --index 3 "chain: 2 job(s), last verdict done, checkpoint step 0"
 }
 
