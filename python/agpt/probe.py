@@ -37,6 +37,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from agpt import numeric
+from agpt.errors import BadInput
 from agpt.heartbeat.writer import host_name
 
 PREFIX = "agpt-probe:"
@@ -211,22 +213,40 @@ def device_init(kind: str) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m agpt.probe", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--min-free-mib", type=float, default=1024.0, help="memory, /dev/shm and local dir floor")
+    ap.add_argument(
+        "--min-free-mib",
+        type=numeric.flag("--min-free-mib", lo=0, hi=2**40),
+        default=1024.0,
+        help="memory, /dev/shm and local dir floor",
+    )
     ap.add_argument("--shm-dir", default="/dev/shm")
     ap.add_argument("--local-dir", default=os.environ.get("SITE_LOCAL_DIR", ""), help="node-local directory")
     ap.add_argument("--mount", action="append", default=[], help="a directory that must be readable (repeat)")
-    ap.add_argument("--gpus", type=int, default=0, help="accelerators expected (0: no driver check)")
+    ap.add_argument(
+        "--gpus",
+        type=numeric.flag("--gpus", lo=0, hi=numeric.MAX_RANKS_PER_NODE, integer=True),
+        default=0,
+        help="accelerators expected (0: no driver check)",
+    )
     ap.add_argument("--device", default=os.environ.get("AGPT_PREFLIGHT_DEVICE", "auto"))
-    ap.add_argument("--device-timeout", type=float, default=90.0)
+    ap.add_argument(
+        "--device-timeout", type=numeric.flag("--device-timeout", lo=0, hi=numeric.MAX_SECONDS), default=90.0
+    )
     ap.add_argument("--no-device", action="store_true", help="skip the device and backend initialisation")
     ap.add_argument("--check", default="", help="the site's own per-host health command (bash -c)")
-    ap.add_argument("--check-timeout", type=float, default=60.0)
+    ap.add_argument(
+        "--check-timeout", type=numeric.flag("--check-timeout", lo=0, hi=numeric.MAX_SECONDS), default=60.0
+    )
     ap.add_argument("--device-init", action="store_true", help=argparse.SUPPRESS)
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    try:
+        args = _parser().parse_args(argv)
+    except BadInput as e:  # a number flag agpt.numeric refused: one line naming it
+        print(f"agpt probe: {e}", file=sys.stderr)
+        return 2
     if args.device_init:
         try:
             return device_init(args.device)

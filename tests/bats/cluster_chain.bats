@@ -82,10 +82,10 @@ jq1() {  # jq1 INDEX KEY: a field of a chain.jsonl record
   run agpt chain status "$RUN"
   assert_success
   assert_equal "${#lines[@]}" 6
-  assert_line --index 1 --regexp "^$first .* 0->3 +resubmit +[0-9]+$"
-  assert_line --index 2 --regexp " 3->6 +resubmit +[0-9]+$"
-  assert_line --index 3 --regexp " 6->9 +resubmit +[0-9]+$"
-  assert_line --index 4 --regexp " 9->12 +done +cancelled [0-9]+$"
+  assert_line --index 1 --regexp "^$first .* 0->3 +[0-9>-]+ +resubmit +[0-9]+$"
+  assert_line --index 2 --regexp " 3->6 +[0-9>-]+ +resubmit +[0-9]+$"
+  assert_line --index 3 --regexp " 6->9 +[0-9>-]+ +resubmit +[0-9]+$"
+  assert_line --index 4 --regexp " 9->12 +[0-9>-]+ +done +cancelled [0-9]+$"
   assert_line --index 5 "chain: 4 job(s), last verdict done, checkpoint step 12"
   last="$(jq1 3 cancelled_jobid)"
   [[ "$(state "$last")" == CANCELLED ]]
@@ -113,7 +113,7 @@ jq1() {  # jq1 INDEX KEY: a field of a chain.jsonl record
   first="$(sbatch --parsable job.slurm)"
   wait_stop 90
   run agpt chain status "$RUN"
-  assert_line --index 1 --regexp "^$first .* 0->0 +stuck +cancelled [0-9]+$"
+  assert_line --index 1 --regexp "^$first .* 0->0 +[0-9>-]+ +stuck +cancelled [0-9]+$"
   assert_line --index 2 "chain: 1 job(s), last verdict stuck, checkpoint step 0"
   [[ "$(state "$(jq1 0 cancelled_jobid)")" == CANCELLED ]]
   [[ "$(jq1 0 rc)" == 3 ]]
@@ -133,8 +133,8 @@ jq1() {  # jq1 INDEX KEY: a field of a chain.jsonl record
   scancel "$first"
   wait_stop 120
   run agpt chain status "$RUN"
-  assert_line --index 1 --regexp "^$first .* 0->([3-9]|1[01]) +(lost \(no end record.*\)|signal15) +[0-9]+$"
-  assert_line --index 2 --regexp "->12 +done +cancelled [0-9]+$"
+  assert_line --index 1 --regexp "^$first .* 0->([3-9]|1[01]) +[0-9>-]+ +(lost \(no end record.*\)|signal15) +[0-9]+$"
+  assert_line --index 2 --regexp "->12 +[0-9>-]+ +done +cancelled [0-9]+$"
   assert_equal "$(jq1 0 progress)" True
 }
 
@@ -149,8 +149,8 @@ jq1() {  # jq1 INDEX KEY: a field of a chain.jsonl record
   first="$(qsub smoke.pbs)"
   wait_stop 90
   run agpt chain status "$RUN"
-  assert_line --index 1 --regexp "^$first .* 0->3 +resubmit +[0-9]+$"
-  assert_line --index 2 --regexp " 3->6 +done +cancelled [0-9]+$"
+  assert_line --index 1 --regexp "^$first .* 0->3 +[0-9>-]+ +resubmit +[0-9]+$"
+  assert_line --index 2 --regexp " 3->6 +[0-9>-]+ +done +cancelled [0-9]+$"
   run cat ./*.o* ./*.e*
   # The job saw PBS's variables (spank_pbs), submitted with qsub -W depend=afterany and cancelled with qdel.
   assert_output --partial "sched: submitted $(jq1 0 next_jobid): qsub -W depend=afterany:$first"

@@ -412,3 +412,30 @@ def test_next_attempt_continues_a_requeued_job(tmp_path: Path) -> None:
     r = plan_cli(tmp_path, "--jobid", "8", "--next-attempt")
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "6"
+
+
+def test_the_trainers_own_75_is_read_when_srun_returns_143_for_the_ranks_it_ended(tmp_path: Path) -> None:
+    """Every rank of agpt train exits 75 after its agreed stop; srun --kill-on-bad-exit ends the ranks still
+    exiting when the first 75 arrives and returns 143.  The log says what the 143 hides: a resubmit, not a
+    crash to relaunch (or a healthy host to swap)."""
+    log_text = (
+        "0: step=3 loss=2.1\n1: step=3 loss=2.1\n"
+        "0: agpt: stopped at step 3 on SIGUSR1 or the deadline, checkpoint saved\n"
+        "srun: error: n2: task 1: Exited with exit code 75\n"
+        "0: slurmstepd-n1: error: *** STEP 5.0 ON n1 CANCELLED AT 2026-12-01T19:41:36 ***\n"
+        "srun: error: n1: task 0: Terminated\n"
+    )
+    flags = ["--jobid", "j", "--attempt", "1", "--started", "10", "--ended", "20", "--backoff", "0"]
+    for text in (
+        log_text,
+        log_text.replace("0: agpt: stopped at step 3 on SIGUSR1 or the deadline, checkpoint saved\n", ""),
+    ):
+        run, log = run_with_attempt(tmp_path / str(len(text)), ["n1", "n2"], [], text)
+        p = run_plan(run, *flags, "--rc", "143", "--log", str(log))
+        assert (p["action"], p["verdict"], p["exit"]) == ("stop", "resubmit", 75), p
+    # Without either line, a 143 is what it says: not the trainer's resubmit.
+    run, log = run_with_attempt(
+        tmp_path / "plain", ["n1", "n2"], [], "0: step=3 loss=2.1\nsrun: error: n1: task 0: Terminated\n"
+    )
+    p = run_plan(run, *flags, "--rc", "143", "--log", str(log))
+    assert p.get("verdict") != "resubmit" or "rc 75" not in str(p.get("reason")), p

@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 from agpt.progress import Progress
+from agpt.sim import sweep
 from conftest import BIN, agpt_env
 from observe_util import on_a_terminal
 
@@ -49,7 +50,8 @@ def test_sim_table_reports_each_run_and_its_progress(tmp_path: Path) -> None:
                        capture_output=True, text=True, timeout=300)  # fmt: skip
     assert r.returncode == 0, r.stderr
     lines = r.stderr.splitlines()
-    assert lines[-1].startswith("sim table: 4 of 4 runs (100%)") and "runs/s, done in" in lines[-1], lines
+    n = len(sweep.VARIANTS)  # one run per variant at the one node count
+    assert lines[-1].startswith(f"sim table: {n} of {n} runs (100%)") and "runs/s, done in" in lines[-1], lines
     assert any(line.startswith("4 nodes, sync saves, seed 1: effective ratio") for line in lines)
 
 

@@ -247,9 +247,12 @@ def test_sigint_to_watch_kills_a_stubborn_child_after_grace_and_exits_130() -> N
         print(os.getpid(), flush=True)
         time.sleep(60)
     """)
+    # SIGINT at its default in the watch, as from a terminal: a suite started in the background (`cmd &`) hands
+    # its children SIGINT ignored, and Python then installs no handler for it.
     w = subprocess.Popen(
-        watch_argv("--timeout", "30", "--grace", "0.5", "--", *child), stdout=subprocess.PIPE, env=agpt_env()
-    )
+        watch_argv("--timeout", "30", "--grace", "0.5", "--", *child), stdout=subprocess.PIPE, env=agpt_env(),
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
     assert w.stdout is not None
     pid = int(w.stdout.readline())
     w.send_signal(signal.SIGINT)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from agpt import ckptdir, numeric, rundir
-from agpt.errors import BadInput
+from agpt.errors import EXIT_RESUBMIT, BadInput
 from agpt.failover import hosts as hostlib
 from agpt.failover import shrink as shrinklib
 from agpt.failover import sweep as sweeplib
@@ -335,6 +335,32 @@ def _stop_event(jobid: str, attempt: int, plan: Plan, now: float) -> dict[str, A
     }
 
 
+# The trainer asked to be resubmitted, said by the log when the launcher's own code no longer says it: every rank
+# of agpt train exits 75 together after its agreed stop (the deadline, SIGUSR1, a straggler swap), and srun's
+# --kill-on-bad-exit ends the ranks still exiting when the first 75 arrives, so srun returns their 143.  Two
+# lines say what the 143 hides: the trainer's own stop line (agpt.train.trainer) and srun's exit notice of a task
+# that exited 75 (the srun.task_exit_code pattern's format).
+ASKED_RESUBMIT = re.compile(
+    rb"^(?:\d+: )?agpt: stopped at step \d+ on SIGUSR1 or the deadline, checkpoint saved"
+    rb"|^srun: error: \S+: tasks? [\d,-]+: Exited with exit code 75\s*$",
+    re.M,
+)
+ASKED_TAIL_BYTES = 1 << 16  # the stop is at the end of the log
+
+
+def asked_resubmit(log: Path | None) -> bool:
+    """Whether the attempt's log (its tail) shows the trainer's own exit 75 (ASKED_RESUBMIT)."""
+    if log is None:
+        return False
+    try:
+        with log.open("rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - ASKED_TAIL_BYTES))
+            return ASKED_RESUBMIT.search(fh.read()) is not None
+    except OSError:
+        return False
+
+
 def _rc(text: str | None) -> int:
     if text is None:
         raise BadInput("failover plan: --rc is required after an attempt (or pass --before)")
@@ -427,6 +453,8 @@ def _ended_attempt(
     else:
         first, last, _ = scan_steps(log, args.progress_re or DEFAULT_PROGRESS_RE) if log else (None, None, 0)
     ckpt = latest_checkpoint(run_dir)
+    if rc in (128 + 15, 128 + 9) and asked_resubmit(log):  # 143/137: the launcher's, over the trainer's 75
+        rc = EXIT_RESUBMIT
     att = Attempt(
         attempt=args.attempt,
         rc=rc,

@@ -9,6 +9,8 @@ The trainer calls each hook where its fault would strike; each is a no-op unless
                                          byte 10 times larger: a regression (rank 0, once per run directory)
   AGPT_FAULT_SLEEP_AT=STEP[:HOST]        the ranks (of HOST) sleep forever, alive, in the forward pass of STEP
   AGPT_FAULT_SLOW_HOST=HOST[:FACTOR]     HOST's forward passes take FACTOR (default 3) times as long
+  AGPT_TEST_STEP_PACE=S                  every rank sleeps S seconds after each forward pass: a run paced so that
+                                         it cannot finish inside one short test job, however fast the machine
   AGPT_TEST_CKPT_WRITE_DELAY=S | STEP:S[,STEP:S...]
                                          a checkpoint writer sleeps S seconds before writing (tests kill
                                          ranks in the middle of a save)
@@ -35,6 +37,7 @@ SPIKE_AT = "AGPT_FAULT_SPIKE_AT"
 EVAL_AT = "AGPT_FAULT_EVAL_AT"
 SLEEP_AT = "AGPT_FAULT_SLEEP_AT"
 SLOW_HOST = "AGPT_FAULT_SLOW_HOST"
+STEP_PACE = "AGPT_TEST_STEP_PACE"
 CKPT_WRITE_DELAY = "AGPT_TEST_CKPT_WRITE_DELAY"
 LOCAL_FULL = "AGPT_TEST_LOCAL_FULL"
 SAMPLE_LOG = "AGPT_TEST_SAMPLE_LOG"
@@ -103,7 +106,7 @@ class Faults:
 
 
 def forward(step: int, compute_s: float, env: Mapping[str, str] | None = None) -> None:
-    """AGPT_FAULT_SLEEP_AT and AGPT_FAULT_SLOW_HOST after a forward pass (see the module's list)."""
+    """AGPT_FAULT_SLEEP_AT, AGPT_TEST_STEP_PACE and AGPT_FAULT_SLOW_HOST after a forward pass (see the module's list)."""
     env = os.environ if env is None else env
     me = host_name(env)
     at, _, where = env.get(SLEEP_AT, "").partition(":")
@@ -111,6 +114,12 @@ def forward(step: int, compute_s: float, env: Mapping[str, str] | None = None) -
         print(f"agpt: fault drill: sleeping in the forward pass of step {step} on {me}", flush=True)
         while True:
             time.sleep(3600)
+    pace = env.get(STEP_PACE, "")
+    if pace:
+        try:
+            time.sleep(min(60.0, max(0.0, float(pace))))
+        except ValueError:
+            pass
     slow, _, factor = env.get(SLOW_HOST, "").partition(":")
     if slow and slow == me:
         try:
