@@ -51,7 +51,9 @@ def test_sim_table_reports_each_run_and_its_progress(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     lines = r.stderr.splitlines()
     n = len(sweep.VARIANTS)  # one run per variant at the one node count
-    assert lines[-1].startswith(f"sim table: {n} of {n} runs (100%)") and "runs/s, done in" in lines[-1], lines
+    assert lines[-1].startswith(f"sim table: {n} of {n} runs (100%)") and "runs/s, done in" in lines[-1], (
+        lines
+    )
     assert any(line.startswith("4 nodes, sync saves, seed 1: effective ratio") for line in lines)
 
 
