@@ -110,9 +110,9 @@ class Heartbeat:
         self.interval_s = interval_s
         self.tick_s = tick_s if tick_s else min(1.0, interval_s / 3)
         self.dump_after_s = dump_after_s
-        base = nodelocal.base(str(local_dir or ""), os.environ.get("AGPT_HEARTBEAT_LOCAL_DIR"))
+        self.local_base = nodelocal.base(str(local_dir or ""), os.environ.get("AGPT_HEARTBEAT_LOCAL_DIR"))
         self.local_dir = nodelocal.folder(
-            base, "heartbeat", self.run_dir, attempt, host
+            self.local_base, "heartbeat", self.run_dir, attempt, host
         )  # agpt.nodelocal's rule
         self.on_publish = on_publish
         self.tick = 0
@@ -144,7 +144,7 @@ class Heartbeat:
             self._compute.append(float(compute_s))
 
     def start(self) -> Heartbeat:
-        self.local_dir.parent.parent.mkdir(parents=True, exist_ok=True)  # the base; agpt-UID is made private
+        self.local_base.mkdir(parents=True, exist_ok=True)  # what is under it, make_private makes private
         nodelocal.make_private(self.local_dir)
         if self.local_rank == 0:
             (self.run_dir / DIR).mkdir(parents=True, exist_ok=True)
