@@ -352,7 +352,7 @@ def test_a_rank_record_left_by_an_earlier_launch_is_not_a_frozen_rank(tmp_path: 
     assert [r["rank"] for r in rec["ranks"]] == [0]
 
 
-def test_a_rank_frozen_just_before_recording_a_step_the_others_completed_is_behind(tmp_path: Path) -> None:
+def test_a_rank_frozen_just_before_recording_a_step_the_others_completed_is_stopped(tmp_path: Path) -> None:
     # one rank per node: the frozen rank is its node's publisher, its record stops at step 3, 0.3 s in
     recs = [node(h, [rank(i, step=4, phase="forward", phase_s=9.5, step_s=9.6)]) for i, h in enumerate(HOSTS)]
     recs[2] = node("n3", [rank(2, step=3, phase="optimizer", phase_s=0.1, step_s=0.3)], seq=9)
@@ -360,3 +360,27 @@ def test_a_rank_frozen_just_before_recording_a_step_the_others_completed_is_behi
     assert f.bad_hosts == ["n3"], f
     assert "rank 2's record is at step 3 (optimizer, 0.3 s after that step)" in f.evidence[0]
     assert "3 other rank(s) completed step 4 9.6 s before" in f.evidence[0]
+
+
+def test_a_rank_waiting_behind_a_stopped_host_is_a_consequence_not_named(tmp_path: Path) -> None:
+    # The chaos drill's seed 2: n1's rank stopped inside a collective that n2 and n3 then completed; n4's rank
+    # still waits in the optimizer's collective for n1's last message: live (its record 9.8 s into the step),
+    # behind, and healthy.  Only n1 is named; n4 is noted as waiting on it.
+    recs = [
+        node(h, [rank(i, step=25, phase="collective", phase_s=9.5, step_s=9.6)]) for i, h in enumerate(HOSTS)
+    ]
+    recs[0] = node("n1", [rank(0, step=20, phase="optimizer", phase_s=0.1, step_s=0.3)], seq=9)
+    recs[3] = node("n4", [rank(3, step=24, phase="optimizer", phase_s=9.8, step_s=9.8)])
+    f = hbs.attribute(write(tmp_path, recs), HOSTS, ATT)
+    assert f.bad_hosts == ["n1"] and f.kinds == {"n1": "stopped"}, f
+    assert "heartbeat: n1 stopped: rank 0's record is at step 20" in f.evidence[0]
+    assert any("n4 behind" in n and "waiting on the stopped n1" in n for n in f.notes), f.notes
+
+
+def test_a_live_rank_behind_with_nobody_stopped_is_still_named(tmp_path: Path) -> None:
+    recs = [
+        node(h, [rank(i, step=25, phase="collective", phase_s=9.5, step_s=9.6)]) for i, h in enumerate(HOSTS)
+    ]
+    recs[3] = node("n4", [rank(3, step=24, phase="optimizer", phase_s=9.8, step_s=12.0)])
+    f = hbs.attribute(write(tmp_path, recs), HOSTS, ATT)
+    assert f.bad_hosts == ["n4"] and f.kinds == {"n4": "behind"}, f

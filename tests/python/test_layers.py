@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import subprocess
 import sys
 from functools import cache
@@ -310,3 +311,26 @@ def test_the_recovery_commands_run_without_the_venv(argv: list[str], tmp_path: P
     assert r.returncode == 0, r.stderr
     if argv[2] == "classify":
         assert json.loads(r.stdout)["bad_hosts"] == ["n1"]
+
+
+def test_the_installed_entry_point_runs_every_standard_library_command() -> None:
+    # `pip install` gives `agpt = agpt.cli:main`, which runs the recovery tools without bin/agpt's Bash
+    # dispatch: `agpt failover ...` through it once failed (AttributeError: the package has no main).
+    from agpt import cli
+
+    stdlib = sorted(n for n, (m, _) in cli.COMMANDS.items() if m.startswith("stdlib:"))
+    assert {"chain", "failover", "preflight", "watch"} <= set(stdlib)
+    for argv in [[n, "--help"] for n in stdlib] + [["failover", "classify", "--help"]]:
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import sys; from agpt.cli import main; sys.argv[0] = 'agpt'; main()",
+                *argv,
+            ],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT / "python")},
+            timeout=60,
+        )
+        assert r.returncode == 0 and "usage" in r.stdout.lower(), (argv, r.stdout[-500:], r.stderr[-1500:])

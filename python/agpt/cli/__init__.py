@@ -32,7 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "chain": ("stdlib:agpt.chain", "Show a run's chain of jobs (JOB layer): start, end, steps, verdict."),
     "data": ("agpt.cli.data", "Verify a blended data set against its manifest, or inspect its mixture."),
     "eval": ("agpt.cli.eval", "Score multiple-choice tasks on an export (lm-eval, offline) or on held checkpoints."),
-    "failover": ("stdlib:agpt.failover", "Classify a failed attempt, or report a run's recovery timeline (NODE layer)."),
+    "failover": ("stdlib:agpt.failover.__main__", "Classify a failed attempt, or report a run's recovery timeline (NODE layer)."),
     "jobgen": ("bin", "Generate a PBS or Slurm job script for a site from a run config (JOB layer)."),
     "monitor": ("agpt.cli.monitor", "Watch a run in the terminal: progress, throughput, the last failure, the hosts."),
     "mpi-hello": ("agpt.cli.mpihello", "Print rank, size and host from every MPI rank (a launcher check)."),

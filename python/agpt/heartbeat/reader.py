@@ -6,8 +6,10 @@ every rank was.  Two kinds of evidence, each quoted with its numbers:
   stopped  a host whose record stopped while the others went on (its publisher froze: compared by the time each
            record had spent in the same step, a duration on each node's own monotonic clock, anchored at the
            step's collective), or a rank whose tick stopped while its node's publisher kept ticking;
+           or a record left at an earlier step, younger than the others' wait (it was not published again);
   behind   a host whose ranks are at an earlier step, or still computing (an earlier phase of the same step)
-           while every other rank has been waiting, longer than two publish intervals.
+           while every other rank has been waiting, longer than two publish intervals.  When a host is stopped,
+           the hosts behind it are waiting on it (a consequence, noted, not named).
 Never two nodes' wall clocks: the `time` field is for people.  A missing, torn or half-written file, one from
 another attempt or from a host not in the job is ignored with a note; when the evidence names more than a
 minority of the hosts, or too few hosts published, nothing is named and blind rotation takes over.
@@ -118,6 +120,7 @@ def attribute(hb_dir: str | Path, hosts: Sequence[str] | None, attempt: str | No
     stalled = _stalled_ranks(recs, w, evidence)
     _stopped_early(recs, w, evidence)
     _behind(recs, w, stalled, evidence)
+    _consequences(evidence, out.notes)
     if not evidence:
         out.notes.append(
             f"heartbeat: {len(recs)} host record(s), none stopped or behind the others: the hang is not explained"
@@ -202,20 +205,38 @@ def _behind(recs: Records, w: _Window, stalled: list[dict[str, Any]], evidence: 
             if step_wait < w.slack:
                 continue
             text = (
-                f"heartbeat: {h} behind: rank {r['rank']}'s record is at step {r['step']} ({r.get('phase')}, "
+                f"rank {r['rank']}'s record is at step {r['step']} ({r.get('phase')}, "
                 f"{as_float(r['step_s']):.1f} s after that step) while {len(at_step)} other rank(s) completed step "
                 f"{lead[0]} {step_wait:.1f} s before (median)"
             )
-        else:
-            since = as_float(r["phase_s"])
-            if since < w.slack or wait < w.slack:
-                continue
-            text = (
-                f"heartbeat: {h} behind: rank {r['rank']} at step {r['step']} in {r.get('phase')} for "
-                f"{since:.1f} s while {len(leaders)} other rank(s) wait at step {lead[0]} in "
-                f"{leaders[0].get('phase')} (median {wait:.1f} s)"
-            )
-        evidence[h] = ("behind", text)
+            if as_float(r["step_s"]) + w.slack < step_wait:
+                # A live publisher republishes every interval with the time grown: a record that says it is
+                # younger than the others' wait froze with its publisher (one rank per node: the rank itself).
+                evidence[h] = ("stopped", f"heartbeat: {h} stopped: {text}; not published again since")
+            else:
+                evidence[h] = ("behind", f"heartbeat: {h} behind: {text}")
+            continue
+        since = as_float(r["phase_s"])
+        if since < w.slack or wait < w.slack:
+            continue
+        evidence[h] = (
+            "behind",
+            f"heartbeat: {h} behind: rank {r['rank']} at step {r['step']} in {r.get('phase')} for "
+            f"{since:.1f} s while {len(leaders)} other rank(s) wait at step {lead[0]} in "
+            f"{leaders[0].get('phase')} (median {wait:.1f} s)",
+        )
+
+
+def _consequences(evidence: Named, notes: list[str]) -> None:
+    """A stopped host explains the hang: hosts merely behind it are waiting on it, not its cause.  (A collective
+    can complete on some ranks and not on others when one rank stops inside it: the rank that waits for the
+    stopped one's last message sits an operation behind the ones that finished, a live record, as long stuck as
+    everyone else.)  Evicting them too would put healthy nodes out of the job."""
+    if not any(kind == "stopped" for kind, _ in evidence.values()):
+        return
+    for h in [h for h, (kind, _) in evidence.items() if kind == "behind"]:
+        stopped = ", ".join(k for k, (kind, _) in evidence.items() if kind == "stopped")
+        notes.append(f"{evidence.pop(h)[1]}: waiting on the stopped {stopped}, a consequence: not named")
 
 
 def read_swap(hb_dir: str | Path, attempt: str | None) -> dict[str, Any] | None:
