@@ -5,8 +5,8 @@
 load helpers
 load loop_jobs
 
-# The loop scenarios' job scripts set -euo pipefail themselves, so the set -u pass of the suite would only repeat
-# them (first_pass_only); it runs the sourcing tests and one loop.
+# The suite runs this file under BASH_ENV with `set -u` (it sources lib/failover.sh): every bash it starts,
+# the loop's job scripts and fake trainers included, has `set -u`.
 
 local_setup() {
   RUN="$BATS_TEST_TMPDIR/run"
@@ -128,7 +128,6 @@ check_sourcing() {  # check_sourcing "SET OPTIONS": sourcing changes nothing out
 }
 
 @test "{hosts} {nhosts} {hostfile} are replaced and FAILOVER_* exported to each attempt" {
-  first_pass_only
   f="$BATS_TEST_TMPDIR/echo.sh"
   cat >"$f" <<SH
 set -euo pipefail
@@ -158,7 +157,6 @@ SH
 }
 
 @test "a config bug: stuck (3) after two attempts without progress, spares untouched" {
-  first_pass_only
   run bash "$(job <<<'FAULTS=app@1')"
   assert_failure 3
   assert_line "verdict: 3"
@@ -174,7 +172,6 @@ SH
 }
 
 @test "a deterministic failure at step k: repeat (4) after FAILOVER_MAX_REPEAT attempts" {
-  first_pass_only
   # rank 0 reports a non-finite loss at step 5 every time, after resuming from the checkpoint at step 4
   run bash "$(job <<<'FAULTS=nan@5')"
   assert_failure 4
@@ -187,7 +184,6 @@ SH
 }
 
 @test "spares exhausted after progress: resubmit (75), every bad host recorded for the next job" {
-  first_pass_only
   run bash "$(job <<<'FAULTS=die@3:h2,die@5:h5,die@7:h6
 STEPS=12')"
   assert_failure 75
@@ -207,7 +203,6 @@ STEPS=12')"
 }
 
 @test "no spare left, FAILOVER_SHRINK: the loop goes on on 3 hosts to the end; below FAILOVER_MIN_NODES: 75 and why" {
-  first_pass_only
   # What `agpt check --run-dir` writes at job start: 4 nodes of 1 rank, a global batch of 12 in micro batches of 1.
   layout='{"format": "agpt-layout/1", "nodes": 4, "ranks_per_node": 1, "tp": 1, "global_batch": 12, "micro_batch": 1}'
   mkdir -p "$RUN"
@@ -248,7 +243,6 @@ STEPS=12 FAILOVER_MIN_NODES=4')"
 }
 
 @test "deadline near after a failure: resubmit (75) instead of a doomed relaunch" {
-  first_pass_only
   run bash "$(job <<<'export AGPT_DEADLINE_EPOCH=$((EPOCHSECONDS + 240)); FAILOVER_MIN_ATTEMPT_S=200
 FAILOVER_BACKOFF=60; FAULTS=die@3:h2')"
   assert_failure 75
@@ -261,7 +255,6 @@ FAILOVER_BACKOFF=60; FAULTS=die@3:h2')"
 }
 
 @test "a silent hang: the watchdog fires, blind swaps reach the guilty host, recorded as blind" {
-  first_pass_only
   # The last resort, when no evidence can be had: the health sweep off.
   run bash "$(job <<<'FAULTS=hang@3:h3; FAILOVER_IDLE_TIMEOUT=3 FAILOVER_STARTUP_TIMEOUT=6 FAILOVER_SWEEP=off')"
   assert_success
@@ -287,7 +280,6 @@ SH
 }
 
 @test "a crash naming nobody: the sweep evicts the host whose probe fails, on its evidence, in one attempt" {
-  first_pass_only
   run bash "$(sweep_job <<<'FAULTS=crash@3:h3:once; export PROBE_FAIL_HOSTS=h3')"
   assert_success
   run ev attempt class swapped
@@ -300,7 +292,6 @@ SH
 }
 
 @test "the same crash with every host healthy: the sweep evicts nobody and the relaunch keeps the hosts" {
-  first_pass_only
   run bash "$(sweep_job <<<'FAULTS=crash@3:h3:once')"
   assert_success
   run ev attempt class swapped hosts
@@ -312,7 +303,6 @@ SH
 }
 
 @test "a probe program that does not exist is one configuration error: blind rotation, said once" {
-  first_pass_only
   run bash "$(sweep_job <<<'FAULTS=crash@3:h3:once; export AGPT_SWEEP_PROGRAM=/no/such/probe')"
   assert_success
   run ev attempt reason
@@ -322,7 +312,6 @@ SH
 }
 
 @test "cleanup hook runs on each host of the next attempt before the relaunch; preflight evicts a bad host" {
-  first_pass_only
   run bash "$(job <<SH
 FAILOVER_CLEANUP_HOOK='echo cleaned {host} >>"$BATS_TEST_TMPDIR/cleanup.log"'
 FAILOVER_PREFLIGHT='[ {host} != h4 ] || { echo "no GPU on {host}"; exit 1; }'

@@ -19,14 +19,6 @@ setup() {
   if declare -F local_setup >/dev/null; then local_setup; fi
 }
 
-# Usage: first_pass_only  (first line of a test) -> skips the test in the suite's set -u pass (tests/run runs the
-# files that source a library again under BASH_ENV=tests/bats/set-u.bash).  For a test that sources no library
-# into a caller whose options it leaves open (it runs bin/ commands and `set -euo pipefail` job scripts, or reads
-# files): the pass would only repeat it.
-first_pass_only() {
-  if [[ "${BASH_ENV:-}" == */set-u.bash ]]; then skip "set -u pass: no library sourced by a caller without its own options"; fi
-}
-
 # Bring the local Slurm cluster up once per file (call from setup_file) and down in teardown_file.
 # Arguments go to tests/cluster/up (e.g. --nodes 9).
 cluster_setup_file() {

@@ -3,8 +3,7 @@
 # agpt jobgen: the committed job scripts equal a fresh generation (`--no-check`: configs that only exercise the
 # job section, not meant to train); every site value is marked; bad configs
 # are exit 2 naming the field; a generated script runs end to end on this host (no scheduler).
-# Only the sourcing test sources the library in a shell of its own: every other test runs bin/agpt-jobgen or a
-# generated script, which set -euo pipefail themselves, so the suite's set -u pass skips them (first_pass_only).
+# The suite runs this file under BASH_ENV with `set -u` (it loads joblib): every bash it starts has `set -u`.
 load helpers
 load joblib
 
@@ -32,7 +31,6 @@ conf() {  # conf NAME YAML-BODY: a config file holding only a job: section
 }
 
 @test "golden: every committed job script equals a fresh generation" {
-  first_pass_only
   cd "$AGPT_ROOT"
   # --no-check: the check does not change the script; that each committed script's config passes `agpt check` at
   # its launch size is tests/python/test_check.py::test_every_committed_job_script_can_train_at_its_launch_size.
@@ -49,7 +47,6 @@ conf() {  # conf NAME YAML-BODY: a config file holding only a job: section
 }
 
 @test "every scheduler directive says where its value comes from (SITE_*, job.*, or EDIT)" {
-  first_pass_only
   cd "$AGPT_ROOT"
   for f in jobs/*.pbs jobs/*.slurm; do
     prev=""
@@ -67,7 +64,6 @@ conf() {  # conf NAME YAML-BODY: a config file holding only a job: section
 }
 
 @test "the PBS script: select = nodes + spares, walltime, queue, filesystems, directives, afterany chain" {
-  first_pass_only
   cd "$AGPT_ROOT"
   run cat jobs/agpt_20b.pbs
   assert_line "#PBS -l select=36"
@@ -89,7 +85,6 @@ conf() {  # conf NAME YAML-BODY: a config file holding only a job: section
 }
 
 @test "without --portable the toolkit and config paths are embedded (a spool copy cannot find them)" {
-  first_pass_only
   cd "$BATS_TEST_TMPDIR"
   printf 'model: {dim: 64}\njob: {walltime: "00:01:00", account: ""}\n' >tiny.yaml
   run agpt jobgen --site polaris --scheduler pbs --no-check -o my.pbs tiny.yaml
@@ -107,7 +102,6 @@ conf() {  # conf NAME YAML-BODY: a config file holding only a job: section
 }
 
 @test "walltimes: D-HH:MM:SS for Slurm, hours past 24 for PBS; unquoted HH:MM:SS (not base 60); minutes" {
-  first_pass_only
   c="$(conf long 'job: {nodes: 100, walltime: "1-12:00:00"}')"
   run agpt jobgen --site frontier --scheduler slurm --no-check "$c"
   assert_line "#SBATCH --time=1-12:00:00"
@@ -128,7 +122,6 @@ conf() {  # conf NAME YAML-BODY: a config file holding only a job: section
 }
 
 @test "command, env, launcher and failover/chain switches are rendered" {
-  first_pass_only
   c="$(conf cmd 'job:
   command: ["python3", "train.py", "--cfg={config}", "--out", "{run_dir}/x y", "--hosts", "{hostfile}"]
   failover: false
@@ -148,7 +141,6 @@ conf() {  # conf NAME YAML-BODY: a config file holding only a job: section
 }
 
 @test "a Slurm job under failover keeps its allocation when a node dies (--no-kill)" {
-  first_pass_only
   c="$(conf nk 'job:
   nodes: 4
   spares: 2')"
@@ -167,7 +159,6 @@ refused() {
 }
 
 @test "bad config: unknown key, nodes <= 0, spares < 0, walltime that does not parse: exit 2 naming the field" {
-  first_pass_only
   refused a 'job: {nodse: 2}'
   assert_output "agpt jobgen: $c: job.nodse: unknown key (did you mean nodes?)"
   refused b 'job: {nodes: 0}'
@@ -182,7 +173,6 @@ refused() {
 }
 
 @test "bad flags: unknown site lists the known ones; bad scheduler; no config" {
-  first_pass_only
   run agpt jobgen --site auroa "$AGPT_ROOT/jobs/configs/tiny.yaml"
   assert_failure 2
   assert_output "agpt jobgen: --site: unknown site 'auroa' (known: aurora, frontier, generic, perlmutter, polaris, sunspot)"
@@ -202,7 +192,6 @@ refused() {
 }
 
 @test "a generated script runs end to end here: failover loop, hydra launch, the trainer finishes" {
-  first_pass_only
   c="$(conf local "job:
   nodes: 1
   spares: 0

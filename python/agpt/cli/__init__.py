@@ -32,7 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "chain": ("stdlib:agpt.chain", "Show a run's chain of jobs (JOB layer): start, end, steps, verdict."),
     "data": ("agpt.cli.data", "Verify a blended data set against its manifest, or inspect its mixture."),
     "eval": ("agpt.cli.eval", "Score multiple-choice tasks on an export (lm-eval, offline) or on held checkpoints."),
-    "failover": ("stdlib:agpt.failover.__main__", "Classify a failed attempt, or report a run's recovery timeline (NODE layer)."),
+    "failover": ("stdlib:agpt.failover", "Classify a failed attempt, or report a run's recovery timeline (NODE layer)."),
     "jobgen": ("bin", "Generate a PBS or Slurm job script for a site from a run config (JOB layer)."),
     "monitor": ("agpt.cli.monitor", "Watch a run in the terminal: progress, throughput, the last failure, the hosts."),
     "mpi-hello": ("agpt.cli.mpihello", "Print rank, size and host from every MPI rank (a launcher check)."),
@@ -80,8 +80,12 @@ def _run_bin(name: str, args: list[str]) -> NoReturn:
 
 
 def _run_stdlib(module: str, args: list[str]) -> NoReturn:
-    """A standard-library tool: `MODULE.main(argv)` parses and returns the exit code."""
-    sys.exit(importlib.import_module(module).main(args))
+    """A standard-library tool: `MODULE.main(argv)` (a package's in its `__main__`) parses and returns the exit
+    code."""
+    mod = importlib.import_module(module)
+    if not hasattr(mod, "main"):  # a package run as `python -m PACKAGE`
+        mod = importlib.import_module(f"{module}.__main__")
+    sys.exit(mod.main(args))
 
 
 class LazyGroup(click.Group):

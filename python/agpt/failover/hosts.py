@@ -210,7 +210,8 @@ def split_hosts(
             if not degrade:
                 raise BadInput(
                     f"failover hosts: {n} usable host(s) ({len(all_hosts)} listed, {len(excluded)} known bad) "
-                    f"cannot hold {want_spares} spare(s) and at least 1 active host"
+                    f"cannot hold {want_spares} spare(s) ({'--spares' if spares is not None else '--spares-percent'}) "
+                    "and at least 1 active host"
                 )
             notes.append(f"degraded: {want_spares} spares asked, {n - 1} possible")
             want_spares = n - 1
