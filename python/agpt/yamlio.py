@@ -14,6 +14,7 @@ import yaml
 from yaml.constructor import ConstructorError
 
 from agpt.errors import ConfigError
+from agpt.textfile import read_utf8
 
 MERGE_TAG = "tag:yaml.org,2002:merge"
 
@@ -49,12 +50,7 @@ def load(text: str, loader: type[yaml.SafeLoader] = StrictLoader) -> Any:
 def load_file(path: Path, loader: type[yaml.SafeLoader] = StrictLoader) -> Any:
     """A YAML file parsed with LOADER; a file that cannot be read, is not UTF-8 or is not YAML raises
     ConfigError naming it, on one line."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read ({exc.strerror})") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    text = read_utf8(path, str(path), error=ConfigError)
     try:
         return load(text, loader)
     except yaml.YAMLError as exc:

@@ -6,17 +6,7 @@
 # with 75 after 3 steps, as the real trainer does when its deadline nears.
 # shellcheck disable=SC2016
 load helpers
-# The real scheduler's timing varies on 2 loaded cores: one retry; twice in a row is still a failure.
-# shellcheck disable=SC2034  # read by bats
-BATS_TEST_RETRIES=1
-
-setup_file() {
-  cluster_setup_file
-}
-
-teardown_file() {
-  cluster_teardown_file
-}
+load cluster
 
 local_setup() {
   cd "$BATS_TEST_TMPDIR" || return 1
@@ -25,11 +15,7 @@ local_setup() {
 }
 
 teardown() {
-  # Nothing of this test may stay queued.
-  local ids
-  ids="$(squeue -h -o %i 2>/dev/null | paste -sd' ')" || true
-  # shellcheck disable=SC2086
-  [[ -z "$ids" ]] || scancel $ids 2>/dev/null || true
+  cancel_queued
 }
 
 # Usage: config EXTRA_ARGS MAXJOBS -> writes t.yaml: 2 nodes, 1-minute limit, srun, the fake trainer

@@ -6,18 +6,7 @@
 # shellcheck disable=SC2016  # single-quoted job lines expand in the job, not here
 load helpers
 load loop_jobs
-# The real scheduler's timing varies on 2 loaded cores: one retry; twice in a row is still a failure.
-# shellcheck disable=SC2034  # read by bats
-BATS_TEST_RETRIES=1
-bats_require_minimum_version 1.5.0
-
-setup_file() {
-  cluster_setup_file
-}
-
-teardown_file() {
-  cluster_teardown_file
-}
+load cluster
 
 # Writes the batch script; settings lines come from stdin.  LAUNCH: the launcher words before the trainer
 # (default: srun with rank labels, as a site profile would set it).

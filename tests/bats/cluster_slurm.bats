@@ -3,18 +3,7 @@
 # the PBS-style wrappers (qsub/qstat/qdel, spank_pbs, generate_pbs_nodefile), node failure, and a clean `down`.
 # shellcheck disable=SC2016  # single-quoted job commands expand on the node, not here
 load helpers
-# The real scheduler's timing varies on 2 loaded cores: one retry; twice in a row is still a failure.
-# shellcheck disable=SC2034  # read by bats
-BATS_TEST_RETRIES=1
-bats_require_minimum_version 1.5.0
-
-setup_file() {
-  cluster_setup_file
-}
-
-teardown_file() {
-  cluster_teardown_file
-}
+load cluster
 
 local_setup() {
   cd "$BATS_TEST_TMPDIR" || return 1

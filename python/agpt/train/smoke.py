@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from agpt.errors import BadInput
+from agpt.textfile import read_utf8
 from agpt.train.config import load_config
 
 ROOT = Path(os.environ.get("AGPT_HOME") or Path(__file__).resolve().parents[3])
@@ -25,12 +26,7 @@ def _line(step: int, loss: float, grad_norm: float, peak_mem: int) -> str:
 
 
 def read_baseline(path: Path) -> dict[int, str]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise BadInput(f"--baseline {path}: cannot read ({exc.strerror}); record one with --record") from None
-    except UnicodeDecodeError as exc:
-        raise BadInput(f"--baseline {path}: not a baseline (not UTF-8 text at byte {exc.start})") from None
+    text = read_utf8(path, f"--baseline {path}", hint="; record one with --record")
     out: dict[int, str] = {}
     for n, line in enumerate(text.splitlines(), 1):
         line = line.strip()

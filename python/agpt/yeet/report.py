@@ -16,6 +16,7 @@ from pathlib import Path
 
 from agpt import numeric, rundir
 from agpt.errors import BadInput
+from agpt.textfile import read_utf8
 from agpt.yeet.node import NodeResult
 
 DETAIL_MAX = 64  # above this many nodes, report a summary and the slowest, not every node
@@ -29,12 +30,7 @@ def node_name() -> str:
 def read_hostfile(path: Path) -> list[str]:
     """Hosts, one per line (agpt.rundir.parse_hostfile: a `host slots=N` or `host:N` tail is ignored),
     de-duplicated, in order."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise BadInput(f"--hostfile {path}: {exc.strerror}") from exc
-    except UnicodeDecodeError as exc:
-        raise BadInput(f"--hostfile {path}: not UTF-8 text (byte {exc.start})") from None
+    text = read_utf8(path, f"--hostfile {path}")
     # A host becomes an ssh argument: the shared rule refuses anything but host-name characters, and a
     # leading '-' (it would read as an option).
     hosts = rundir.parse_hostfile(text.splitlines(), where=f"--hostfile {path}")
