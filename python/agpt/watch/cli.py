@@ -79,27 +79,21 @@ def _parser() -> _Parser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False,
     )
-    p.add_argument(
-        "--timeout",
-        type=_seconds("--timeout"),
-        default=DEFAULT_TIMEOUT,
-        metavar="S",
-        help=f"idle seconds before the kill; 0 disables (default {DEFAULT_TIMEOUT:g})",
-    )
-    p.add_argument(
-        "--startup-timeout",
-        type=_seconds("--startup-timeout"),
-        default=None,
-        metavar="S",
-        help="idle limit until the first progress line; 0 disables (default: --timeout)",
-    )
-    p.add_argument(
-        "--grace",
-        type=_seconds("--grace"),
-        default=DEFAULT_GRACE,
-        metavar="S",
-        help=f"seconds between SIGTERM and SIGKILL (default {DEFAULT_GRACE:g})",
-    )
+    seconds: list[tuple[str, float | None, str]] = [
+        (
+            "--timeout",
+            DEFAULT_TIMEOUT,
+            f"idle seconds before the kill; 0 disables (default {DEFAULT_TIMEOUT:g})",
+        ),
+        (
+            "--startup-timeout",
+            None,
+            "idle limit until the first progress line; 0 disables (default --timeout)",
+        ),
+        ("--grace", DEFAULT_GRACE, f"seconds between SIGTERM and SIGKILL (default {DEFAULT_GRACE:g})"),
+    ]
+    for flag, default, text in seconds:
+        p.add_argument(flag, type=_seconds(flag), default=default, metavar="S", help=text)
     p.add_argument(
         "--retries",
         type=numeric.flag("--retries", lo=0, hi=1000, integer=True),
