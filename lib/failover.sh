@@ -37,7 +37,8 @@
 #                             check --run-dir`), attempts on fewer hosts get AGPT_TRAIN_UNEVEN_BATCH=true;
 #                             0: hand over (75) as without it; default "": SITE_FAILOVER_SHRINK, else 1
 #   FAILOVER_MIN_NODES        the least a shrunk job runs on, in nodes' worth of throughput: a count (3) or a
-#                             fraction of the job's nodes (0.5, the default)
+#                             fraction of the job's nodes (0.9, the default: a shrink that keeps less holds the
+#                             allocation for too little work; docs/goodput.md)
 #   FAILOVER_MAX_ATTEMPTS     attempts per job (default 20)
 #   FAILOVER_MAX_REPEAT       same class at the same last step this many times in a row -> repeat, 4 (default 3)
 #   FAILOVER_MAX_BLIND        blind swaps a hang/crash rotation may try before it can be a repeat (default 8)
@@ -84,7 +85,7 @@
 : "${FAILOVER_ACTIVE:=}"
 : "${FAILOVER_DEGRADE:=0}"
 : "${FAILOVER_SHRINK:=}"
-: "${FAILOVER_MIN_NODES:=0.5}"
+: "${FAILOVER_MIN_NODES:=0.9}"
 : "${FAILOVER_MAX_ATTEMPTS:=20}"
 : "${FAILOVER_MAX_REPEAT:=3}"
 : "${FAILOVER_MAX_BLIND:=8}"

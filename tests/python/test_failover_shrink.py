@@ -66,7 +66,7 @@ def test_a_count_below_the_floor_or_that_the_layout_cannot_hold_is_refused_with_
 
 
 @pytest.mark.parametrize(
-    ("spec", "nodes"), [("3", 3.0), ("0.75", 3.0), ("1.0", 4.0), ("", 2.0), (" 0.5 ", 2.0)]
+    ("spec", "nodes"), [("3", 3.0), ("0.75", 3.0), ("1.0", 4.0), ("", 3.6), (" 0.5 ", 2.0)]
 )
 def test_min_nodes_is_a_count_or_a_fraction(spec: str, nodes: float) -> None:
     assert S.min_nodes(spec, 4) == nodes
@@ -102,8 +102,12 @@ def _decide(
                          layout=layout)  # fmt: skip
 
 
+# The shrink's own tests set the floor to half the throughput (the default, 0.9, refuses 4 -> 3 at 0.75: below).
+HALF = "0.5"
+
+
 def test_a_named_node_with_no_spare_shrinks_the_job() -> None:
-    plan = _decide(policy.Settings(backoff=(0.0,)), FOUR)
+    plan = _decide(policy.Settings(backoff=(0.0,), min_nodes=HALF), FOUR)
     assert plan.action == "relaunch" and plan.swap_out == ["n3"] and plan.swap_in == []
     assert plan.shrink is not None and plan.shrink["hosts"] == ["n1", "n2", "n4"]
     assert (plan.shrink["nodes_before"], plan.shrink["nodes_after"], plan.shrink["throughput"]) == (
@@ -115,11 +119,11 @@ def test_a_named_node_with_no_spare_shrinks_the_job() -> None:
 
 
 def test_a_spare_left_is_still_a_swap_and_two_bad_hosts_use_it_before_shrinking() -> None:
-    plan = _decide(policy.Settings(), FOUR, spare=["n5"])
+    plan = _decide(policy.Settings(min_nodes=HALF), FOUR, spare=["n5"])
     assert plan.shrink is None and plan.swap_in == ["n5"]
     two = policy.decide(policy.Attempt(attempt=1, rc=1, cls="node", bad_hosts=["n1", "n3"], first_step=1,
                                        last_step=7), active=ACTIVE, spare=["n5"], history=[],
-                        settings=policy.Settings(), now=0.0, layout=FOUR)  # fmt: skip
+                        settings=policy.Settings(min_nodes=HALF), now=0.0, layout=FOUR)  # fmt: skip
     assert two.shrink is not None and two.shrink["hosts"] == ["n5", "n2", "n4"] and two.swap_in == ["n5"]
 
 
@@ -130,6 +134,8 @@ def test_a_spare_left_is_still_a_swap_and_two_bad_hosts_use_it_before_shrinking(
         (policy.Settings(), "no run/layout.json (`agpt check --run-dir` writes it when a job starts)",
          "cannot shrink: no run/layout.json"),
         (policy.Settings(min_nodes="0.9"), FOUR, "cannot shrink: 3 healthy node(s) < FAILOVER_MIN_NODES=0.9"),
+        # the default floor: a shrink that keeps 0.75 of the throughput holds the allocation for too little work
+        (policy.Settings(), FOUR, "cannot shrink: 3 healthy node(s) < FAILOVER_MIN_NODES=0.9"),
     ],
 )  # fmt: skip
 def test_a_refused_shrink_hands_over_as_before_with_the_reason(

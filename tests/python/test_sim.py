@@ -118,11 +118,13 @@ def test_without_spares_a_node_failure_ends_the_job_unless_the_job_shrinks(tmp_p
     assert without.time["queue"] > with_spares.time["queue"]
     # FAILOVER_SHRINK (the model's batch: 2 micro-steps on 64 nodes): the real planner relaunches on 43 nodes
     # (3 micro-steps, as on 63) and keeps 20 healthy ones as spares; the job goes on, slower.
-    shrunk = engine.simulate(model.override(m, spares=0), seed=1, workdir=tmp_path)
+    shrunk = engine.simulate(model.override(m, spares=0, min_nodes="0.5"), seed=1, workdir=tmp_path)
     assert shrunk.shrinks > 0 and shrunk.jobs < without.jobs and shrunk.shrunk_s > 0
     events = [json.loads(x) for x in (tmp_path / "run" / "events.jsonl").read_text().splitlines()]
     first = next(e for e in events if e.get("event") == "shrink")
     assert (first["nodes_before"], first["nodes_after"], first["throughput"]) == (64, 43, 0.6667)
+    # The default floor (FAILOVER_MIN_NODES=0.9) refuses a shrink to 0.67 of the throughput: the job hands over.
+    assert engine.simulate(model.override(m, spares=0), seed=1).shrinks == 0
     inside = sum(v for k, v in shrunk.time.items() if k not in ("queue", "waiting_for_a_person"))
     assert inside == pytest.approx(shrunk.allocated_s, rel=1e-6)
     assert shrunk.time["slow_steps"] > 0  # the shrunk steps' extra time
