@@ -119,6 +119,11 @@ def times_of(log: Path) -> dict[str, float]:
 
 # ----------------------------------------------------------------------------------------------- facts
 PROGRESS_RE = r"\bstep[=:] ?[0-9]+"  # FAILOVER_PROGRESS_RE's default: any trainer printing step=N or step: N
+# The trainer's last line when every rank stops together (agpt.train.trainer, after a blocking save), and the
+# reason of its exit-75 stops: the failover plan reads that line when the launcher's 143 hides the 75
+# (agpt.failover.plan.asked_resubmit), and the simulator writes it (agpt.sim.logs).
+STOP_LINE = "agpt: stopped at step {step} on {reason}, checkpoint saved"
+RESUBMIT_REASON = "SIGUSR1 or the deadline"
 WALLTIME_MARGIN_S = 120.0  # FAILOVER_WALLTIME_MARGIN: a kill this close to the deadline is `walltime`
 # The watchdog settings lib/failover.sh hands `agpt watch` (it states them too; test_contract holds them equal).
 IDLE_TIMEOUT_S = 900.0  # FAILOVER_IDLE_TIMEOUT: this long without a progress line is a hang

@@ -338,11 +338,15 @@ def _stop_event(jobid: str, attempt: int, plan: Plan, now: float) -> dict[str, A
 # The trainer asked to be resubmitted, said by the log when the launcher's own code no longer says it: every rank
 # of agpt train exits 75 together after its agreed stop (the deadline, SIGUSR1, a straggler swap), and srun's
 # --kill-on-bad-exit ends the ranks still exiting when the first 75 arrives, so srun returns their 143.  Two
-# lines say what the 143 hides: the trainer's own stop line (agpt.train.trainer) and srun's exit notice of a task
+# lines say what the 143 hides: the trainer's own stop line (agpt.rundir.STOP_LINE) and srun's exit notice of a task
 # that exited 75 (the srun.task_exit_code pattern's format).
+_STOP_RE = (
+    re.escape(rundir.STOP_LINE)
+    .replace(r"\{step\}", r"\d+")
+    .replace(r"\{reason\}", re.escape(rundir.RESUBMIT_REASON))
+)
 ASKED_RESUBMIT = re.compile(
-    rb"^(?:\d+: )?agpt: stopped at step \d+ on SIGUSR1 or the deadline, checkpoint saved"
-    rb"|^srun: error: \S+: tasks? [\d,-]+: Exited with exit code 75\s*$",
+    rf"^(?:\d+: )?{_STOP_RE}|^srun: error: \S+: tasks? [\d,-]+: Exited with exit code 75\s*$".encode(),
     re.M,
 )
 ASKED_TAIL_BYTES = 1 << 16  # the stop is at the end of the log

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from agpt import rundir
+
 
 def host_names(n: int, launcher: str) -> list[str]:
     """`n` host names in the launcher's machine scheme (each unique)."""
@@ -78,7 +80,7 @@ def _app_lines(lab: str, last: int | None) -> list[str]:
 
 
 def _deadline_line(lab: str, last: int | None) -> str:
-    return f"{lab}agpt: stopped at step {last} on SIGUSR1 or the deadline, checkpoint saved"
+    return lab + rundir.STOP_LINE.format(step=last, reason=rundir.RESUBMIT_REASON)
 
 
 def _unreadable_line(lab: str, rank: int) -> str:

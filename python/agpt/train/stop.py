@@ -13,7 +13,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from agpt import numeric
+from agpt import numeric, rundir
 from agpt.errors import EXIT_RESUBMIT
 
 DEADLINE_ENV = "AGPT_DEADLINE_EPOCH"  # the job's end (epoch), exported by the job script
@@ -48,7 +48,7 @@ class Stop:
 
     @property
     def reason(self) -> str:
-        return "SIGTERM" if self.term else "SIGUSR1 or the deadline"
+        return "SIGTERM" if self.term else rundir.RESUBMIT_REASON
 
 
 NO_STOP = Stop()

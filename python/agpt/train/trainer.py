@@ -27,7 +27,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
-from agpt import ckptdir, localtier
+from agpt import ckptdir, localtier, rundir
 from agpt.errors import AgptError, CheckpointError
 from agpt.heartbeat import writer as heartbeat
 from agpt.heartbeat.straggler import StragglerMonitor
@@ -543,7 +543,7 @@ class Trainer:
         self._log(emit, rec)
         self._wait_saves()
         if self.rank == 0:
-            print(f"agpt: stopped at step {self.step} on {agreed.reason}, checkpoint saved", flush=True)
+            print(rundir.STOP_LINE.format(step=self.step, reason=agreed.reason), flush=True)
         return agreed.exit_code
 
     def _note_stage(self) -> None:
