@@ -232,10 +232,10 @@ def _consequences(evidence: Named, notes: list[str]) -> None:
     can complete on some ranks and not on others when one rank stops inside it: the rank that waits for the
     stopped one's last message sits an operation behind the ones that finished, a live record, as long stuck as
     everyone else.)  Evicting them too would put healthy nodes out of the job."""
-    if not any(kind == "stopped" for kind, _ in evidence.values()):
+    stopped = ", ".join(h for h, (kind, _) in evidence.items() if kind == "stopped")
+    if not stopped:
         return
     for h in [h for h, (kind, _) in evidence.items() if kind == "behind"]:
-        stopped = ", ".join(k for k, (kind, _) in evidence.items() if kind == "stopped")
         notes.append(f"{evidence.pop(h)[1]}: waiting on the stopped {stopped}, a consequence: not named")
 
 
