@@ -9,12 +9,18 @@ BATS_TEST_RETRIES=1
 bats_require_minimum_version 1.5.0
 
 setup_file() {
+  export AGPT_CLUSTER_DIR="$BATS_FILE_TMPDIR/cluster"
   # shellcheck disable=SC2086  # CLUSTER_NODES is one number or empty
-  cluster_setup_file ${CLUSTER_NODES:+--nodes "$CLUSTER_NODES"}
+  "$AGPT_ROOT/tests/cluster/up" --dir "$AGPT_CLUSTER_DIR" ${CLUSTER_NODES:+--nodes "$CLUSTER_NODES"} \
+    >"$BATS_FILE_TMPDIR/cluster.env"
+  # shellcheck disable=SC1091
+  source "$BATS_FILE_TMPDIR/cluster.env"
 }
 
 teardown_file() {
-  cluster_teardown_file
+  if [[ -n "${AGPT_CLUSTER_DIR:-}" ]]; then
+    "$AGPT_ROOT/tests/cluster/down" --dir "$AGPT_CLUSTER_DIR" || true
+  fi
 }
 
 # Usage: cancel_queued -> cancels every job still queued or running (nothing of a test may stay queued).

@@ -19,17 +19,3 @@ setup() {
   if declare -F local_setup >/dev/null; then local_setup; fi
 }
 
-# Bring the local Slurm cluster up once per file (call from setup_file) and down in teardown_file.
-# Arguments go to tests/cluster/up (e.g. --nodes 9).
-cluster_setup_file() {
-  export AGPT_CLUSTER_DIR="$BATS_FILE_TMPDIR/cluster"
-  "$AGPT_ROOT/tests/cluster/up" --dir "$AGPT_CLUSTER_DIR" "$@" > "$BATS_FILE_TMPDIR/cluster.env"
-  # shellcheck disable=SC1091
-  source "$BATS_FILE_TMPDIR/cluster.env"
-}
-
-cluster_teardown_file() {
-  if [[ -n "${AGPT_CLUSTER_DIR:-}" ]]; then
-    "$AGPT_ROOT/tests/cluster/down" --dir "$AGPT_CLUSTER_DIR" || true
-  fi
-}
