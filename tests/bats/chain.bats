@@ -217,8 +217,11 @@ field() { python3 -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1
 @test "CHAIN_EVAL_SCRIPT: every 2nd new checkpoint is held and the eval job submitted, beside training" {
   printf '#!/bin/bash\n#PBS -l select=1\ntrue\n' >"$BATS_TEST_TMPDIR/eval.pbs"
   export CHAIN_EVAL_SCRIPT="$BATS_TEST_TMPDIR/eval.pbs" CHAIN_EVAL_EVERY=2 CHAIN_EVAL_POLL_S=0.2
-  # The job's command makes checkpoints 10..40 while the watcher looks; chain_end takes one last look.
-  run_strict "$(declare -f ckpt); chain_start '$JOB'; ckpt 10; sleep 1; ckpt 20; sleep 1; ckpt 30; ckpt 40; w=\$CHAIN_EVAL_PID; chain_end 75; kill -0 \$w 2>/dev/null && echo watcher alive || echo watcher gone"
+  # The job's command makes checkpoints 10..40 while the watcher looks (it waits, up to 120 s, for the watcher
+  # to hold step 20 before it makes 30 and 40: a loaded machine can take seconds to start its Python);
+  # chain_end takes one last look.
+  local held="$AGPT_RUN_DIR/ckpt/step-20/.eval-hold"
+  run_strict "$(declare -f ckpt); chain_start '$JOB'; ckpt 10; ckpt 20; for _ in \$(seq 1200); do [[ -e '$held' ]] && break; sleep 0.1; done; ckpt 30; ckpt 40; w=\$CHAIN_EVAL_PID; chain_end 75; kill -0 \$w 2>/dev/null && echo watcher alive || echo watcher gone"
   assert_success
   assert_line --partial "chain: evaluating one checkpoint in 2 with $CHAIN_EVAL_SCRIPT"
   assert_line "chain: checkpoint step(s) 20 held for evaluation: submitted $CHAIN_EVAL_SCRIPT"
