@@ -134,6 +134,7 @@ jq1() {  # jq1 INDEX KEY: a field of a chain.jsonl record
   assert_line "#PBS -l walltime=00:01:00"
   first="$(qsub smoke.pbs)"
   wait_stop 90
+  tail -n 40 ./*.o* ./*.e* || true  # (bats shows it when the test fails)
   run agpt chain status "$RUN"
   assert_line --index 1 --regexp "^$first .* 0->3 +[0-9>-]+ +resubmit +[0-9]+$"
   assert_line --index 2 --regexp " 3->6 +[0-9>-]+ +done +cancelled [0-9]+$"
