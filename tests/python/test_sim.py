@@ -92,6 +92,30 @@ def test_heartbeats_find_a_hung_host_in_one_attempt_where_blind_rotation_cannot(
     assert not named.person_stops
 
 
+def test_a_straggler_is_swapped_on_the_monitors_request_with_swap_and_slows_the_job_without(
+    tmp_path: Path,
+) -> None:
+    """FAILOVER_STRAGGLER=swap: the trainer stops (save, 75) after the monitor's windows, the real classifier reads
+    the request (apply_heartbeats) and the real planner swaps that host; `report` leaves the job slow."""
+    m = small(mix={"straggler": 1.0}, heartbeats=True)
+    kept = engine.simulate(m, seed=3)
+    swapped = engine.simulate(model.override(m, straggler="swap"), seed=3, workdir=tmp_path)
+    assert kept.faults and swapped.faults
+    assert kept.time["slow_steps"] > 20 * swapped.time["slow_steps"]
+    assert swapped.effective_ratio > kept.effective_ratio
+    events = [json.loads(x) for x in (tmp_path / "run" / "events.jsonl").read_text().splitlines()]
+    swaps = [e for e in events if e.get("class") == "node" and e.get("swapped", {}).get("out")]
+    assert swaps and all(e["rc"] == 75 for e in swaps)
+    bad = hostlib.read_bad(tmp_path / "run" / "hosts" / "bad")
+    assert bad and all(b.evidence.startswith("straggler: ") and not b.blind for b in bad)
+    # the monitor's windows after the straggler began, then the save: the first step back a minute or so later
+    back = [f.back_s for f in swapped.faults if f.back_s is not None]
+    assert back and max(back) < m.failover.straggler_windows * m.costs.heartbeat_interval_s + 120
+    # without heartbeats there is no monitor: nothing is swapped
+    blind = engine.simulate(model.override(m, straggler="swap", heartbeats=False), seed=3)
+    assert blind.time["slow_steps"] == pytest.approx(kept.time["slow_steps"], rel=0.5)
+
+
 def test_a_misread_node_failure_is_evicted_on_the_sweeps_evidence_and_blind_without_it(
     tmp_path: Path,
 ) -> None:
@@ -186,6 +210,8 @@ def test_the_checkpoint_policy_saves_at_the_step_the_simulator_expects() -> None
         ({"misread": {"gpu": 0.1}}, "misread.gpu"),
         ({"probe": {"finds_node": 2}}, "probe.finds_node"),
         ({"sweep": "yes"}, "sweep"),
+        ({"failover": {"straggler": "evict"}}, "failover.straggler"),
+        ({"failover": {"straggler_windows": 0}}, "failover.straggler_windows"),
     ],
 )
 def test_a_bad_fault_model_names_its_key(data: dict[str, object], key: str) -> None:

@@ -83,6 +83,9 @@ def cli() -> None:
 @click.option(
     "--min-nodes", help="FAILOVER_MIN_NODES: a count, or a fraction of the nodes (default: the model's)"
 )
+@click.option("--straggler", type=click.Choice(model.STRAGGLER_MODES),
+              help="FAILOVER_STRAGGLER: swap stops the trainer at a checkpoint and swaps a straggler the heartbeats "
+              "find (needs --heartbeats); report only names it (default: the model's)")  # fmt: skip
 @click.option("--seed", type=params.SEED, default=1, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="print the whole result as JSON")
 def run_cmd(
@@ -99,6 +102,7 @@ def run_cmd(
     days: float | None,
     shrink: bool | None,
     min_nodes: str | None,
+    straggler: str | None,
     seed: int,
     as_json: bool,
 ) -> None:
@@ -118,6 +122,8 @@ def run_cmd(
         kw["shrink"] = shrink
     if min_nodes is not None:
         kw["min_nodes"] = min_nodes
+    if straggler is not None:
+        kw["straggler"] = straggler
     if heartbeats is not None:
         kw["heartbeats"] = heartbeats
     if async_save is not None:
@@ -139,7 +145,8 @@ def run_cmd(
         return
     click.echo(
         f"{m.name}: {r.nodes} nodes + {r.spares} spares, {d['horizon_days']:g} days, seed {seed}, "
-        f"heartbeats {'on' if r.heartbeats else 'off'}, {'async' if r.async_save else 'sync'} saves"
+        f"heartbeats {'on' if r.heartbeats else 'off'}, {'async' if r.async_save else 'sync'} saves, stragglers "
+        f"{'swapped' if m.heartbeats and m.failover.straggler == 'swap' else 'kept'}"
     )
     click.echo(
         f"effective training time ratio {r.effective_ratio:.4f} (productive / allocated {r.allocated_s / 3600:.1f} h); "

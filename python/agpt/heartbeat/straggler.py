@@ -22,6 +22,17 @@ from agpt import numeric, rundir
 from agpt.heartbeat.format import DIR, SWAP_FILE, write_atomic
 from agpt.heartbeat.reader import as_float, read_records
 
+DEFAULT_PCT = 20.0  # FAILOVER_STRAGGLER_PCT
+DEFAULT_WINDOWS = 3  # FAILOVER_STRAGGLER_WINDOWS
+DEFAULT_MODE = "report"  # FAILOVER_STRAGGLER: report, or swap
+
+
+def request_swap(run_dir: str | Path, attempt: str, host: str, evidence: str, when: float) -> None:
+    """The swap request the trainer stops on (heartbeat/swap.json; agpt.heartbeat.reader.read_swap reads it)."""
+    request = {"attempt": attempt, "host": host, "evidence": evidence, "time": round(when, 3)}
+    (Path(run_dir) / DIR).mkdir(parents=True, exist_ok=True)
+    write_atomic(Path(run_dir) / DIR / SWAP_FILE, json.dumps(request))
+
 
 @dataclass(kw_only=True, slots=True)
 class StragglerMonitor:
@@ -29,8 +40,8 @@ class StragglerMonitor:
 
     run_dir: Path
     attempt: str
-    pct: float = 20.0
-    windows: int = 3
+    pct: float = DEFAULT_PCT
+    windows: int = DEFAULT_WINDOWS
     swap: bool = False
     streak: dict[str, int] = field(default_factory=dict)
     last_seq: dict[str, int] = field(default_factory=dict)
@@ -43,9 +54,11 @@ class StragglerMonitor:
         return cls(
             run_dir=Path(run_dir),
             attempt=attempt,
-            pct=numeric.env_number(env, "FAILOVER_STRAGGLER_PCT", 20.0, lo=0, hi=10_000),
-            windows=numeric.env_number(env, "FAILOVER_STRAGGLER_WINDOWS", 3, lo=1, hi=10_000, integer=True),
-            swap=os.environ.get("FAILOVER_STRAGGLER", "report").strip().lower() == "swap",
+            pct=numeric.env_number(env, "FAILOVER_STRAGGLER_PCT", DEFAULT_PCT, lo=0, hi=10_000),
+            windows=numeric.env_number(
+                env, "FAILOVER_STRAGGLER_WINDOWS", DEFAULT_WINDOWS, lo=1, hi=10_000, integer=True
+            ),
+            swap=os.environ.get("FAILOVER_STRAGGLER", DEFAULT_MODE).strip().lower() == "swap",
         )
 
     def poll(self) -> str | None:
@@ -81,7 +94,7 @@ class StragglerMonitor:
 
     def _report(self, h: str, v: float, peers: float) -> None:
         """The straggler event; the swap request too when swapping is on (one per attempt)."""
-        slower = (v / peers - 1) * 100
+        slower, now = (v / peers - 1) * 100, time.time()
         evidence = (
             f"straggler: {h} computes {v:.3f} s/step, its peers' median {peers:.3f} s (+{slower:.0f}%, "
             f"over {self.pct:g}%) for {self.streak[h]} windows in a row"
@@ -96,10 +109,9 @@ class StragglerMonitor:
             "windows": self.streak[h],
             "action": "swap" if self.swap and self.swap_host is None else "report",
             "evidence": evidence,
-            "time": round(time.time(), 3),
+            "time": round(now, 3),
         }
         rundir.append_jsonl(self.run_dir / rundir.EVENTS, ev)
         if ev["action"] == "swap":
             self.swap_host = h
-            request = {k: ev[k] for k in ("attempt", "host", "evidence", "time")}
-            write_atomic(self.run_dir / DIR / SWAP_FILE, json.dumps(request))
+            request_swap(self.run_dir, self.attempt, h, evidence, now)

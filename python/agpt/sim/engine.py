@@ -59,6 +59,8 @@ from agpt.failover import patterns as patlib
 from agpt.failover import plan as planlib
 from agpt.failover import shrink as shrinklib
 from agpt.failover import sweep as sweeplib
+from agpt.heartbeat import format as heartbeat_format
+from agpt.heartbeat import straggler
 from agpt.sim import local as simlocal
 from agpt.sim import logs
 from agpt.sim.model import FaultModel, ScriptedFault
@@ -145,6 +147,9 @@ class Sim:
         self.outage_until = 0.0
         self.app_bug_step: int | None = None
         self.slow = 1.0
+        # FAILOVER_STRAGGLER=swap: the slow host, its fault, and when the trainer's monitor stops the attempt
+        self.straggler: tuple[str, FaultRecord] | None = None
+        self.straggler_stop = INF
         self.ckpts: list[tuple[int, float]] = []  # (step, complete at)
         self.ckpt = 0
         self.scripted = list(m.faults)
@@ -310,7 +315,7 @@ class Sim:
         if self.first_start is None:
             self.first_start = start
         deadline = start + m.costs.walltime_h * 3600.0
-        self.slow = 1.0
+        self.slow, self.straggler, self.straggler_stop = 1.0, None, INF
         if self.local is not None:
             self.local.reset()
         # FAILOVER_SPARES unset: the loop splits the allocation itself; else the model's count.
@@ -438,7 +443,7 @@ class Sim:
                 at = launch + c.startup_timeout_s + c.grace_s
             else:
                 at = end.at + c.watchdog_timeout_s + c.grace_s
-        elif end.kind in ("deadline", "done", "horizon"):
+        elif end.kind in ("deadline", "done", "horizon", "straggler"):  # the trainer's own stop: no teardown
             at = end.at
         else:
             at = end.at + c.teardown_s
@@ -478,12 +483,22 @@ class Sim:
         log.parent.mkdir(parents=True, exist_ok=True)
         cls_of = {"node": "node", "hang": "hang", "system": "system", "app": "app"}.get(end.kind)
         misread = cls_of is not None and self.rng.random() < m.misread.get(cls_of, 0.0)
-        rc = logs.write(log, launcher=m.launcher, kind="unreadable" if misread else end.kind, hosts=active,
-                        bad=end.bad, resumed=resumed or None, first=end.first, last=end.last)  # fmt: skip
-        cls = classifylib.classify(
+        # A straggler's swap stops the trainer as the deadline does: the same log.
+        kind = "unreadable" if misread else "deadline" if end.kind == "straggler" else end.kind
+        rc = logs.write(log, launcher=m.launcher, kind=kind, hosts=active, bad=end.bad, resumed=resumed or None,
+                        first=end.first, last=end.last)  # fmt: skip
+        found = classifylib.classify(
             log, rc, active, None, EPOCH + deadline, EPOCH + ended, None,
             margin_s=m.failover.walltime_margin_s,
-        ).to_json()  # fmt: skip
+        )  # fmt: skip
+        if end.kind == "straggler" and end.bad:  # the monitor's request, read as the loop's classify reads it
+            slower = (m.behaviour.straggler_slowdown - 1) * 100
+            evidence = (f"straggler: {end.bad} computes +{slower:.0f}% per step over its peers' median for "
+                        f"{m.failover.straggler_windows} windows in a row")  # fmt: skip
+            straggler.request_swap(self.run_dir, f"{jobid}.{n}", end.bad, evidence, EPOCH + end.at)
+            hb_dir = self.run_dir / heartbeat_format.DIR
+            classifylib.apply_heartbeats(found, hb_dir, active, f"{jobid}.{n}", rc)
+        cls = found.to_json()
         if end.kind == "hang" and m.heartbeats and end.bad and not misread:
             cls.update({"class": "node", "bad_hosts": [end.bad]})  # what apply_heartbeats makes of a hang
             cls["evidence"] = [f"heartbeat: {end.bad} stopped", *cls.get("evidence", [])]
@@ -550,6 +565,7 @@ class Sim:
         hung = [h for h in active if self.hung_until.get(h, 0.0) > launch]
         if hung:
             return AttemptEnd(kind="hang", bad=hung[0], at=ready, step=resumed)
+        self._straggler_watch(active, ready)
         run = _Run(step=resumed, clock=ready)
         stop_at = deadline - tr.deadline_margin_s
         failer = min(active, key=self._fail_time) if self.random_failures else None
@@ -565,7 +581,7 @@ class Sim:
             bound = self._bound(run.step, min(saves) if saves else None, sf)
             seg_end = run.clock + (bound - run.step) * st if bound < INF else INF
             tf = self._fail_time(failer) if failer else INF
-            tev = min(tf, stop_at, self.horizon)
+            tev = min(tf, stop_at, self.horizon, self.straggler_stop)
             if tev < seg_end:
                 end = self._interrupted(run, st, tev, stop_at, failer, active)
                 if end is not None:
@@ -579,6 +595,19 @@ class Sim:
             end = self._segment_done(run, st, int(bound), seg_end, nxt, sf, active, nxt_local)
             if end is not None:
                 return end
+
+    def _straggler_watch(self, active: list[str], since: float) -> None:
+        """The straggler in an attempt that starts (or goes on) at SINCE: gone with its host (the slowdown too);
+        with FAILOVER_STRAGGLER=swap and heartbeats, rank 0's monitor asks for its swap after
+        FAILOVER_STRAGGLER_WINDOWS publish windows (agpt.heartbeat.straggler), each attempt counting anew."""
+        if self.straggler is None:
+            return
+        if self.straggler[0] not in active:
+            self.slow, self.straggler, self.straggler_stop = 1.0, None, INF
+            return
+        fo = self.m.failover
+        if self.m.heartbeats and fo.straggler == "swap":
+            self.straggler_stop = since + fo.straggler_windows * self.m.costs.heartbeat_interval_s
 
     def _bound(self, step: int, nxt: int | None, sf: ScriptedFault | None) -> float:
         """Where the segment from STEP ends: the next save, the last step, the recurring bug, a scripted fault."""
@@ -609,12 +638,25 @@ class Sim:
             self.ckpts.append((run.step, run.clock + stall))
             return AttemptEnd(kind="deadline", bad=None, at=run.clock + stall, first=run.first, last=run.step,
                               step=run.step)  # fmt: skip
+        if tev == self.straggler_stop and self.straggler:  # the monitor's swap request: save and 75
+            run.advance(self, 1, st)
+            stall = m.costs.save_stall_s
+            self.time["checkpoint_stalls"] += stall
+            self.ckpts.append((run.step, run.clock + stall))
+            self.straggler_stop = INF
+            host, rec = self.straggler
+            return AttemptEnd(kind="straggler", bad=host, at=run.clock + stall, first=run.first, last=run.step,
+                              step=run.step, fault=rec)  # fmt: skip
         assert failer is not None  # a node's clock ran out
         cls = self._draw_class()
         self.next_fail[failer] = self._sample(tev)
         if cls == "straggler":
             self.slow = max(self.slow, m.behaviour.straggler_slowdown)
-            self.faults.append(FaultRecord(cls=cls, time_s=tev, step=run.step))
+            rec = FaultRecord(cls=cls, time_s=tev, step=run.step)
+            self.faults.append(rec)
+            if self.straggler is None:
+                self.straggler = (failer, rec)
+                self._straggler_watch(active, tev)
             return None
         self.time["lost_work"] += partial
         rec = FaultRecord(cls=cls, time_s=tev, step=run.step)

@@ -19,11 +19,15 @@ from agpt.errors import BadInput, ConfigError
 from agpt.failover.policy import Settings
 from agpt.failover.shrink import min_nodes as shrink_floor
 from agpt.failover.sweep import DEFAULT_TIMEOUT_S as SWEEP_TIMEOUT_S
+from agpt.heartbeat.straggler import DEFAULT_MODE as STRAGGLER_MODE
+from agpt.heartbeat.straggler import DEFAULT_WINDOWS as STRAGGLER_WINDOWS
+from agpt.heartbeat.writer import DEFAULT_INTERVAL_S as HEARTBEAT_INTERVAL_S
 
 MODELS_DIR = Path(__file__).resolve().parent / "models"
 CLASSES = ("node", "hang", "straggler", "system", "app")
 LAUNCHERS = ("pals", "srun")
 DISTRIBUTIONS = ("exponential", "weibull")
+STRAGGLER_MODES = ("report", "swap")  # FAILOVER_STRAGGLER (agpt.heartbeat.straggler)
 # The failover loop's and the chain's own defaults: a model that does not set them simulates what ships.
 _LOOP = Settings()
 _CHAIN = Limits()
@@ -58,6 +62,7 @@ class Costs:
     watchdog_timeout_s: float = rundir.IDLE_TIMEOUT_S
     startup_timeout_s: float = rundir.STARTUP_TIMEOUT_S
     heartbeat_timeout_s: float = 120.0
+    heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S  # a node's record per interval: one straggler window
     teardown_s: float = rundir.GRACE_S  # the launcher's SIGTERM-to-SIGKILL
     grace_s: float = rundir.GRACE_S
     classify_s: float = 1.0
@@ -111,6 +116,8 @@ class Failover:
     walltime_margin_s: float = rundir.WALLTIME_MARGIN_S
     shrink: bool = _LOOP.shrink
     min_nodes: str = _LOOP.min_nodes
+    straggler: str = STRAGGLER_MODE  # FAILOVER_STRAGGLER: swap stops at a checkpoint to swap a straggler
+    straggler_windows: int = STRAGGLER_WINDOWS  # FAILOVER_STRAGGLER_WINDOWS: windows in a row
 
 
 @dataclass(kw_only=True, slots=True)
@@ -377,6 +384,11 @@ def validate(m: FaultModel) -> None:
         raise ConfigError("failover.max_repeat: must be at least 2")
     if m.failover.max_blind < 1:
         raise ConfigError("failover.max_blind: must be at least 1")
+    if m.failover.straggler not in STRAGGLER_MODES:
+        modes = ", ".join(STRAGGLER_MODES)
+        raise ConfigError(f"failover.straggler: one of {modes}, got {m.failover.straggler!r}")
+    if m.failover.straggler_windows < 1:
+        raise ConfigError("failover.straggler_windows: must be at least 1")
     try:
         shrink_floor(m.failover.min_nodes, m.nodes)
     except BadInput as e:
@@ -421,7 +433,7 @@ def override(m: FaultModel, **kw: Any) -> FaultModel:
             k == "local_tier"
         ):  # on at the interval `agpt ckpt interval` recommends for its stall (sim.local)
             out.train.local_interval, out.train.local_interval_s, out.train.local_daly = 0, 0.0, bool(v)
-        elif k in ("shrink", "min_nodes"):  # FAILOVER_SHRINK, FAILOVER_MIN_NODES
+        elif k in ("shrink", "min_nodes", "straggler"):  # FAILOVER_SHRINK, _MIN_NODES, _STRAGGLER
             setattr(out.failover, k, v)
         else:
             setattr(out, k, v)
