@@ -10,6 +10,11 @@ from agpt.cli import params
 from agpt.cli.output import show
 
 
+def _size(flag: str, default: int, what: str) -> Any:
+    """A size option: a whole number from 1 to 2**40."""
+    return click.option(flag, type=params.count(1, 1 << 40), default=default, show_default=True, help=what)
+
+
 @click.command(name="tokenize")
 @click.option("--model", required=True, help="SentencePiece .model file.")
 @click.option("--input", "inputs", multiple=True, required=True, help="Input file or directory (repeatable).")
@@ -20,25 +25,13 @@ from agpt.cli.output import show
 @click.option(
     "--workers", type=params.count(0, 1024), default=0, help="Worker processes per rank (0: one per CPU)."
 )
-@click.option(
-    "--shard-tokens",
-    type=params.count(1, 1 << 40),
-    default=1 << 30,
-    show_default=True,
-    help="Tokens per shard.",
-)
+@_size("--shard-tokens", 1 << 30, "Tokens per shard.")
 @click.option("--append-eod/--no-append-eod", default=True, show_default=True, help="End documents with EOD.")
 @click.option("--bos", is_flag=True, help="Start documents with BOS.")
 @click.option(
     "--doc-per-file", is_flag=True, help="A .txt file is one document (default: blank-line blocks)."
 )
-@click.option(
-    "--chunk-bytes",
-    type=params.count(1, 1 << 40),
-    default=64 << 20,
-    show_default=True,
-    help="Work unit size.",
-)
+@_size("--chunk-bytes", 64 << 20, "Work unit size.")
 @click.option("--name", default="data", show_default=True, help="Shard name prefix: NAME_00000.bin/.idx.")
 @click.option("--corpus", default="", help="Corpus name in filelist.txt (default: the output dir's name).")
 @click.option("--skip-empty", is_flag=True, help="Drop empty documents instead of failing.")

@@ -25,6 +25,22 @@ from agpt.errors import BadInput, ConfigError
 DTYPES = ("fp32", "bf16", "fp16")
 
 
+def _positive(section: str, cfg: object, *keys: str) -> None:
+    """Each KEY of CFG must be > 0 (a NaN is not): ConfigError `SECTION.KEY: must be positive (got V)`."""
+    for key in keys:
+        v = getattr(cfg, key)
+        if not v > 0:
+            raise ConfigError(f"{section}.{key}: must be positive (got {v})")
+
+
+def _at_least(section: str, cfg: object, lo: int, *keys: str) -> None:
+    """Each KEY of CFG must be >= LO (a NaN is not): ConfigError `SECTION.KEY: must be >= LO (got V)`."""
+    for key in keys:
+        v = getattr(cfg, key)
+        if not v >= lo:
+            raise ConfigError(f"{section}.{key}: must be >= {lo} (got {v})")
+
+
 @dataclass(kw_only=True, slots=True)
 class ModelConfig:
     """A Llama-style decoder: RMSNorm, RoPE, SwiGLU, grouped-query attention."""
@@ -42,9 +58,8 @@ class ModelConfig:
     init_std: float = 0.02
 
     def validate(self) -> None:
-        for key in ("vocab_size", "dim", "n_layers", "n_heads", "n_kv_heads", "max_seq_len", "multiple_of"):
-            if getattr(self, key) <= 0:
-                raise ConfigError(f"model.{key}: must be positive (got {getattr(self, key)})")
+        _positive("model", self, "vocab_size", "dim", "n_layers", "n_heads", "n_kv_heads", "max_seq_len",
+                  "multiple_of")  # fmt: skip
         if self.dim % self.n_heads:
             raise ConfigError(f"model.n_heads: {self.n_heads} heads do not divide model.dim {self.dim}")
         if (self.dim // self.n_heads) % 2:
@@ -53,8 +68,7 @@ class ModelConfig:
             raise ConfigError(
                 f"model.n_kv_heads: {self.n_kv_heads} KV heads do not divide model.n_heads {self.n_heads}"
             )
-        if self.ffn_dim < 0:
-            raise ConfigError(f"model.ffn_dim: must be >= 0 (got {self.ffn_dim})")
+        _at_least("model", self, 0, "ffn_dim")
 
     @property
     def hidden_dim(self) -> int:
@@ -108,9 +122,9 @@ class TrainConfig:
     frozen_logs: int = 50
 
     def validate(self) -> None:
-        for key in ("steps", "seq_len", "global_batch", "micro_batch", "log_interval", "dist_timeout_s"):
-            if getattr(self, key) <= 0:
-                raise ConfigError(f"train.{key}: must be positive (got {getattr(self, key)})")
+        _positive(
+            "train", self, "steps", "seq_len", "global_batch", "micro_batch", "log_interval", "dist_timeout_s"
+        )
         self._validate_health()
         for key in ("param_dtype", "reduce_dtype", "master_dtype"):
             if getattr(self, key) not in DTYPES:
@@ -145,14 +159,8 @@ class TrainConfig:
         parse_skip(self.skip)
         if not 0 < self.rollback_lr_factor <= 1:
             raise ConfigError(f"train.rollback_lr_factor: must be in (0, 1] (got {self.rollback_lr_factor})")
-        for key in ("rollback_lr_steps",):
-            if getattr(self, key) < 0:
-                raise ConfigError(f"train.{key}: must be >= 0 (got {getattr(self, key)})")
-        if self.frozen_threshold < 0:
-            raise ConfigError(f"train.frozen_threshold: must be >= 0 (got {self.frozen_threshold})")
-        for key in ("max_rollbacks", "rollback_window", "frozen_logs"):
-            if getattr(self, key) < 1:
-                raise ConfigError(f"train.{key}: must be >= 1 (got {getattr(self, key)})")
+        _at_least("train", self, 0, "rollback_lr_steps", "frozen_threshold")
+        _at_least("train", self, 1, "max_rollbacks", "rollback_window", "frozen_logs")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -181,22 +189,14 @@ class OptimConfig:
                 raise ConfigError(f"optim.lr_scale.{key}: must be a number >= 0 (got {value!r})")
 
     def validate(self) -> None:
-        if self.lr <= 0:
-            raise ConfigError(f"optim.lr: must be positive (got {self.lr})")
-        if self.min_lr < 0:
-            raise ConfigError(f"optim.min_lr: must be >= 0 (got {self.min_lr})")
-        for key in ("warmup_steps", "decay_steps"):
-            if getattr(self, key) < 0:
-                raise ConfigError(f"optim.{key}: must be >= 0 (got {getattr(self, key)})")
+        _positive("optim", self, "lr")
+        _at_least("optim", self, 0, "min_lr", "warmup_steps", "decay_steps")
         for key in ("beta1", "beta2"):
             if not 0 <= getattr(self, key) < 1:
                 raise ConfigError(f"optim.{key}: must be in [0, 1) (got {getattr(self, key)})")
-        if self.grad_clip < 0:
-            raise ConfigError(f"optim.grad_clip: must be >= 0 (got {self.grad_clip})")
-        if not self.eps > 0:
-            raise ConfigError(f"optim.eps: must be positive (got {self.eps})")
-        if self.weight_decay < 0:
-            raise ConfigError(f"optim.weight_decay: must be >= 0 (got {self.weight_decay})")
+        _at_least("optim", self, 0, "grad_clip")
+        _positive("optim", self, "eps")
+        _at_least("optim", self, 0, "weight_decay")
         for key in ("lr", "min_lr", "weight_decay", "beta1", "beta2", "eps", "grad_clip"):
             if not math.isfinite(getattr(self, key)):
                 raise ConfigError(f"optim.{key}: must be a finite number (got {getattr(self, key)})")
@@ -239,16 +239,11 @@ class EvalConfig:
     on_regression: str = "warn"  # warn: a health event; rollback: also roll back as for a loss spike
 
     def validate(self) -> None:
-        if self.interval < 0:
-            raise ConfigError(f"eval.interval: must be >= 0 (got {self.interval})")
-        if self.samples < 1:
-            raise ConfigError(f"eval.samples: must be positive (got {self.samples})")
-        if self.task_items < 1:
-            raise ConfigError(f"eval.task_items: must be positive (got {self.task_items})")
+        _at_least("eval", self, 0, "interval")
+        _positive("eval", self, "samples", "task_items")
         if not 0 <= self.regression_acc <= 1:
             raise ConfigError(f"eval.regression_acc: must be in 0..1 (got {self.regression_acc})")
-        if self.regression_bpb < 0:
-            raise ConfigError(f"eval.regression_bpb: must be >= 0 (got {self.regression_bpb})")
+        _at_least("eval", self, 0, "regression_bpb")
         if self.on_regression not in ("warn", "rollback"):
             raise ConfigError(f"eval.on_regression: must be warn or rollback (got {self.on_regression!r})")
         from agpt.evals.tasks import parse_specs  # here: the trainer's config reads no task code at import
@@ -287,16 +282,10 @@ class CheckpointConfig:
             )
         if self.local_keep not in (1, 2):
             raise ConfigError(f"checkpoint.local_keep: 1 or 2 (got {self.local_keep})")
-        if self.interval < 0:
-            raise ConfigError(f"checkpoint.interval: must be >= 0 (got {self.interval})")
+        _at_least("checkpoint", self, 0, "interval")
         if not (math.isfinite(self.interval_s) and self.interval_s >= 0):
             raise ConfigError(f"checkpoint.interval_s: must be >= 0 seconds (got {self.interval_s})")
-        if self.keep < 1:
-            raise ConfigError(f"checkpoint.keep: must be >= 1 (got {self.keep})")
-        if self.max_writers < 1:
-            raise ConfigError(f"checkpoint.max_writers: must be >= 1 (got {self.max_writers})")
-        if self.thread_count < 1:
-            raise ConfigError(f"checkpoint.thread_count: must be >= 1 (got {self.thread_count})")
+        _at_least("checkpoint", self, 1, "keep", "max_writers", "thread_count")
 
 
 @dataclass(kw_only=True, slots=True)
