@@ -7,17 +7,20 @@ own folder (tests/cluster/up), and a node failure (tests/cluster/node fail) dest
 - A local shard corrupted in memory between the failure and the relaunch: found by its digest, global used.
 The first prints the steps lost by the failure from the tier it resumed from, and from the global tier alone.
 
-Two partners lost at once (falling back to the global tier) is drilled with real ranks on pretend nodes in
-test_train_localtier.py, not here: when two nodes of one job step fail together on this test cluster, slurmctld
-removes both from the job but keeps the rest of the step "busy" (`srun: Job N step creation temporarily
-disabled, retrying (Requested nodes are busy)`), so no relaunch in that allocation can start, whether the two
-are set down at once or found dead by slurmctld itself."""
+- Two partners lost at once: a node killed, and at the same moment the node that held its copy loses its memory
+  (its folder destroyed: a node that crashed and came straight back): no node of the relaunch holds the killed
+  node's shard, so the whole job resumes from the global tier, and every step's loss is still the reference's.
+  (Both nodes failed for good cannot be drilled on this test cluster: when two nodes of one job step fail
+  together, slurmctld removes both from the job but keeps the rest of the step "busy" (`srun: Job N step creation
+  temporarily disabled, retrying (Requested nodes are busy)`), so no relaunch in that allocation can start; the
+  same loss with both nodes gone is drilled with real ranks on pretend nodes in test_train_localtier.py.)"""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -213,4 +216,28 @@ def test_a_corrupt_local_shard_is_found_and_the_global_tier_used(
         r"local step \d+ cannot be restored: n1:\S+/rank-0\.shard: sha256 \S+ differs", back
     ), back
     assert f"resumed from {run}/ckpt/step-10 " in back, back
+    assert _final(logs) == reference
+
+
+def test_two_partners_lost_at_once_resume_from_the_global_tier(
+    cluster: dict[str, str], tmp_path: Path, reference: dict[int, str]
+) -> None:
+    memory = Path(cluster["AGPT_CLUSTER_DIR"]) / "local"
+    rank = 2  # n3's: the active nodes n1..n4 in rank order
+    lost: list[str] = []
+
+    def partner_lost(run: Path) -> None:  # the node holding n3's copy loses this run's memory too
+        for node in sorted(p.name for p in memory.iterdir() if p.is_dir()):
+            folder = localtier.node_folder(memory / node, run, node)
+            if any(folder.rglob(localtier.shard_name(rank))):
+                shutil.rmtree(folder)
+                lost.append(node)
+
+    # (a backoff of 8 s: the partner's memory is gone before the relaunch, which would hand the copy on)
+    run, _, logs = _drill(cluster, tmp_path, ["n3"], at=14, backoff="8", between=partner_lost)
+    back = logs[-1]
+    assert len(lost) == 1 and lost != ["n3"], lost
+    assert re.search(rf"local step \d+: rank {rank}'s shard is on no node of this launch", back), back
+    assert f"resumed from {run}/ckpt/step-10 " in back, back
+    print(f"n3 failed and its partner {lost[0]} lost its memory: resumed from the global step 10")
     assert _final(logs) == reference
