@@ -54,13 +54,22 @@ def sp_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return d / "m.model"
 
 
+# The commands that import torch: a fork of the trainer tests' server (train_util.agpt_cmd) saves each its start.
+# (Not those that use MPI through mpi4py, tokenize and yeet: a fork would not have its launcher's PMI socket.)
+TORCH_COMMANDS = ("ckpt", "eval", "check", "train", "smoke", "lr-find")
+
+
 def run_agpt(
     *args: str, mpi: int = 0, cwd: Path | None = None, timeout: int = 120, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    cmd = [str(ROOT / "bin" / "agpt"), *args]
+    from train_util import agpt_cmd, forked_env
+
+    forked = args[:1] != () and args[0] in TORCH_COMMANDS
+    cmd = [*agpt_cmd(), *args] if forked else [str(ROOT / "bin" / "agpt"), *args]
     if mpi:
         cmd = [str(ROOT / ".venv" / "bin" / "mpiexec"), "-n", str(mpi), *cmd]
-    return subprocess.run(cmd, capture_output=True, text=True, env=agpt_env(env), cwd=cwd, timeout=timeout)
+    run_env = forked_env(env) if forked else agpt_env(env)
+    return subprocess.run(cmd, capture_output=True, text=True, env=run_env, cwd=cwd, timeout=timeout)
 
 
 def tokenize_cli(model: str | Path, inputs: Sequence[str | Path], out: str | Path, *extra: str,

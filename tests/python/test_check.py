@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, agpt_env
+from train_util import agpt_cmd, train_env
 
 AGPT = str(ROOT / "bin" / "agpt")
 # The training scripts (the evaluation jobs, jobs/agpt_eval_*, run `agpt eval` on one node, not a launch).
@@ -22,9 +23,9 @@ SCRIPTS = sorted(
 
 
 def run(*args: str, cwd: Path = ROOT, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [AGPT, *args], cwd=cwd, env=agpt_env(env), capture_output=True, text=True, timeout=300
-    )
+    """`agpt ARGS`; `agpt check` (which imports torch) as a fork of the trainer tests' server (train_util)."""
+    cmd = [*agpt_cmd(), *args] if args[:1] == ("check",) else [AGPT, *args]
+    return subprocess.run(cmd, cwd=cwd, env=train_env(env), capture_output=True, text=True, timeout=300)
 
 
 def _export(text: str, name: str) -> str | None:

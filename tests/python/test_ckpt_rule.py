@@ -18,7 +18,8 @@ from agpt.failover import plan
 from agpt.sim import engine
 from agpt.sim import model as sim_model
 from agpt.train import checkpoint as ck
-from conftest import BIN, ROOT, agpt_env
+from conftest import ROOT
+from data_util import run_agpt
 
 T0 = 1_715_076_000
 
@@ -37,8 +38,7 @@ def saved(run: Path, step: int, *, names: int | None = None) -> Path:
 
 
 def agpt(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(BIN / "agpt"), *args], cwd=ROOT, env=agpt_env(), capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
+    return run_agpt(*args, cwd=ROOT, timeout=300)
 
 
 def with_an_attempt(run: Path) -> Path:

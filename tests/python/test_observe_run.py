@@ -216,7 +216,8 @@ def test_unwritable_writers_and_torn_files_cost_a_warning_each_not_the_run(tmp_p
         (run / name).write_text('{"event": "attempt", "jobid": "j0", "attempt": 1, "rc": 1')  # torn by a kill
     from train_util import train_cmd, train_env
 
-    r = subprocess.run([*_readonly(run / rundir.TB), *train_cmd(1, run, "--steps", "6")], env=train_env(),
+    # plain: a rank forked by the test's fork server would not be in the read-only mount's namespace
+    r = subprocess.run([*_readonly(run / rundir.TB), *train_cmd(1, run, "--steps", "6", plain=True)], env=train_env(),
                        capture_output=True, text=True, timeout=300)  # fmt: skip
     assert r.returncode == 0, r.stdout + r.stderr
     assert len([ln for ln in r.stdout.splitlines() if ln.startswith("step=")]) == 6
@@ -237,7 +238,9 @@ def test_a_missing_tensorboardx_costs_one_warning(tmp_path: Path) -> None:
         "raise ModuleNotFoundError(\"No module named 'tensorboardX'\", name='tensorboardX')\n"
     )
     env = {"PYTHONPATH": f"{shim.parent}:{ROOT / 'python'}"}
-    r = run_train(1, tmp_path / "run", "--steps", "3", env=env)
+    r = run_train(
+        1, tmp_path / "run", "--steps", "3", env=env, plain=True
+    )  # (the fork server has it imported)
     assert r.returncode == 0, r.stdout + r.stderr
     warnings = [ln for ln in r.stdout.splitlines() if ln.startswith("agpt: warning: observe")]
     assert warnings == ["agpt: warning: observe.tensorboard: tensorboardX is not installed "

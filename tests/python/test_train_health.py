@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from agpt.train import health
-from train_util import AGPT, TINY, run_train, train_env
+from train_util import AGPT, TINY, agpt_cmd, run_train, train_env
 
 ROLLBACK = (
     "--set",
@@ -133,7 +133,7 @@ def test_too_many_rollbacks_stop_as_repeat(tmp_path: Path) -> None:
     ],
 )
 def test_bad_health_settings_exit_2_naming_the_key(tmp_path: Path, setting: str, key: str) -> None:
-    cmd = [str(AGPT), "train", "--config", str(TINY), "--run-dir", str(tmp_path / "r"), "--set", setting]
+    cmd = [*agpt_cmd(), "train", "--config", str(TINY), "--run-dir", str(tmp_path / "r"), "--set", setting]
     r = subprocess.run(cmd, env=train_env(), capture_output=True, text=True, timeout=120)
     assert r.returncode == 2, r.stdout + r.stderr
     assert r.stderr.startswith("agpt: error:") and key in r.stderr

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import ROOT
 from data_util import stdlib_documents
-from train_util import AGPT, TINY, logged, run_train, smoke, train_env, training, wait_for
+from train_util import TINY, agpt_cmd, logged, run_train, smoke, train_env, training, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -124,7 +124,7 @@ def test_committed_smoke_baseline_is_well_formed() -> None:
 def test_lr_find_reports_two_lrs_and_writes_a_png(tmp_path: Path) -> None:
     png = tmp_path / "out" / "lr.png"
     r = subprocess.run(
-        [str(AGPT), "lr-find", "--config", str(TINY), "--steps", "30", "--lr-min", "1e-4", "--lr-max", "10",
+        [*agpt_cmd(), "lr-find", "--config", str(TINY), "--steps", "30", "--lr-min", "1e-4", "--lr-max", "10",
          "--out", str(png)],
         env=train_env(),
         capture_output=True,

@@ -1,13 +1,20 @@
-"""Helpers for the trainer tests: launch `agpt train` under the real mpiexec, kill ranks, parse lines."""
+"""Helpers for the trainer tests: launch `agpt train` under the real mpiexec, kill ranks, parse lines.
+
+Each rank is a fork of a server that imported torch and the trainer once (agpt_zygote.py: a rank's start is
+most of a tiny test run's CPU time); AGPT_TEST_ZYGOTE=0 starts every rank plainly through bin/agpt, as does
+`plain=True` where a test is about the start itself."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import re
 import shutil
 import signal
 import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,13 +33,55 @@ STEP_RE = re.compile(r"^step=(\d+) ")
 LOSS_RTOL = 1e-3
 
 
+ZYGOTE = Path(__file__).resolve().parent / "agpt_zygote.py"
+_zygote: dict[str, object] = {}
+
+
+def _zygote_socket() -> str | None:
+    """The fork server's socket, started on first use (one per pytest process); None when it is off."""
+    if os.environ.get("AGPT_TEST_ZYGOTE") == "0":
+        return None
+    if "socket" not in _zygote:
+        folder = tempfile.mkdtemp(prefix="agpt-zygote-")
+        sock = os.path.join(folder, "s")
+        env = agpt_env({"OMP_NUM_THREADS": "1"})
+        proc = subprocess.Popen([sys.executable, str(ZYGOTE), "serve", sock], env=env, stdout=subprocess.PIPE,
+                                text=True)  # fmt: skip
+        assert proc.stdout is not None
+        ready = proc.stdout.readline().strip()
+        assert ready == "ready", f"agpt_zygote did not start (printed {ready!r}, rc {proc.poll()})"
+
+        def stop() -> None:
+            proc.kill()
+            proc.wait()
+            shutil.rmtree(folder, ignore_errors=True)
+
+        atexit.register(stop)
+        _zygote["socket"] = sock
+    return str(_zygote["socket"])
+
+
+def agpt_cmd(plain: bool = False) -> list[str]:
+    """What starts one rank of `agpt ...`: the fork server's client, or bin/agpt (PLAIN, or the server off)."""
+    if plain or _zygote_socket() is None:
+        return [str(AGPT)]
+    return [sys.executable, "-S", str(ZYGOTE), "agpt"]
+
+
+def forked_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """agpt_env with the fork server's socket, for a command started with agpt_cmd()."""
+    sock = _zygote_socket()
+    return agpt_env({**({"AGPT_TEST_ZYGOTE": sock} if sock else {}), **(extra or {})})
+
+
 def train_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """agpt_env with one OpenMP thread per rank: the test machine's cores are shared and loaded."""
-    return agpt_env({"OMP_NUM_THREADS": "1", **(extra or {})})
+    """agpt_env with one OpenMP thread per rank (the test machine's cores are shared and loaded), and the fork
+    server's socket."""
+    return forked_env({"OMP_NUM_THREADS": "1", **(extra or {})})
 
 
-def train_cmd(ranks: int, run_dir: Path, *args: str) -> list[str]:
-    base = [str(AGPT), "train", "--config", str(TINY), "--run-dir", str(run_dir), *args]
+def train_cmd(ranks: int, run_dir: Path, *args: str, plain: bool = False) -> list[str]:
+    base = [*agpt_cmd(plain), "train", "--config", str(TINY), "--run-dir", str(run_dir), *args]
     if ranks == 1:
         return base
     return [str(MPIEXEC), "-n", str(ranks), *base]
@@ -44,7 +93,7 @@ def nodes_cmd(hosts: list[str], run_dir: Path, *args: str, per_node: int = 1) ->
     cmd: list[str] = [str(MPIEXEC)]
     for i, host in enumerate(hosts):
         cmd += [":"] * bool(i) + ["-n", str(per_node), "-env", "AGPT_HEARTBEAT_HOST", host]
-        cmd += [str(AGPT), "train", "--config", str(TINY), "--run-dir", str(run_dir), *args]
+        cmd += [*agpt_cmd(), "train", "--config", str(TINY), "--run-dir", str(run_dir), *args]
     return cmd
 
 
@@ -54,9 +103,10 @@ def run_nodes(hosts: list[str], run_dir: Path, *args: str, env: dict[str, str] |
                           capture_output=True, text=True, timeout=300)  # fmt: skip
 
 
-def run_train(ranks: int, run_dir: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 300):
+def run_train(ranks: int, run_dir: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 300,
+              plain: bool = False):  # fmt: skip
     return subprocess.run(
-        train_cmd(ranks, run_dir, *args),
+        train_cmd(ranks, run_dir, *args, plain=plain),
         env=train_env(env),
         capture_output=True,
         text=True,
@@ -100,7 +150,7 @@ def same_steps(out: str, ref: str, first: int, last: int) -> None:
 
 def smoke(baseline: Path, *args: str, ranks: int = 1, steps: int = 50) -> subprocess.CompletedProcess[str]:
     """`agpt smoke --steps STEPS --baseline BASELINE ARGS` (under mpiexec with RANKS > 1)."""
-    cmd = [str(AGPT), "smoke", "--steps", str(steps), "--baseline", str(baseline), *args]
+    cmd = [*agpt_cmd(), "smoke", "--steps", str(steps), "--baseline", str(baseline), *args]
     if ranks > 1:
         cmd = [str(MPIEXEC), "-n", str(ranks), *cmd]
     return subprocess.run(cmd, env=train_env(), capture_output=True, text=True, timeout=300)

@@ -1,0 +1,68 @@
+"""The trainer tests' fork server (agpt_zygote.py): a forked rank trains as a plain one, dies with its client,
+gets its client's signals and ends with its exit status."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+import train_util as tu
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                ppid = int((p / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            if ppid == pid:
+                out.append(int(p.name))
+    return out
+
+
+def _server_pid() -> int:
+    sock = tu._zygote_socket()
+    if sock is None:
+        pytest.skip("AGPT_TEST_ZYGOTE=0: every rank starts plainly")
+    r = subprocess.run(["pgrep", "-f", f"agpt_zygote.py serve {sock}"], capture_output=True, text=True)
+    return int(r.stdout.split()[0])
+
+
+def test_a_forked_rank_logs_what_a_plain_rank_logs(tmp_path: Path) -> None:
+    args = ("--steps", "4", "--set", "checkpoint.interval=2")
+    forked = tu.run_train(2, tmp_path / "forked", *args)
+    plain = subprocess.run([str(tu.MPIEXEC), "-n", "2", str(tu.AGPT), "train", "--config", str(tu.TINY), "--run-dir",
+                            str(tmp_path / "plain"), *args], env=tu.train_env(), capture_output=True, text=True,
+                           timeout=300)  # fmt: skip
+    assert forked.returncode == plain.returncode == 0, forked.stderr + plain.stderr
+    assert tu.step_lines(forked.stdout) == tu.step_lines(plain.stdout) != {}
+    assert sorted(p.name for p in (tmp_path / "forked" / "ckpt").iterdir()) == ["step-2", "step-4"]
+
+
+def test_a_killed_client_takes_its_rank_and_a_signal_reaches_it(tmp_path: Path) -> None:
+    server = _server_pid()
+    log = tmp_path / "a.log"
+    with tu.training(2, tmp_path / "a", "--steps", "100000", log=log) as proc:
+        tu.wait_for(tu.logged(log, 2), 120, "step 2", proc)
+        assert len(_children(server)) == 2
+        assert tu.kill_ranks(proc.pid) == 2  # kill -9 of the clients, as a node failure
+        proc.wait(timeout=60)
+    deadline = time.monotonic() + 30
+    while _children(server) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _children(server) == []
+    log = tmp_path / "b.log"
+    with tu.training(1, tmp_path / "b", "--steps", "100000", log=log) as proc:
+        tu.wait_for(tu.logged(log, 2), 120, "step 2", proc)
+        proc.send_signal(signal.SIGUSR1)  # the trainer saves and exits 75
+        assert proc.wait(timeout=120) == 75, log.read_text()
+    assert re.search(
+        r"^agpt: stopped at step \d+ on SIGUSR1 or the deadline, checkpoint saved$", log.read_text(), re.M
+    )
