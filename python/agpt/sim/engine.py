@@ -18,6 +18,9 @@ lib/chain.sh call it, on a real run directory in a temporary folder:
 A stop that the chain does not continue from (stuck, repeat, no progress, the job limit) waits for a person
 (`costs.person_response_h`), who removes what broke and starts the chain again.
 
+An attempt's steps on the virtual clock (failure clocks, saves, scripted faults, stragglers) are
+agpt.sim.training's part of Sim; this module runs the jobs and attempts around them and decides.
+
 A shrink (FAILOVER_SHRINK, no spare left) runs the next attempts on fewer hosts, each step longer by
 micro-steps(n) / micro-steps(full) (agpt.failover.shrink's throughput); that extra time counts as slow steps.
 
@@ -47,7 +50,6 @@ import re
 import shutil
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -63,48 +65,12 @@ from agpt.heartbeat import format as heartbeat_format
 from agpt.heartbeat import straggler
 from agpt.sim import local as simlocal
 from agpt.sim import logs
-from agpt.sim.model import FaultModel, ScriptedFault
+from agpt.sim.model import FaultModel
 from agpt.sim.result import BUCKETS, FaultRecord, Result
-from agpt.train import ckpt_policy
+from agpt.sim.training import INF, AttemptEnd, Training
 
 EPOCH = 1_800_000_000.0  # the virtual clock's zero, as an epoch (events.jsonl and the planner want epochs)
-INF = math.inf
 __all__ = ["BUCKETS", "FaultRecord", "Result", "Sim", "simulate"]
-
-
-@dataclass(kw_only=True, slots=True)
-class AttemptEnd:
-    """How one simulated attempt ended."""
-
-    kind: str  # node, hang, crash, system, app, deadline, done, horizon (sim/logs.py writes each)
-    bad: str | None  # the host its log names
-    at: float  # when it ended, before detection
-    step: int  # the step it reached
-    first: int | None = None  # the first and last step it logged
-    last: int | None = None
-    fault: FaultRecord | None = None  # the failure that ended it
-
-
-@dataclass(slots=True)
-class _Run:
-    """An attempt's position on the virtual clock."""
-
-    step: int
-    clock: float
-    first: int | None = None
-
-    @property
-    def last(self) -> int | None:
-        """The last step logged (None before the first)."""
-        return self.step if self.first else None
-
-    def advance(self, sim: Sim, k: int, st: float) -> None:
-        """K steps of ST seconds (the productive time into SIM's buckets)."""
-        sim._steps(k, st)
-        if k and self.first is None:
-            self.first = self.step + 1
-        self.step += k
-        self.clock += k * st
 
 
 @contextlib.contextmanager
@@ -120,7 +86,7 @@ def _cached_patterns() -> Any:
         patlib.load = orig  # type: ignore[assignment]
 
 
-class Sim:
+class Sim(Training):
     def __init__(self, m: FaultModel, *, seed: int, workdir: Path) -> None:
         self.m = m
         self.rng = random.Random(seed)
@@ -177,30 +143,6 @@ class Sim:
         if m.failures.distribution == "weibull":
             scale = 1.0 / math.gamma(1.0 + 1.0 / m.failures.weibull_shape)
         self.weibull_scale = scale * m.failures.node_mtbf_h * 3600.0
-
-    # ---------------------------------------------------------------------------------- failure clocks
-    def _sample(self, now: float) -> float:
-        f = self.m.failures
-        if f.distribution == "weibull":
-            return now + self.rng.weibullvariate(self.weibull_scale, f.weibull_shape)
-        return now + self.rng.expovariate(1.0 / (f.node_mtbf_h * 3600.0))
-
-    def _fail_time(self, host: str) -> float:
-        t = self.next_fail.get(host)
-        if (
-            t is None or t < self.t
-        ):  # never used, or it failed while idle (and was repaired since): a new clock
-            t = self.next_fail[host] = self._sample(self.t)
-        return t
-
-    def _draw_class(self) -> str:
-        x = self.rng.random()
-        acc = 0.0
-        for cls, p in self.m.mix.items():
-            acc += p
-            if x < acc:
-                return cls
-        return next(c for c, p in reversed(self.m.mix.items()) if p > 0)
 
     # ------------------------------------------------------------------------------------------ glue
     def _args(self, **kw: Any) -> argparse.Namespace:
@@ -550,202 +492,6 @@ class Sim:
         res.cost_s = cost
         self.sweep_s = cost
         return res
-
-    def _train(
-        self, active: list[str], launch: float, ready: float, resumed: int, deadline: float
-    ) -> AttemptEnd:
-        """Run one attempt on the virtual clock, segment by segment (to the next save, the end of training, a
-        scripted fault or the recurring bug), until a failure, the deadline or the horizon ends it."""
-        c, tr = self.m.costs, self.m.train
-        if launch < self.outage_until:
-            return AttemptEnd(kind="system", bad=None, at=launch + c.launcher_start_s, step=resumed)
-        dead = [h for h in active if self.down_until.get(h, 0.0) > launch]
-        if dead:  # a failed node left in the allocation: the launcher cannot start there, and says so
-            return AttemptEnd(kind="node", bad=dead[0], at=launch + c.launcher_start_s, step=resumed)
-        hung = [h for h in active if self.hung_until.get(h, 0.0) > launch]
-        if hung:
-            return AttemptEnd(kind="hang", bad=hung[0], at=ready, step=resumed)
-        self._straggler_watch(active, ready)
-        run = _Run(step=resumed, clock=ready)
-        stop_at = deadline - tr.deadline_margin_s
-        failer = min(active, key=self._fail_time) if self.random_failures else None
-        while True:
-            st = tr.step_s * self.slow * self.pace
-            nxt = ckpt_policy.next_save(
-                run.step, interval=tr.checkpoint_interval, interval_s=tr.checkpoint_interval_s, step_s=st
-            )
-            nxt_local = ckpt_policy.next_save(run.step, interval=tr.local_interval, interval_s=tr.local_interval_s,
-                                              step_s=st) if self.local is not None else None  # fmt: skip
-            sf = self._scripted_next()
-            saves = [x for x in (nxt, nxt_local) if x is not None]
-            bound = self._bound(run.step, min(saves) if saves else None, sf)
-            seg_end = run.clock + (bound - run.step) * st if bound < INF else INF
-            tf = self._fail_time(failer) if failer else INF
-            tev = min(tf, stop_at, self.horizon, self.straggler_stop)
-            if tev < seg_end:
-                end = self._interrupted(run, st, tev, stop_at, failer, active)
-                if end is not None:
-                    return end
-                failer = min(active, key=self._fail_time)  # a straggler: slower from now on, and on
-                continue
-            if seg_end == INF:
-                raise RuntimeError(
-                    "no save, no failure, no deadline and no horizon: nothing ends the attempt"
-                )
-            end = self._segment_done(run, st, int(bound), seg_end, nxt, sf, active, nxt_local)
-            if end is not None:
-                return end
-
-    def _straggler_watch(self, active: list[str], since: float) -> None:
-        """The straggler in an attempt that starts (or goes on) at SINCE: gone with its host (the slowdown too);
-        with FAILOVER_STRAGGLER=swap and heartbeats, rank 0's monitor asks for its swap after
-        FAILOVER_STRAGGLER_WINDOWS publish windows (agpt.heartbeat.straggler), each attempt counting anew."""
-        if self.straggler is None:
-            return
-        if self.straggler[0] not in active:
-            self.slow, self.straggler, self.straggler_stop = 1.0, None, INF
-            return
-        fo = self.m.failover
-        if self.m.heartbeats and fo.straggler == "swap":
-            self.straggler_stop = since + fo.straggler_windows * self.m.costs.heartbeat_interval_s
-
-    def _bound(self, step: int, nxt: int | None, sf: ScriptedFault | None) -> float:
-        """Where the segment from STEP ends: the next save, the last step, the recurring bug, a scripted fault."""
-        bound: float = INF if nxt is None else nxt
-        if self.m.train.steps:
-            bound = min(bound, self.m.train.steps)
-        if self.app_bug_step is not None and self.app_bug_step > step:
-            bound = min(bound, self.app_bug_step)
-        if sf is not None and sf.step > step and not sf.during_save:
-            bound = min(bound, sf.step)
-        return bound
-
-    def _interrupted(self, run: _Run, st: float, tev: float, stop_at: float, failer: str | None,
-                     active: list[str]) -> AttemptEnd | None:  # fmt: skip
-        """The segment ends early at TEV: the horizon, the trainer's deadline stop, or a node's failure clock.
-        None for a straggler (the attempt goes on, slower)."""
-        m = self.m
-        run.advance(self, max(0, int((tev - run.clock) / st)) if tev > run.clock else 0, st)
-        partial = max(0.0, tev - run.clock)  # the step under way when the attempt ends is never finished
-        if tev == self.horizon:
-            self.time["lost_work"] += partial
-            return AttemptEnd(kind="horizon", bad=None, at=self.horizon, first=run.first, last=run.last,
-                              step=run.step)  # fmt: skip
-        if tev == stop_at:  # the trainer's deadline stop: one more step, a blocking save, exit 75
-            run.advance(self, 1, st)
-            stall = m.costs.save_stall_s
-            self.time["checkpoint_stalls"] += stall
-            self.ckpts.append((run.step, run.clock + stall))
-            return AttemptEnd(kind="deadline", bad=None, at=run.clock + stall, first=run.first, last=run.step,
-                              step=run.step)  # fmt: skip
-        if tev == self.straggler_stop and self.straggler:  # the monitor's swap request: save and 75
-            run.advance(self, 1, st)
-            stall = m.costs.save_stall_s
-            self.time["checkpoint_stalls"] += stall
-            self.ckpts.append((run.step, run.clock + stall))
-            self.straggler_stop = INF
-            host, rec = self.straggler
-            return AttemptEnd(kind="straggler", bad=host, at=run.clock + stall, first=run.first, last=run.step,
-                              step=run.step, fault=rec)  # fmt: skip
-        assert failer is not None  # a node's clock ran out
-        cls = self._draw_class()
-        self.next_fail[failer] = self._sample(tev)
-        if cls == "straggler":
-            self.slow = max(self.slow, m.behaviour.straggler_slowdown)
-            rec = FaultRecord(cls=cls, time_s=tev, step=run.step)
-            self.faults.append(rec)
-            if self.straggler is None:
-                self.straggler = (failer, rec)
-                self._straggler_watch(active, tev)
-            return None
-        self.time["lost_work"] += partial
-        rec = FaultRecord(cls=cls, time_s=tev, step=run.step)
-        self.faults.append(rec)
-        end = AttemptEnd(kind=cls, bad=None, at=tev, first=run.first, last=run.last, step=run.step, fault=rec)
-        if cls == "node":
-            self.down_until[failer] = tev + m.failures.repair_h * 3600.0
-            end.bad = failer
-        elif cls == "hang":
-            if self.rng.random() < m.behaviour.hang_persists:
-                self.hung_until[failer] = tev + m.failures.repair_h * 3600.0
-            end.bad = failer
-        elif cls == "system":
-            self.outage_until = tev + m.behaviour.system_outage_s
-        elif self.rng.random() < m.behaviour.app_deterministic:
-            self.app_bug_step = run.step + 1
-        return end
-
-    def _segment_done(self, run: _Run, st: float, end_step: int, seg_end: float, nxt: int | None,
-                      sf: ScriptedFault | None, active: list[str], nxt_local: int | None = None,
-                      ) -> AttemptEnd | None:  # fmt: skip
-        """The segment ran to END_STEP: the recurring bug strikes, a scripted fault fires, or a save starts (the
-        last one ends training).  None: train on."""
-        tr, c = self.m.train, self.m.costs
-        run.advance(self, end_step - run.step, st)
-        run.clock = seg_end
-        s = run.step
-        if self.app_bug_step is not None and s == self.app_bug_step:
-            self._steps(-1, st)  # the step that fails is not done
-            self.time["lost_work"] += st
-            run.step -= 1
-            first = run.first if run.first is not None and run.first <= run.step else None
-            return AttemptEnd(kind="app", bad=None, at=run.clock, first=first, last=run.step if first else None,
-                              step=run.step)  # fmt: skip
-        if sf is not None and s == sf.step and not sf.during_save:
-            rec = self._fire(sf, run.clock, s)
-            kind = self._scripted_kind(sf, active)
-            return AttemptEnd(kind=kind, bad=self._scripted_host(sf, active), at=run.clock, first=run.first, last=s,
-                              step=s, fault=rec)  # fmt: skip
-        if self.local is not None and s in (nxt_local, nxt):  # a local save (with each global one too)
-            stall = self.local.costs.stall_s
-            self.time["checkpoint_stalls"] += stall
-            run.clock += stall
-            self.local.save(s, run.clock)
-        if not ((nxt is not None and s == nxt) or (tr.steps and s >= tr.steps)):
-            return None
-        if sf is not None and sf.during_save and s >= sf.step:
-            rec = self._fire(sf, run.clock, s)
-            return AttemptEnd(
-                kind="crash", bad=None, at=run.clock, first=run.first, last=s, step=s, fault=rec
-            )
-        stall = c.async_stall_s if tr.async_save else c.save_stall_s
-        written = run.clock + stall + (c.save_stall_s if tr.async_save else 0.0)
-        self.time["checkpoint_stalls"] += stall
-        self.ckpts.append((s, written))
-        run.clock += stall
-        if tr.steps and s >= tr.steps:
-            self._settle(written)
-            return AttemptEnd(kind="done", bad=None, at=written, first=run.first, last=s, step=s)
-        return None
-
-    def _steps(self, k: int, st: float) -> None:
-        self.time["productive"] += k * self.m.train.step_s
-        self.time["slow_steps"] += k * (st - self.m.train.step_s)
-
-    # Scripted faults (the chaos test's schedule): one per attempt, each in a later attempt than the last.
-    def _scripted_next(self) -> ScriptedFault | None:
-        if not self.scripted or self.scripted_fired_attempt == self.attempt_serial:
-            return None
-        return self.scripted[0]
-
-    def _fire(self, sf: ScriptedFault, when: float, step: int) -> FaultRecord:
-        self.scripted.pop(0)
-        self.scripted_fired_attempt = self.attempt_serial
-        rec = FaultRecord(cls=sf.cls + ("-during-save" if sf.during_save else ""), time_s=when, step=step)
-        self.faults.append(rec)
-        return rec
-
-    def _scripted_kind(self, sf: ScriptedFault, active: list[str]) -> str:
-        if sf.cls == "node":
-            h = self._scripted_host(sf, active)
-            if h:
-                self.down_until[h] = INF
-        return sf.cls
-
-    def _scripted_host(self, sf: ScriptedFault, active: list[str]) -> str | None:
-        if sf.cls in ("node", "crash", "hang") and len(active) > 1:
-            return active[1 + (sf.step % (len(active) - 1))]  # not the batch host, as the chaos test
-        return None
 
 
 def simulate(m: FaultModel, *, seed: int = 1, workdir: Path | None = None) -> Result:
