@@ -117,17 +117,9 @@ def run_cmd(
         if interval_steps < 0:
             raise ConfigError(f"--interval: must not be negative, got {interval_steps}")
         m.train.checkpoint_interval = interval_steps
-    kw: dict[str, object] = {}
-    if shrink is not None:
-        kw["shrink"] = shrink
-    if min_nodes is not None:
-        kw["min_nodes"] = min_nodes
-    if straggler is not None:
-        kw["straggler"] = straggler
-    if heartbeats is not None:
-        kw["heartbeats"] = heartbeats
-    if async_save is not None:
-        kw["async_save"] = async_save
+    given = (("shrink", shrink), ("min_nodes", min_nodes), ("straggler", straggler), ("heartbeats", heartbeats),
+             ("async_save", async_save))  # fmt: skip
+    kw: dict[str, object] = {k: v for k, v in given if v is not None}
     if interval_s is not None:
         if interval_s < 0:
             raise ConfigError(f"--interval-s: must not be negative, got {interval_s}")
@@ -139,10 +131,15 @@ def run_cmd(
     if local_interval_s is not None and m.train.local:
         m.train.local_interval_s = local_interval_s
     r = engine.simulate(m, seed=seed)
-    d = r.as_dict()
     if as_json:
-        click.echo(json.dumps(d, indent=1))
+        click.echo(json.dumps(r.as_dict(), indent=1))
         return
+    _show(m, r, seed)
+
+
+def _show(m: model.FaultModel, r: engine.Result, seed: int) -> None:
+    """`agpt sim run`'s text: the ratio, the failures, where the time went, the recovery clock, the local tier."""
+    d = r.as_dict()
     click.echo(
         f"{m.name}: {r.nodes} nodes + {r.spares} spares, {d['horizon_days']:g} days, seed {seed}, "
         f"heartbeats {'on' if r.heartbeats else 'off'}, {'async' if r.async_save else 'sync'} saves, stragglers "
