@@ -137,7 +137,7 @@ def parse(src: Path, data: Any) -> JobConf:
             raise ConfigError(f"{src}: job.{key}: unknown key{why}")
     conf = JobConf(source=src, name=_str(src, "name", job.get("name")) or src.stem)
     if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", conf.name):
-        raise ConfigError(f"{src}: job.name: '{conf.name}' must be letters, digits, '_', '.', '-'")
+        raise ConfigError(f"{src}: job.name: {conf.name!r} must be letters, digits, '_', '.', '-'")
     if "nodes" in job:
         conf.nodes = _int(src, "nodes", job["nodes"], 1)
     if job.get("spares") is not None:
@@ -147,7 +147,7 @@ def parse(src: Path, data: Any) -> JobConf:
             conf.walltime_s = walltime_seconds(str(job["walltime"]))
         except ValueError:
             raise ConfigError(
-                f"{src}: job.walltime: '{job['walltime']}' does not parse "
+                f"{src}: job.walltime: {str(job['walltime'])!r} does not parse "
                 "(want HH:MM:SS, D-HH:MM:SS, D+HH:MM:SS or whole minutes)"
             ) from None
         if not 0 < conf.walltime_s <= numeric.MAX_SECONDS:
@@ -182,7 +182,7 @@ def parse(src: Path, data: Any) -> JobConf:
     if job.get("launcher") is not None:
         conf.launcher = _str(src, "launcher", job["launcher"])
         if conf.launcher not in LAUNCHERS:
-            raise ConfigError(f"{src}: job.launcher: '{conf.launcher}' is not one of {', '.join(LAUNCHERS)}")
+            raise ConfigError(f"{src}: job.launcher: {conf.launcher!r} is not one of {', '.join(LAUNCHERS)}")
     if job.get("ranks_per_node") is not None:
         conf.ranks_per_node = _int(src, "ranks_per_node", job["ranks_per_node"], 1)
     if "max_jobs" in job:

@@ -101,3 +101,14 @@ def test_jobconf_prints_json_safe_assignments_for_clean_values(tmp_path: Path) -
         timeout=60,
     )
     assert r.returncode == 0 and "JOB_QUEUE=q" in r.stdout
+
+
+def test_a_bad_name_is_shown_escaped_on_one_line(tmp_path: Path) -> None:
+    """Found by test_fuzz_configs: a name of one newline was echoed raw, and the message took two lines."""
+    config = tmp_path / "c.yaml"
+    config.write_text('job:\n  nodes: 2\n  name: "\\n"\n')
+    r = jobgen(tmp_path, config)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr.strip().splitlines() == [
+        f"agpt jobgen: {config}: job.name: '\\n' must be letters, digits, '_', '.', '-'"
+    ], r.stderr
