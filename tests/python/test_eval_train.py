@@ -238,8 +238,10 @@ def test_a_bad_task_file_stops_training_before_its_first_step(
             + json.dumps(line)
             + "\n"
         )
+    # plain: both ranks end before their first step, and once (1 of 5 full runs) the fork server's ranks waited
+    # here for the test's 300 s instead; not yet understood (tests/python/agpt_zygote.py), so this start is plain
     r = run_train(2, tmp_path / "run", "--steps", "2", *_eval_args(demo, "--set", "eval.interval=1",
-                  "--set", f"eval.tasks=[{task}]"))  # fmt: skip
+                  "--set", f"eval.tasks=[{task}]"), plain=True)  # fmt: skip
     assert r.returncode == 2, r.stdout + r.stderr
     assert re.fullmatch(rf"agpt: error: {re.escape(str(task))}{want}\n", r.stderr), r.stderr
     assert "step=" not in r.stdout
