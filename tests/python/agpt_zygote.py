@@ -217,7 +217,7 @@ def serve(path: str) -> None:
                 conns[conn.fileno()] = conn
                 sel.register(conn, selectors.EVENT_READ)
                 continue
-            pid = _serve_one(sock, [listener.fileno(), *conns])
+            pid = _serve_one(sock, [listener.fileno(), *conns, *(c.fileno() for c in waiting.values())])
             sel.unregister(sock)
             conns.pop(sock.fileno(), None)
             if pid is None:
