@@ -16,8 +16,9 @@ node shows first, cheapest first:
   site check  --check CMD, the site's own per-host health command (SITE_SWEEP_CHECK), run with `bash -c`; exit 126
               or 127 (not executable, not found) is a configuration error of the site, never a failure of the host
 
-It prints one line and exits 0 whatever it found, so a launcher that kills a step on a non-zero exit never cuts the
-other hosts' probes short:
+It prints `agpt-probe: HOST up` as soon as it starts (a sign of life: the sweep ends early when every host that
+showed one has answered and the others stayed silent, agpt.failover.sweep), then one verdict line, and exits 0
+whatever it found, so a launcher that kills a step on a non-zero exit never cuts the other hosts' probes short:
   agpt-probe: HOST ok: mem 180 GiB free, /dev/shm 90 GiB, /tmp 3.1 TiB, 2 mounts, cuda x4 nccl
   agpt-probe: HOST FAILED: /dev/shm: 12 MiB free, less than 1024 MiB
   agpt-probe: HOST config: SITE_SWEEP_CHECK: /opt/nhc/nhc: not found (exit 127)
@@ -256,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             return 1
     t0 = time.monotonic()
+    print(f"{PREFIX} {host_name()} up", flush=True)
     verdict, line = probe(args)
     took = time.monotonic() - t0
     print(f"{PREFIX} {host_name()} {verdict}: {line} ({took:.1f} s)"[:600], flush=True)

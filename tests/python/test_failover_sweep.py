@@ -36,6 +36,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> S.SweepSettings:
     for k in (
         "PROBE_FAIL_HOSTS",
         "PROBE_HANG_HOSTS",
+        "PROBE_GONE_HOSTS",
         "PROBE_CONFIG_HOSTS",
         "GROUP_FAIL_HOSTS",
         "GROUP_LINK_HOSTS",
@@ -49,8 +50,9 @@ def probe(*args: str, env: dict[str, str] | None = None) -> str:
     r = subprocess.run([sys.executable, "-m", "agpt.probe", *args], env=agpt_env(env), capture_output=True,
                        text=True, timeout=120)  # fmt: skip
     assert r.returncode == 0, r.stderr  # whatever it finds: a launcher must not cut the other hosts short
-    assert r.stdout.count("\n") == 1 and r.stdout.startswith("agpt-probe: "), r.stdout
-    return r.stdout
+    up, verdict = r.stdout.splitlines()  # its sign of life, then its verdict: two lines, nothing else
+    assert up == f"agpt-probe: {verdict.split()[1]} up" and verdict.startswith("agpt-probe: "), r.stdout
+    return verdict + "\n"
 
 
 def test_probe_passes_a_healthy_host_and_names_what_it_checked(tmp_path: Path) -> None:
@@ -122,7 +124,42 @@ def test_a_hung_probe_ends_at_the_timeout_and_names_that_host(
     fake.timeout = 3
     r = S.sweep_hosts([*HOSTS[:4], "h5"], fake, ident="j.1")
     assert r.evict() == ["h5"]
-    assert r.failed["h5"] == "no answer within 3 s: its probe hung or died, or the host is gone"
+    assert r.failed["h5"] == "no answer within 3 s: its probe started, then hung or died"
+
+
+def test_a_host_that_is_gone_is_named_once_the_others_answered_not_at_the_timeout(
+    fake: S.SweepSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dead node shows no sign of life: the probe launch ends a quarter of the timeout after the last host that
+    showed one, once all of those answered, and names it (the launcher would wait for it to the timeout)."""
+    monkeypatch.setenv("PROBE_GONE_HOSTS", "h3")
+    fake.timeout = 600  # never reached: the test's own 120 s would end first
+    r = S.sweep_hosts(HOSTS[:5], fake, ident="j.1")
+    assert r.evict() == ["h3"] and r.rounds == 2  # the probe, then one collective round of the four that passed
+    assert r.failed["h3"] == (
+        "no sign of life: 4 other host(s) started their probe and answered, this one never started it "
+        "(the host is gone, or the launcher could not reach it)"
+    )
+    assert "(timed out)" not in r.log.split("\n")[0]
+
+
+def test_the_gone_watch_waits_for_every_live_probe_and_the_grace() -> None:
+    now = [0.0]
+    w = S.GoneWatch(hosts=["a", "b", "c"], grace=30, clock=lambda: now[0])
+    up = "agpt-probe: a up\nagpt-probe: b up\n"
+    assert not w("")  # nothing yet: the launch may be slow everywhere
+    assert not w(up)  # a and b still probing
+    now[0] = 10
+    assert not w(up + "agpt-probe: a ok: x\n")
+    now[0] = 20
+    done = up + "agpt-probe: a ok: x\nagpt-probe: b FAILED: y\n"
+    assert not w(done)  # 20 s after the last sign of life, less than the grace
+    now[0] = 31
+    assert w(done)
+    assert not w(done + "agpt-probe: c up\n")  # c was only late: wait for its answer
+    every = done + "agpt-probe: c up\nagpt-probe: c ok: z\n"
+    now[0] = 99
+    assert not w(every)  # every host answered: the launch ends by itself
 
 
 def test_a_missing_probe_program_is_one_configuration_error_never_an_eviction(

@@ -128,6 +128,14 @@ def test_a_misread_node_failure_is_evicted_on_the_sweeps_evidence_and_blind_with
     bad = hostlib.read_bad(tmp_path / "sweep" / "run" / "hosts" / "bad")
     assert bad and not any(b.blind for b in bad) and all(b.evidence.startswith("sweep: ") for b in bad)
     assert swept.time["detection"] > 0
+    # a failed node is gone (no sign of life): its probe launch ends with the others' answers, not at the timeout
+    p, start = m.probe, m.costs.launcher_start_s
+    probe_s = max(p.probe_s, start + p.timeout_s * 0.25)
+    assert probe_s < p.timeout_s
+    assert all(
+        e["sweep"]["cost_s"] == pytest.approx(probe_s + p.round_s * (e["sweep"]["rounds"] - 1), abs=0.1)
+        for e in found
+    )
     blind = engine.simulate(model.override(m, sweep=False), seed=2, workdir=tmp_path / "blind")
     bad = hostlib.read_bad(tmp_path / "blind" / "run" / "hosts" / "bad")
     assert any(b.blind for b in bad)

@@ -8,6 +8,9 @@ heartbeats cannot explain, or an unknown failure, `agpt failover plan` runs a sw
    the required mounts, the accelerator driver, initialises the devices and the collective backend, and runs the
    site's own check (SITE_SWEEP_CHECK).  Each host answers one line, `agpt-probe: HOST ok|FAILED|config: ...`;
    a host that has not answered when the timeout ends (its probe hung, or the host is gone) fails as silent.
+   Each probe first prints `agpt-probe: HOST up`: once every host that did has answered, a host that showed no
+   sign of life a quarter of the timeout after the last one did is gone (a dead node, a launch that never
+   started there), and the probe launch ends there instead of waiting out the timeout.
 2. **collective** (mode `full`): the hosts that passed run `python -m agpt.preflight --rank` together (a process
    group and an allreduce across hosts).  When the whole group fails, it is split in halves that run at once, and
    so on: a bad host is found in ceil(log2 N) + 1 rounds, each a timeout at most, whatever N.  When both halves of
@@ -55,6 +58,8 @@ DEFAULT_TIMEOUT_S = 120.0  # FAILOVER_SWEEP_TIMEOUT: the probe launch, and each 
 DEFAULT_MAX_EVICT = 8  # FAILOVER_SWEEP_MAX_EVICT
 DEFAULT_MIN_FREE_MIB = 1024.0  # FAILOVER_SWEEP_MIN_FREE_MIB
 VERDICT = re.compile(r"agpt-probe: (?P<host>\S+) (?P<state>ok|FAILED|config): (?P<line>.*)")
+UP = re.compile(r"agpt-probe: (?P<host>\S+) up\s*$")  # a probe's sign of life, before its checks
+GRACE_SHARE = 0.25  # of the timeout: how long after the last sign of life a silent host is called gone
 OUTPUT_CHARS = 1 << 20  # of one launch's output kept for the log
 CANNOT_RUN = (126, 127)  # the shell's "cannot execute", "not found"
 
@@ -159,6 +164,38 @@ def read_probe(hosts: Sequence[str], output: str) -> dict[str, tuple[str, str]]:
     return out
 
 
+def read_up(hosts: Sequence[str], output: str) -> set[str]:
+    """The hosts whose probe printed its sign of life (`agpt-probe: HOST up`), in the hostfile's spelling."""
+    matcher = HostMatcher(hosts=list(hosts))
+    found = (matcher.match(m.group("host")) for m in map(UP.search, output.splitlines()) if m)
+    return {h for h in found if h is not None}
+
+
+@dataclass(slots=True)
+class GoneWatch:
+    """When a probe launch may end before its timeout: some hosts showed a sign of life and every one of them has
+    answered, and no other host has shown one for `grace` seconds since the last did.  Called with the output so
+    far (agpt.failover.sweep.run_bounded's `enough`); the launcher itself keeps waiting for a host that is gone."""
+
+    hosts: Sequence[str]
+    grace: float
+    clock: Callable[[], float] = time.monotonic
+    _seen: int = -1
+    _up: int = 0
+    _last_up: float = 0.0
+    _settled: bool = False
+
+    def __call__(self, output: str) -> bool:
+        if len(output) != self._seen:  # read again only what changed
+            self._seen = len(output)
+            ups = read_up(self.hosts, output)
+            if len(ups) != self._up:
+                self._up, self._last_up = len(ups), self.clock()
+            answers = read_probe(self.hosts, output)
+            self._settled = 0 < len(ups) < len(self.hosts) and all(h in answers for h in ups)
+        return self._settled and self.clock() - self._last_up >= self.grace
+
+
 def _config_errors(answers: dict[str, tuple[str, str]]) -> list[str]:
     """Each configuration error once, with how many hosts reported it: `SITE_SWEEP_CHECK: ... (on 8 host(s))`."""
     seen: dict[str, int] = {}
@@ -206,6 +243,7 @@ def run_sweep(
     res.rounds = 1
     logs.append(f"# probe on {len(hosts)} host(s): rc {rc}{' (timed out)' if timed_out else ''}\n{output}")
     answers = read_probe(hosts, output)
+    ups = read_up(hosts, output)
     res.config = _config_errors(answers)
     if not answers:
         named = {} if timed_out else _named_by_launcher(hosts, output)
@@ -225,11 +263,21 @@ def run_sweep(
             state, line = answers.get(h, ("silent", ""))
             if state == "FAILED":
                 res.failed[h] = line
+            elif state == "silent" and ups and h not in ups:
+                res.failed[h] = (
+                    f"no sign of life: {len(ups)} other host(s) started their probe and answered, this one "
+                    "never started it (the host is gone, or the launcher could not reach it)"
+                )
             elif state == "silent":
                 why = (
                     f"no answer within {settings.timeout:g} s" if timed_out else f"no answer (launch rc {rc})"
                 )
-                res.failed[h] = f"{why}: its probe hung or died, or the host is gone"
+                how = (
+                    "its probe started, then hung or died"
+                    if h in ups
+                    else "its probe hung or died, or the host is gone"
+                )
+                res.failed[h] = f"{why}: {how}"
         if res.config and len(res.config) and all(answers.get(h, ("",))[0] == "config" for h in hosts):
             res.note = f"configuration error on every host, named once: {res.config[0]}"
     passed = [h for h in hosts if h not in res.failed]
@@ -407,7 +455,8 @@ class LaunchRunner:
         return program("AGPT_PREFLIGHT_PROGRAM", [self._python(), "-m", "agpt.preflight", "--rank"])
 
     def probe(self, hosts: Sequence[str]) -> tuple[str, int, bool]:
-        return self._run(hosts, self.probe_program(), {})
+        gone = GoneWatch(hosts=hosts, grace=self.settings.timeout * GRACE_SHARE)
+        return self._run(hosts, self.probe_program(), {}, enough=gone)
 
     def group(self, hosts: Sequence[str], tag: str) -> tuple[str, int, bool]:
         port = 20000 + zlib.crc32(f"{self.ident}.{tag}".encode()) % 40000
@@ -415,7 +464,13 @@ class LaunchRunner:
         extra = {"MASTER_PORT": str(port), "AGPT_PREFLIGHT_INIT_TIMEOUT_S": init}
         return self._run(hosts, self.group_program(), extra)
 
-    def _run(self, hosts: Sequence[str], words: list[str], extra: dict[str, str]) -> tuple[str, int, bool]:
+    def _run(
+        self,
+        hosts: Sequence[str],
+        words: list[str],
+        extra: dict[str, str],
+        enough: Callable[[str], bool] | None = None,
+    ) -> tuple[str, int, bool]:
         with tempfile.TemporaryDirectory(prefix="agpt-sweep.") as tmp:
             hostfile = Path(tmp) / "hosts"
             hostfile.write_text("".join(f"{h}\n" for h in hosts))
@@ -423,11 +478,14 @@ class LaunchRunner:
             env["PYTHONPATH"] = str(ROOT / "python") + (
                 os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
             )
-            return run_bounded([*self.launch, *words], env, self.settings.timeout)
+            return run_bounded([*self.launch, *words], env, self.settings.timeout, enough=enough)
 
 
-def run_bounded(argv: list[str], env: dict[str, str], timeout: float) -> tuple[str, int, bool]:
-    """(output, rc, timed out): the command in its own process group, killed whole at the timeout."""
+def run_bounded(
+    argv: list[str], env: dict[str, str], timeout: float, *, enough: Callable[[str], bool] | None = None
+) -> tuple[str, int, bool]:
+    """(output, rc, timed out): the command in its own process group, killed whole at the timeout, or earlier
+    when `enough(output so far)` says its answer is in (then rc is what the command exited with once stopped)."""
     try:
         p = subprocess.Popen(
             argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -435,17 +493,38 @@ def run_bounded(argv: list[str], env: dict[str, str], timeout: float) -> tuple[s
         )  # fmt: skip
     except OSError as e:
         return f"{argv[0]}: {e.strerror or e}", 127, False
-    try:
-        out, _ = p.communicate(timeout=timeout)
-        return out.decode(errors="replace")[-OUTPUT_CHARS:], p.returncode, False
-    except subprocess.TimeoutExpired:
+    chunks: list[bytes] = []
+    assert p.stdout is not None
+    fd = p.stdout.fileno()
+
+    def pump() -> None:
+        for b in iter(lambda: os.read(fd, 1 << 16), b""):
+            chunks.append(b)
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    end = time.monotonic() + timeout
+    timed_out = stopped = False
+    while p.poll() is None and not stopped:
+        if time.monotonic() >= end:
+            timed_out = stopped = True
+        elif enough is not None and enough(b"".join(chunks).decode(errors="replace")):
+            stopped = True
+        else:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(timeout=0.25)
+    if stopped:
         _kill_group(p.pid, signal.SIGTERM)
         try:
-            out, _ = p.communicate(timeout=10)
+            p.wait(timeout=10)
         except subprocess.TimeoutExpired:
             _kill_group(p.pid, signal.SIGKILL)
-            out, _ = p.communicate()
-        return out.decode(errors="replace")[-OUTPUT_CHARS:], 124, True
+            p.wait()
+    reader.join(timeout=10)  # a grandchild still holding the pipe must not hold the sweep
+    if not reader.is_alive():
+        p.stdout.close()
+    out = b"".join(chunks).decode(errors="replace")[-OUTPUT_CHARS:]
+    return out, 124 if timed_out else p.returncode, timed_out
 
 
 def _kill_group(pid: int, sig: signal.Signals) -> None:

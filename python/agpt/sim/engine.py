@@ -463,10 +463,12 @@ class Sim(Training):
     def _probe(self, hosts: Sequence[str], settings: sweeplib.SweepSettings) -> sweeplib.SweepResult:
         """The health sweep as the model sees it: a failed node fails its probe with `finds_node`, a host that
         hangs every attempt fails the probe or the collective with `finds_hung`, every host fails during a site
-        outage. Its cost: the probe launch (the whole timeout when a host does not answer), then, as the real
-        sweep does, a collective only among two or more hosts that passed and only when the probe did not already
-        fail more hosts than the loop may evict: one round, or ceil(log2 N) + 1 of them when it has a bad host to
-        localise."""
+        outage. Its cost: the probe launch; a failed node is gone (no sign of life), which ends the launch a
+        quarter of the timeout after the others' signs of life (start-up) when that is later than their answers
+        (agpt.failover.sweep.GoneWatch); a probe that hangs on a live host costs the whole timeout.  Then, as the
+        real sweep does, a collective only among two or more hosts that passed and only when the probe did not
+        already fail more hosts than the loop may evict: one round, or ceil(log2 N) + 1 of them when it has a bad
+        host to localise."""
         p, now = self.m.probe, self.probe_now
         self.sweeps += 1
         res = sweeplib.SweepResult(ran=True, mode=settings.mode, hosts=list(hosts), rounds=1)
@@ -476,10 +478,15 @@ class Sim(Training):
         else:
             for h in hosts:
                 if self.down_until.get(h, 0.0) > now and self.rng.random() < p.finds_node:
-                    res.failed[h] = "agpt-probe: no answer within the timeout"
+                    res.failed[h] = "no sign of life: the host is gone"
                 elif self.hung_until.get(h, 0.0) > now and self.rng.random() < p.finds_hung:
                     hung.append(h)
-        cost = p.timeout_s if res.failed else p.probe_s
+        if now < self.outage_until:  # a hung mount hangs every probe
+            cost = p.timeout_s
+        elif res.failed:
+            cost = max(p.probe_s, self.m.costs.launcher_start_s + p.timeout_s * sweeplib.GRACE_SHARE)
+        else:
+            cost = p.probe_s
         passed = len(hosts) - len(res.failed)
         if settings.mode == "full" and passed >= 2 and not sweeplib.too_many(res, settings):
             res.rounds += sweeplib.max_rounds(passed) if hung else 1
