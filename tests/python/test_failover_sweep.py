@@ -135,7 +135,8 @@ def test_a_host_that_is_gone_is_named_once_the_others_answered_not_at_the_timeou
     monkeypatch.setenv("PROBE_GONE_HOSTS", "h3")
     fake.timeout = 600  # never reached: the test's own 120 s would end first
     r = S.sweep_hosts(HOSTS[:5], fake, ident="j.1")
-    assert r.evict() == ["h3"] and r.rounds == 2  # the probe, then one collective round of the four that passed
+    # the probe, then one collective round of the four that passed
+    assert r.evict() == ["h3"] and r.rounds == 2
     assert r.failed["h3"] == (
         "no sign of life: 4 other host(s) started their probe and answered, this one never started it "
         "(the host is gone, or the launcher could not reach it)"
