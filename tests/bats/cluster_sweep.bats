@@ -57,7 +57,7 @@ run_job() {
   run ev attempt sweep
   assert_line --index 0 --regexp '"ran":true,"mode":"full","hosts":4,"failed":\{"n3":'
   run agpt failover report "$RUN"
-  assert_output --regexp 'sweep after [0-9]+\.1: 4 host\(s\), 2 round\(s\), .*n3 failed: agpt-probe: n3 FAILED: device'
+  assert_output --regexp 'sweep after [0-9]+\.1: 4 host\(s\), 1 round\(s\), .*n3 failed: agpt-probe: n3 FAILED: device'
   assert_output --partial "1 health sweep(s)"
 }
 

@@ -11,10 +11,12 @@ heartbeats cannot explain, or an unknown failure, `agpt failover plan` runs a sw
    Each probe first prints `agpt-probe: HOST up`: once every host that did has answered, a host that showed no
    sign of life a quarter of the timeout after the last one did is gone (a dead node, a launch that never
    started there), and the probe launch ends there instead of waiting out the timeout.
-2. **collective** (mode `full`): the hosts that passed run `python -m agpt.preflight --rank` together (a process
-   group and an allreduce across hosts).  When the whole group fails, it is split in halves that run at once, and
-   so on: a bad host is found in ceil(log2 N) + 1 rounds, each a timeout at most, whatever N.  When both halves of
-   a failing group pass, the fault is a link between them: it is reported, and nobody is evicted for it.
+2. **collective** (mode `full`), when the probe named no host: the hosts run `python -m agpt.preflight --rank`
+   together (a process group and an allreduce across hosts).  A host the probe names is the failure's evidence;
+   what the probe cannot see on the others (a second fault at once, rare) is the next sweep's.  When the whole
+   group fails, it is split in halves that run at once, and so on: a bad host is found in ceil(log2 N) + 1
+   rounds, each a timeout at most, whatever N.  When both halves of a failing group pass, the fault is a link
+   between them: it is reported, and nobody is evicted for it.
 
 What comes out (SweepResult) is evidence, read by agpt.failover.policy.apply_sweep: the hosts that failed, each with
 its failing line; or every host passed (no blind eviction: the class decides what follows); or a site-wide fault
@@ -280,10 +282,9 @@ def run_sweep(
                 res.failed[h] = f"{why}: {how}"
         if res.config and len(res.config) and all(answers.get(h, ("",))[0] == "config" for h in hosts):
             res.note = f"configuration error on every host, named once: {res.config[0]}"
-    passed = [h for h in hosts if h not in res.failed]
-    if res.ran and settings.mode == "full" and len(passed) >= 2 and not too_many(res, settings):
+    if res.ran and settings.mode == "full" and len(hosts) >= 2 and not res.failed:
         left = None if budget_s is None else budget_s - (time.monotonic() - t0)
-        bad, link, rounds = bisect(passed, runner, logs, budget_s=left, round_s=settings.timeout)
+        bad, link, rounds = bisect(list(hosts), runner, logs, budget_s=left, round_s=settings.timeout)
         res.rounds += rounds
         res.failed.update(bad)
         res.link = link

@@ -466,9 +466,8 @@ class Sim(Training):
         outage. Its cost: the probe launch; a failed node is gone (no sign of life), which ends the launch a
         quarter of the timeout after the others' signs of life (start-up) when that is later than their answers
         (agpt.failover.sweep.GoneWatch); a probe that hangs on a live host costs the whole timeout.  Then, as the
-        real sweep does, a collective only among two or more hosts that passed and only when the probe did not
-        already fail more hosts than the loop may evict: one round, or ceil(log2 N) + 1 of them when it has a bad
-        host to localise."""
+        real sweep does, a collective only when the probe named nobody: one round, or ceil(log2 N) + 1 of them
+        when it has a bad host to localise."""
         p, now = self.m.probe, self.probe_now
         self.sweeps += 1
         res = sweeplib.SweepResult(ran=True, mode=settings.mode, hosts=list(hosts), rounds=1)
@@ -487,9 +486,8 @@ class Sim(Training):
             cost = max(p.probe_s, self.m.costs.launcher_start_s + p.timeout_s * sweeplib.GRACE_SHARE)
         else:
             cost = p.probe_s
-        passed = len(hosts) - len(res.failed)
-        if settings.mode == "full" and passed >= 2 and not sweeplib.too_many(res, settings):
-            res.rounds += sweeplib.max_rounds(passed) if hung else 1
+        if settings.mode == "full" and len(hosts) >= 2 and not res.failed:
+            res.rounds += sweeplib.max_rounds(len(hosts)) if hung else 1
             res.failed.update({h: "collective: timed out" for h in hung})
         elif hung:  # no collective: only a probe that hangs on that host names it
             res.failed.update({h: "agpt-probe: no answer within the timeout" for h in hung})
