@@ -69,7 +69,7 @@ class Costs:
     person_response_h: float = 8.0
     # The local checkpoint tier (agpt.sim.local): bytes per device and per node over these bandwidths.
     ranks_per_node: int = 12
-    local_fixed_s: float = 0.02  # a local save's stall besides the copy (a copy launch per tensor, a synchronize)
+    local_fixed_s: float = 0.02  # a save's stall besides the copy: copy launches, a synchronize
     local_stage_gb_s: float = 8.8  # the staging copy of one device's shard, GB/s
     sha256_gb_s: float = 0.33  # one rank hashing its shard, GB/s
     host_mem_gb_s: float = 0.26  # one rank writing or reading its shard in node-local memory, GB/s
