@@ -151,6 +151,7 @@ def test_the_gone_watch_waits_for_every_live_probe_and_the_grace() -> None:
     w = S.GoneWatch(hosts=["a", "b", "c"], grace=30, clock=lambda: now[0])
     up = "agpt-probe: a up\nagpt-probe: b up\n"
     assert not w("")  # nothing yet: the launch may be slow everywhere
+    assert not w("agpt-probe: a u")  # a line still being written is read when it is whole
     assert not w(up)  # a and b still probing
     now[0] = 10
     assert not w(up + "agpt-probe: a ok: x\n")
