@@ -41,7 +41,6 @@ def agpt_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-@pytest.hookimpl(tryfirst=True)  # before `-m` selects: tests/run runs `-m cluster` in a lane of its own
 def pytest_configure(config: pytest.Config) -> None:
     """A cluster test that passed on its rerun still prints why its first run failed (the rerun summary's
     traceback, where the installed pytest-rerunfailures has the option): else a flake's cause is lost."""
@@ -49,6 +48,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.rerun_show_tracebacks = True
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects: tests/run runs `-m cluster` in a lane of its own
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A test that asks for the `cluster` fixture is marked `cluster`.  A test on the real local Slurm cluster
     gets one rerun: on 2 loaded cores the scheduler's own timing (I/O forwarding, node pings) varies; a failure
