@@ -67,7 +67,8 @@ jq1() {  # jq1 INDEX KEY: a field of a chain.jsonl record
   wait_stop
   run agpt chain status "$RUN"
   assert_success
-  assert_equal "${#lines[@]}" 6
+  # (the whole table when it is not the four jobs, for a failure that is rare and so far unexplained)
+  assert_equal "${#lines[@]}" 6 || { printf '%s\n' "$output" "chain.jsonl:"; cat "$RUN/chain.jsonl"; false; }
   assert_line --index 1 --regexp "^$first .* 0->3 +[0-9>-]+ +resubmit +[0-9]+$"
   assert_line --index 2 --regexp " 3->6 +[0-9>-]+ +resubmit +[0-9]+$"
   assert_line --index 3 --regexp " 6->9 +[0-9>-]+ +resubmit +[0-9]+$"

@@ -12,7 +12,8 @@ attempt's log reaches STEP):
   ckpt@S   `kill -9` of every rank while ckpt/step-S has no `.complete` (the job must slow that save:
            AGPT_TEST_CKPT_WRITE_DELAY=S:SECONDS)
 A rank is a `python ... train` process whose parent is a slurmstepd and whose environment holds the run's
-AGPT_RUN_DIR; its host is its SLURMD_NODENAME.  Hosts are picked by a random.Random(seed) among the candidates.
+AGPT_RUN_DIR (or, under the tests' fork server, the rank that such a client stands for); its host is its
+SLURMD_NODENAME.  Hosts are picked by a random.Random(seed) among the candidates.
 
   chaoslib.py inject --run-dir R --cluster-dir C --schedule node@60,stop@150 [--seed N] [--log FILE]
   chaoslib.py judge --run-dir R --faults FILE   (prints the figures as JSON)
@@ -117,6 +118,26 @@ def _running(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
 
 
+def _forked(pid: str, env: dict[str, str]) -> int | None:
+    """The process that trains for the task PID: PID itself, or, where the tests' fork server started the rank
+    (tests/python/agpt_zygote.py: PID is its client), the rank's own pid; None while a client has none yet."""
+    sock = env.get("AGPT_TEST_ZYGOTE", "")
+    if not sock or sock == "0" or "agpt_zygote.py" not in _cmdline(pid):
+        return int(pid)
+    try:
+        rank = int((Path(sock).parent / "pids" / pid).read_text())
+    except (OSError, ValueError):
+        return None
+    return rank if _running(rank) else None
+
+
+def _cmdline(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
 def ranks(run_dir: Path) -> list[Rank]:
     """The live training ranks of RUN_DIR, by SLURM_PROCID."""
     want = str(run_dir.resolve())
@@ -130,9 +151,12 @@ def ranks(run_dir: Path) -> list[Rank]:
             continue
         if not env.get("SLURM_STEP_ID", "").isdigit() or not _running(int(pid)):
             continue
+        rank = _forked(pid, env)
+        if rank is None:
+            continue
         out.append(
             Rank(
-                pid=int(pid),
+                pid=rank,
                 node=env["SLURMD_NODENAME"],
                 procid=int(env.get("SLURM_PROCID", "-1")),
                 step_id=f"{env.get('SLURM_JOB_ID', '?')}.{env.get('SLURM_STEP_ID', '?')}",

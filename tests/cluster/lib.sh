@@ -4,7 +4,7 @@
 # Functions: cluster_conf DIR, cluster_env DIR, cluster_start_slurmd DIR NODE, cluster_node_state DIR NODE,
 #   cluster_node_scontrol_state DIR NODE, cluster_wait_nodes DIR STATE SECS NODE..., cluster_pid_of DIR NAME,
 #   cluster_alive DIR PID NAME, cluster_stepds DIR [NODE], cluster_daemons DIR, cluster_tree PID..., _cluster_running PID,
-#   cluster_kill_pids WAIT_SECS PID..., cluster_logs DIR.
+#   cluster_kill_pids WAIT_SECS PID..., cluster_logs DIR, _cluster_forked PID.
 # Settings: CLUSTER_WAIT (seconds `up` and `node restore` wait for nodes to be idle, default 60).
 # Files under DIR: slurm.conf, plugstack.conf, pids (lines `NAME PID`), log/, state/, spool/NODE/, run/.
 : "${CLUSTER_WAIT:=60}"
@@ -109,12 +109,13 @@ cluster_daemons() {
   return 0
 }
 
-# Usage: cluster_tree PID... -> prints each PID and all its descendants (by /proc/*/stat parent links).
+# Usage: cluster_tree PID... -> prints each PID and all its descendants (by /proc/*/stat parent links).  A client of
+# the tests' fork server (tests/python/agpt_zygote.py) counts the rank it stands for as its child.
 cluster_tree() {
   local -a todo=("$@")
   local p
   local -A kids=()
-  local stat pid ppid rest
+  local stat pid ppid rest rank
   for stat in /proc/[0-9]*/stat; do
     read -r pid rest 2>/dev/null <"$stat" || continue
     rest="${rest##*) }"
@@ -127,7 +128,26 @@ cluster_tree() {
     printf '%s\n' "$p"
     # shellcheck disable=SC2206
     [[ -z "${kids[$p]:-}" ]] || todo+=(${kids[$p]})
+    rank="$(_cluster_forked "$p")"
+    [[ -z "$rank" ]] || todo+=("$rank")
   done
+}
+
+# Usage: _cluster_forked PID -> prints the pid of the rank that PID, a client of the tests' fork server, stands for
+# (the server's FOLDER/pids/PID, FOLDER holding the socket named by the client's AGPT_TEST_ZYGOTE); nothing for
+# any other process.
+_cluster_forked() {
+  local -a words=()
+  local w rank=""
+  mapfile -d '' words 2>/dev/null <"/proc/$1/cmdline" || return 0
+  [[ " ${words[*]} " == *"/agpt_zygote.py "* ]] || return 0
+  mapfile -d '' words 2>/dev/null <"/proc/$1/environ" || return 0
+  for w in "${words[@]}"; do
+    [[ "$w" == AGPT_TEST_ZYGOTE=/* ]] || continue
+    w="${w#AGPT_TEST_ZYGOTE=}"
+    read -r rank 2>/dev/null <"${w%/*}/pids/$1" || true
+  done
+  [[ -z "$rank" ]] || printf '%s\n' "$rank"
 }
 
 # Usage: _cluster_running PID -> 0 when PID exists and is not a zombie.

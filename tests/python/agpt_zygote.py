@@ -1,4 +1,4 @@
-"""A fork server for the one-machine trainer tests: torch and the trainer imported once, each rank forked.
+"""A fork server for the trainer tests: torch and the trainer imported once, each rank forked.
 
 Starting a rank of `agpt train` costs about 3 CPU-seconds on the test machine, nearly all of it importing torch
 and its distributed packages (FSDP2, DTensor, sympy); the tiny model's ten steps cost under one.  The trainer
@@ -13,6 +13,15 @@ pytest process, and each rank is a fork of it:
           USR2) and ends as the child ended (its exit status, or killed by its signal).  A client killed outright
           (kill -9, as the tests kill ranks) takes its child with it: the child holds the read end of a pipe whose
           only writer is the client, and kills itself with SIGKILL when it reads end-of-file.
+          `python -S agpt_zygote.py -m MODULE ARGS` runs `python -m MODULE ARGS` the same way (the health probe).
+          FOLDER/pids/CLIENT_PID (FOLDER: the socket's) holds the child's pid while it runs.
+
+On the local Slurm cluster the ranks are started by bin/agpt in a job script, under srun: there the tests set
+AGPT_PYTHON, the interpreter bin/agpt runs, to `zygote-python` beside this file, which makes a client of
+`python -m agpt train ...` and `python -m agpt.probe ...` and runs everything else (the failover loop's own
+Python, the recovery path) with the venv's python itself.  A drill that must act on the rank itself (a SIGSTOP,
+a kill -9) maps the client that srun started to its rank through FOLDER/pids (tests/cluster/chaoslib.py's
+`ranks`, tests/cluster/node's `fail`); a node failure kills the client, and the rank with it.
 
 What differs from a plain start, and why it does not matter to what the tests assert: the training process is
 the server's child, not mpiexec's (the tests find and kill ranks through the clients, which mpiexec started);
@@ -76,6 +85,10 @@ def _agpt_env() -> dict[str, str]:
 
 
 def client(args: list[str]) -> int:
+    """ARGS: `agpt ARGS...` (`python -m agpt ARGS...`) or `-m MODULE ARGS...` (`python -m MODULE ARGS...`)."""
+    module = "agpt"
+    if args[:1] == ["-m"] and len(args) > 1:
+        module, args = args[1], args[1:]
     path = os.environ.get("AGPT_TEST_ZYGOTE", "")
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -84,7 +97,7 @@ def client(args: list[str]) -> int:
         sys.stderr.write(f"agpt_zygote: cannot reach the fork server at {path!r}: {e}\n")
         return 1
     life_r, _life_w = os.pipe()  # the write end stays open as long as this process lives
-    request = {"argv": args, "env": _agpt_env(), "cwd": os.getcwd(), "ppid": os.getppid()}
+    request = {"module": module, "argv": args, "env": _agpt_env(), "cwd": os.getcwd(), "ppid": os.getppid()}
     _send(conn, json.dumps(request).encode(), [0, 1, 2, life_r])
     os.close(life_r)
     try:
@@ -92,6 +105,14 @@ def client(args: list[str]) -> int:
     except (EOFError, ValueError, OSError):
         sys.stderr.write("agpt_zygote: the fork server did not start the rank\n")
         return 1
+    # Which process this client stands for, for tools that find ranks by their launcher (tests/cluster's
+    # chaoslib and `node fail`): FOLDER/pids/CLIENT_PID holds the rank's pid.
+    mark = os.path.join(os.path.dirname(path), "pids", str(os.getpid()))
+    try:
+        with open(mark, "w") as fh:
+            fh.write(f"{pid}\n")
+    except OSError:
+        mark = ""
 
     def forward(signum: int, _frame: object) -> None:
         try:
@@ -106,6 +127,12 @@ def client(args: list[str]) -> int:
     except (EOFError, OSError):
         sys.stderr.write("agpt_zygote: lost the fork server\n")
         return 1
+    finally:
+        if mark:
+            try:
+                os.unlink(mark)
+            except OSError:
+                pass
     if how == "signal":
         sig = int(value)
         signal.signal(sig, signal.SIG_DFL)
@@ -166,9 +193,10 @@ def _child(req: dict, fds: list[int], closing: list[int]) -> None:
         os.getppid = lambda: ppid  # type: ignore[assignment]  # the launcher proxy, as for a plain rank
         import runpy
 
-        sys.argv = ["agpt", *req["argv"][1:]]
+        module = str(req.get("module", "agpt"))
+        sys.argv = [module, *req["argv"][1:]]
         try:
-            runpy.run_module("agpt", run_name="__main__", alter_sys=True)
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
             code = 0
         except SystemExit as e:
             code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
@@ -200,6 +228,7 @@ def serve(path: str) -> None:
         sys.stderr.write(f"agpt_zygote: {threading.active_count()} threads after the imports; not serving\n")
         sys.exit(1)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    os.makedirs(os.path.join(os.path.dirname(path), "pids"), exist_ok=True)
     listener.bind(path)
     listener.listen(64)
     sel = selectors.DefaultSelector()

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, agpt_env
+from conftest import ROOT
+from train_util import srun_env
 
 pytestmark = pytest.mark.cluster
 
@@ -21,7 +22,7 @@ def test_chaos_schedule_recovers_to_the_unfaulted_loss(tmp_path: Path) -> None:
     try:
         r = subprocess.run(
             [str(ROOT / "tests/cluster/chaos"), "--seed", "1", "--out", str(tmp_path)],
-            env=agpt_env(),
+            env=srun_env(),
             capture_output=True,
             text=True,
             timeout=700,

@@ -28,7 +28,8 @@ from pathlib import Path
 import pytest
 
 from agpt import localtier
-from conftest import ROOT, agpt_env
+from conftest import ROOT
+from train_util import srun_env
 
 pytestmark = pytest.mark.cluster
 
@@ -45,7 +46,7 @@ STEP_RE = re.compile(r"^(?:\d+: )?step=(\d+) loss=(\S+) grad_norm=(\S+)", re.M)
 
 
 def _env(cluster: dict[str, str]) -> dict[str, str]:
-    env = agpt_env({**cluster, "MASTER_ADDR": "127.0.0.1", "OMP_NUM_THREADS": "1"})
+    env = srun_env({**cluster, "MASTER_ADDR": "127.0.0.1", "OMP_NUM_THREADS": "1"})
     for k in [k for k in env if k.startswith(("SLURM_JOB", "SLURM_STEP", "AGPT_DEADLINE", "FAILOVER_"))]:
         del env[k]
     return env

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from conftest import ROOT, agpt_env
-from train_util import LOSS_RTOL
+from conftest import ROOT
+from train_util import LOSS_RTOL, srun_env
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -85,7 +85,7 @@ def wait(what: str, pred: Any, timeout: float) -> None:
 def test_a_node_lost_with_no_spare_trains_on_three_to_the_end_then_four_again(
     cluster: dict[str, str], tmp_path: Path
 ) -> None:
-    env = agpt_env({**cluster, "MASTER_ADDR": "127.0.0.1", "OMP_NUM_THREADS": "1"})
+    env = srun_env({**cluster, "MASTER_ADDR": "127.0.0.1", "OMP_NUM_THREADS": "1"})
     run, base = tmp_path / "run", tmp_path / "base"
     cfg = tmp_path / "shrink.yaml"
     cfg.write_text(config(run, tmp_path / "samples"))

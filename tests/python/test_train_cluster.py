@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from train_util import AGPT, TINY, losses, train_env
+from train_util import AGPT, TINY, losses, srun_env
 
 pytestmark = pytest.mark.cluster
 
@@ -24,7 +24,7 @@ def _srun_train(
 def test_srun_two_nodes_trains_and_checkpoints(cluster: dict[str, str], tmp_path: Path) -> None:
     run = tmp_path / "run"
     # The test nodes n1..n6 are all localhost but their names do not resolve: give the address only.
-    env = train_env({**cluster, "MASTER_ADDR": "127.0.0.1"})
+    env = srun_env({**cluster, "MASTER_ADDR": "127.0.0.1"})
     r = _srun_train(env, tmp_path, ["-N", "2", "-n", "2"], run, "--steps", "3", "--ckpt-interval", "2")
     assert r.returncode == 0, r.stdout + r.stderr
     assert sorted(losses(r.stdout)) == [1, 2, 3]
@@ -35,7 +35,7 @@ def test_srun_tensor_parallel_groups_stay_inside_a_node(cluster: dict[str, str],
     """srun places ranks in blocks per node: tp 2 over 2 ranks per node trains; 1 rank per node is refused.
 
     (Without --ntasks-per-node this cluster places 4 tasks 3 + 1, which the same check refuses.)"""
-    env = train_env({**cluster, "MASTER_ADDR": "127.0.0.1"})
+    env = srun_env({**cluster, "MASTER_ADDR": "127.0.0.1"})
 
     def srun(tasks: int, run: str) -> subprocess.CompletedProcess[str]:
         return _srun_train(env, tmp_path, ["-N", "2", f"--ntasks-per-node={tasks // 2}"], tmp_path / run,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from train_util import AGPT, losses, train_env
+from train_util import AGPT, losses, srun_env
 
 pytestmark = pytest.mark.cluster
 
@@ -60,7 +60,7 @@ def test_nan_and_spike_under_the_failover_loop_end_done(cluster: dict[str, str],
         FAILOVER_WALLTIME_MARGIN: 10, AGPT_TRAIN_DEADLINE_MARGIN_S: 10}}
 """
     )
-    env = train_env({**cluster})
+    env = srun_env({**cluster})
     r = subprocess.run(
         [str(AGPT), "jobgen", "--site", "generic", "--scheduler", "slurm", "-o", str(tmp_path / "h.slurm"), str(cfg)],
         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60,

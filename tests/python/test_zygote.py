@@ -66,3 +66,41 @@ def test_a_killed_client_takes_its_rank_and_a_signal_reaches_it(tmp_path: Path) 
     assert re.search(
         r"^agpt: stopped at step \d+ on SIGUSR1 or the deadline, checkpoint saved$", log.read_text(), re.M
     )
+
+
+def test_on_the_cluster_zygote_python_forks_a_rank_that_the_drills_still_reach(tmp_path: Path) -> None:
+    """What srun starts for a rank on the local cluster (bin/agpt -> AGPT_PYTHON=zygote-python -m agpt train) is a
+    client; chaoslib and `tests/cluster/node fail` find the rank it stands for, and a kill -9 of the client (as a
+    node failure does) takes the rank with it.  Anything but a rank or a probe runs as the real interpreter."""
+    import sys
+
+    sys.path.insert(0, str(tu.ROOT / "tests" / "cluster"))
+    import chaoslib
+
+    server = _server_pid()
+    env = tu.srun_env()
+    assert env["AGPT_PYTHON"] == str(tu.ZYGOTE_PYTHON)
+    real = subprocess.run([tu.ZYGOTE_PYTHON, "-c", "import sys; print(sys.executable)"], env=env,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert real.stdout.strip() == env["AGPT_TEST_PYTHON"]
+    probe = [str(tu.AGPT), "--run-module", "agpt.probe", "--help"]
+    forked, plain = (subprocess.run(probe, env=e, capture_output=True, text=True, timeout=120) for e in
+                     (env, tu.agpt_env()))  # fmt: skip
+    assert forked.returncode == plain.returncode == 0 and forked.stdout == plain.stdout != ""
+    log = tmp_path / "rank.log"
+    with open(log, "w") as fh:
+        client = subprocess.Popen([str(tu.AGPT), "train", "--config", str(tu.TINY), "--run-dir", str(tmp_path / "r"),
+                                   "--steps", "100000"], env=env, stdout=fh, stderr=fh)  # fmt: skip
+    try:
+        tu.wait_for(tu.logged(log, 2), 120, "step 2", client)
+        (rank,) = _children(server)
+        assert chaoslib._forked(str(client.pid), chaoslib._environ(str(client.pid))) == rank
+        tree = subprocess.run(["bash", "-c", f'source "$1"; cluster_tree {client.pid}', "-",
+                               str(tu.ROOT / "tests/cluster/lib.sh")], capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert tree.stdout.split() == [str(client.pid), str(rank)]
+        client.kill()
+        client.wait(timeout=60)
+        tu.wait_for(lambda: not _children(server), 30, "the rank to end with its client")
+    finally:
+        if client.poll() is None:
+            client.kill()

@@ -80,6 +80,20 @@ def train_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return forked_env({"OMP_NUM_THREADS": "1", **(extra or {})})
 
 
+ZYGOTE_PYTHON = ZYGOTE.parent / "zygote-python"
+
+
+def srun_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """train_env for a job on the local Slurm cluster: bin/agpt's ranks of `agpt train` (and the health sweep's
+    probes) there are forks of this process's server too (AGPT_PYTHON is zygote-python; AGPT_TEST_ZYGOTE=0
+    leaves them plain)."""
+    env = train_env(extra)
+    if env.get("AGPT_TEST_ZYGOTE", "0") != "0":
+        env["AGPT_TEST_PYTHON"] = env.get("AGPT_PYTHON", sys.executable)
+        env["AGPT_PYTHON"] = str(ZYGOTE_PYTHON)
+    return env
+
+
 def train_cmd(ranks: int, run_dir: Path, *args: str, plain: bool = False) -> list[str]:
     base = [*agpt_cmd(plain), "train", "--config", str(TINY), "--run-dir", str(run_dir), *args]
     if ranks == 1:
