@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import signal
 import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from agpt.data import tokenize as tok
+from agpt.data.dist import Comm
 from agpt.data.mmidx import Shard
 from agpt.data.tokenizer import load
-from agpt.errors import DataError
+from agpt.errors import AgptError, BadInput, DataError
 from data_util import independent_read, run_agpt, shard_prefixes, stdlib_documents, tokenize_cli, tree_bytes
 
 
@@ -195,6 +199,42 @@ def test_bad_input_exit_2_and_nothing_damaged(
     assert not list((tmp_path / "new").glob("*.idx"))
     # The earlier result is untouched (the bad run died before writing any shard).
     assert tree_bytes(out) | {"meta": (out / "tokenize.json").read_bytes()} == before
+
+
+def _job(job: tuple[str, int]) -> tuple[int, int, int, int, int]:
+    """A worker's job for the pool tests: job 0 fails as bad input does (or its worker dies, `die`); the others
+    leave a mark and take a little while."""
+    folder, n = job
+    if n == 0 and Path(folder, "die").exists():
+        os.kill(os.getpid(), signal.SIGKILL)  # as the kernel's OOM killer ends a worker
+    if n == 0:
+        raise BadInput("x.jsonl:2: no 'text' field")
+    Path(folder, f"ran.{n}").touch()
+    import time
+
+    time.sleep(0.05)
+    return (n, 0, 0, 1, 0)
+
+
+def test_a_failing_job_cancels_the_rest_and_never_hangs(tmp_path: Path) -> None:
+    """The first failure is raised as itself, the jobs not started are never run, and the pool ends: 20 times
+    (multiprocessing.Pool's terminate() hung 1 run in 40 on loaded cores, killing workers that held its locks)."""
+    for attempt in range(20):
+        folder = tmp_path / str(attempt)
+        folder.mkdir()
+        jobs = [(str(folder), n) for n in range(40)]
+        with pytest.raises(BadInput, match="no 'text' field"):
+            tok._run_jobs(_job, jobs, 2, Comm(), None, lambda r: 1)
+        assert len(list(folder.glob("ran.*"))) < 39
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_killed_outright_is_an_error_not_a_wait(tmp_path: Path) -> None:
+    (tmp_path / "die").touch()
+    with pytest.raises(
+        AgptError, match=r"a worker process died .*out of memory\?.*run the same command again"
+    ):
+        tok._run_jobs(_job, [(str(tmp_path), n) for n in range(8)], 2, Comm(), None, lambda r: 1)
 
 
 def test_empty_documents_can_be_skipped(tmp_path: Path, sp_model: Path) -> None:
