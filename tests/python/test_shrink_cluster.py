@@ -20,13 +20,15 @@ from train_util import LOSS_RTOL, srun_env
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
-STEPS = 160
+STEPS = 80
 LOSS = re.compile(r"^(?:\d+: )?step=(\d+) loss=(\S+)", re.M)
 
 
 def config(run: Path, samples: Path) -> str:
-    # Paced (0.12 s a micro batch: 0.36 s a step on 4 nodes, 0.48 on 3): the first 90-second job cannot finish
-    # the run however fast the machine, so the next job always grows back to 4 nodes.
+    # Paced (0.36 s a micro batch: 1.08 s a step on 4 nodes, 1.44 on 3): the first 90-second job cannot finish
+    # the run however fast the machine (86 s of pace on 4 nodes alone, 105 s for the 73 steps after the failure
+    # on 3), so the next job always grows back to 4 nodes.  (80 steps: 160 took twice the CPU, 0.5 CPU-s a step,
+    # for the same drill; at 0.24 s the shrunk attempt could finish the run inside the first job.)
     return f"""# tests/python/test_shrink_cluster.py: the tiny model, a batch 3 and 4 data ranks both divide.
 model: {{vocab_size: 512, dim: 64, n_layers: 2, n_heads: 4, n_kv_heads: 2, ffn_dim: 172, max_seq_len: 64}}
 train: {{steps: {STEPS}, seq_len: 64, global_batch: 12, micro_batch: 1, seed: 1234, param_dtype: bf16,
@@ -47,7 +49,7 @@ job:
   env: {{FAILOVER_MIN_NODES: 3, FAILOVER_PREFLIGHT: "", FAILOVER_IDLE_TIMEOUT: 30, FAILOVER_STARTUP_TIMEOUT: 60,
         FAILOVER_GRACE: 2, FAILOVER_BACKOFF: 1, FAILOVER_MIN_ATTEMPT_S: 15, FAILOVER_WALLTIME_MARGIN: 8,
         AGPT_TRAIN_DEADLINE_MARGIN_S: 8, SLURM_KILL_BAD_EXIT: 1, MASTER_ADDR: 127.0.0.1,
-        AGPT_TEST_SAMPLE_LOG: {samples}, AGPT_TEST_STEP_PACE: 0.12}}
+        AGPT_TEST_SAMPLE_LOG: {samples}, AGPT_TEST_STEP_PACE: 0.36}}
 """
 
 
