@@ -12,7 +12,8 @@ pytest process, and each rank is a fork of it:
           (no torch) that sends its request, forwards the signals it gets to the child (TERM, INT, HUP, USR1,
           USR2) and ends as the child ended (its exit status, or killed by its signal).  A client killed outright
           (kill -9, as the tests kill ranks) takes its child with it: the child holds the read end of a pipe whose
-          only writer is the client, and kills itself with SIGKILL when it reads end-of-file.
+          only writer is the client, and kills itself with SIGKILL when it reads end-of-file; the server, which
+          sees the client's connection close, kills it too (a child stopped with SIGSTOP reads nothing).
           `python -S agpt_zygote.py -m MODULE ARGS` runs `python -m MODULE ARGS` the same way (the health probe).
           FOLDER/pids/CLIENT_PID (FOLDER: the socket's) holds the child's pid while it runs.
 
@@ -235,6 +236,10 @@ def serve(path: str) -> None:
     sel.register(listener, selectors.EVENT_READ)
     conns: dict[int, socket.socket] = {}  # fd -> client connection
     waiting: dict[int, socket.socket] = {}  # child pid -> its client's connection
+    # A running child's client connection, watched: the client sends nothing after its request, so it turns
+    # readable only when the client is gone.  The child is then killed here, as well as by its own end-of-file
+    # watch: a child stopped with SIGSTOP (the hang drills) cannot read its end-of-file, and SIGKILL ends it.
+    watched: dict[int, int] = {}  # connection fd -> child pid
     sys.stdout.write("ready\n")
     sys.stdout.flush()
     while True:
@@ -246,6 +251,13 @@ def serve(path: str) -> None:
                 conns[conn.fileno()] = conn
                 sel.register(conn, selectors.EVENT_READ)
                 continue
+            if sock.fileno() in watched:  # the client of a running child is gone
+                sel.unregister(sock)
+                try:
+                    os.kill(watched.pop(sock.fileno()), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                continue
             pid = _serve_one(sock, [listener.fileno(), *conns, *(c.fileno() for c in waiting.values())])
             sel.unregister(sock)
             conns.pop(sock.fileno(), None)
@@ -253,6 +265,8 @@ def serve(path: str) -> None:
                 sock.close()
             else:
                 waiting[pid] = sock
+                watched[sock.fileno()] = pid
+                sel.register(sock, selectors.EVENT_READ)
         while waiting:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
@@ -263,6 +277,8 @@ def serve(path: str) -> None:
             conn = waiting.pop(pid, None)
             if conn is None:
                 continue
+            if watched.pop(conn.fileno(), None) is not None:
+                sel.unregister(conn)
             if os.WIFSIGNALED(status):
                 msg = f"signal {os.WTERMSIG(status)}"
             else:

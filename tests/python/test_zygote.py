@@ -3,6 +3,7 @@ gets its client's signals and ends with its exit status."""
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -98,9 +99,10 @@ def test_on_the_cluster_zygote_python_forks_a_rank_that_the_drills_still_reach(t
         tree = subprocess.run(["bash", "-c", f'source "$1"; cluster_tree {client.pid}', "-",
                                str(tu.ROOT / "tests/cluster/lib.sh")], capture_output=True, text=True, timeout=60)  # fmt: skip
         assert tree.stdout.split() == [str(client.pid), str(rank)]
-        client.kill()
+        os.kill(rank, signal.SIGSTOP)  # the hang drill: a stopped rank cannot read its client's end-of-file
+        client.kill()  # what slurmstepd does to the task when the watchdog ends the step
         client.wait(timeout=60)
-        tu.wait_for(lambda: not _children(server), 30, "the rank to end with its client")
+        tu.wait_for(lambda: not _children(server), 30, "the stopped rank to end with its client")
     finally:
         if client.poll() is None:
             client.kill()
