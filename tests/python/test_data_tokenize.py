@@ -7,6 +7,7 @@ import gzip
 import json
 import os
 import signal
+import time
 import warnings
 from pathlib import Path
 
@@ -210,8 +211,6 @@ def _job(job: tuple[str, int]) -> tuple[int, int, int, int, int]:
     if n == 0:
         raise BadInput("x.jsonl:2: no 'text' field")
     Path(folder, f"ran.{n}").touch()
-    import time
-
     time.sleep(0.05)
     return (n, 0, 0, 1, 0)
 

@@ -305,14 +305,13 @@ def _run_jobs(
                 results.append(res)
                 if progress:
                     progress.update(weight(res))
-        except BrokenProcessPool as e:
+        except BaseException as e:
             pool.shutdown(wait=True, cancel_futures=True)
-            raise AgptError(
-                f"a worker process died ({e}): killed by the system (out of memory?); "
-                "the work done so far is kept, run the same command again to go on"
-            ) from None
-        except BaseException:
-            pool.shutdown(wait=True, cancel_futures=True)
+            if isinstance(e, BrokenProcessPool):
+                raise AgptError(
+                    f"a worker process died ({e}): killed by the system (out of memory?); "
+                    "the work done so far is kept, run the same command again to go on"
+                ) from None
             raise
     return results
 
