@@ -12,7 +12,7 @@ What lives here (docs/contract.md describes the same, for users):
 - the hostfile parser and the host-name rule: names enter only as `[A-Za-z0-9._-]` (or an IP address), so a host
   name is never shell text;
 - the progress regex, the failure classes, the verdicts and their exit codes, the walltime margin, the spare-host
-  formula and its fallback, the launchers' rank variables (one table);
+  formula and its fallback, the launchers' rank variables (one table), the derived rendezvous port;
 - the bounds on durations read from flags, settings or records.
 """
 
@@ -26,6 +26,7 @@ import os
 import re
 import stat
 import sys
+import zlib
 from pathlib import Path
 
 from agpt import numeric
@@ -197,6 +198,21 @@ def job_id(env: Mapping[str, str] | None = None) -> str:
     """This job's id ("/" made "_"), "" outside a job."""
     env = os.environ if env is None else env
     return next((env[v] for v in JOBID_VARS if env.get(v)), "").replace("/", "_")
+
+
+# A rendezvous port every rank derives alone from the same key (the job's identity), with no exchange: in
+# 20000-32767, below the Linux kernel's default ephemeral range (net.ipv4.ip_local_port_range, 32768-60999), so
+# that no outgoing connection on the master host holds it when rank 0 binds it.  (In that range, an outgoing
+# socket, gloo's own among them, took the port now and then: rank 0 failed with EADDRINUSE and the other ranks
+# waited out their store timeout.)  The range is fixed, not read from this host's setting: every rank, on hosts
+# that may be set differently, must derive the same number.
+PORT_RANGE = (20000, 32767)
+
+
+def derived_port(key: str) -> int:
+    """The port KEY hashes to in PORT_RANGE (the trainer's default MASTER_PORT; the sweep's collective groups)."""
+    low, high = PORT_RANGE
+    return low + zlib.crc32(key.encode()) % (high - low + 1)
 
 
 # What SITE_LAUNCHER and job.launcher may name: the launchers lib/launch.sh starts (test_rundir holds them equal).

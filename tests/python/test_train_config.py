@@ -127,6 +127,27 @@ def test_rendezvous_from_host_list(tmp_path: Path) -> None:
     assert info.master_port == dist.detect(dict(env, SLURM_PROCID="7")).master_port
 
 
+def test_the_derived_port_stays_below_the_kernels_ephemeral_range() -> None:
+    # An outgoing connection's local port comes from 32768-60999 (Linux's default ip_local_port_range): a derived
+    # MASTER_PORT there could be held by one on rank 0's host, and rank 0 would fail with EADDRINUSE.
+    low, high = rundir.PORT_RANGE
+    assert (low, high) == (20000, 32767)
+    slurm = {"SLURM_PROCID": "0", "SLURM_NTASKS": "8", "SLURM_NNODES": "2", "SLURM_JOB_NODELIST": "n[1-2]"}
+    ports = {
+        dist.detect(dict(slurm, SLURM_JOB_ID=str(j), SLURM_STEP_ID="0")).master_port for j in range(3000)
+    }
+    ports |= {dist.detect({"PMI_RANK": "1", "PMI_SIZE": "2", "MPI_LOCALNRANKS": "2", "FAILOVER_ATTEMPT": str(a)})
+              .master_port for a in range(100)}  # fmt: skip
+    assert all(low <= p <= high for p in ports)
+    assert len(ports) > 2500  # spread over the range: two jobs sharing a master host seldom meet
+    # Each attempt of the failover loop derives another port: a relaunch does not meet what held the last one.
+    job = dict(slurm, SLURM_JOB_ID="77", SLURM_STEP_ID="0")
+    assert (
+        dist.detect(dict(job, FAILOVER_ATTEMPT="1")).master_port
+        != dist.detect(dict(job, FAILOVER_ATTEMPT="2")).master_port
+    )
+
+
 def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(ROOT / "bin/agpt"), "train", "--run-dir", str(tmp_path / "run"), *args],

@@ -43,7 +43,6 @@ import subprocess
 import tempfile
 import threading
 import time
-import zlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -469,7 +468,7 @@ class LaunchRunner:
         return self._run(hosts, self.probe_program(), {}, enough=gone)
 
     def group(self, hosts: Sequence[str], tag: str) -> tuple[str, int, bool]:
-        port = 20000 + zlib.crc32(f"{self.ident}.{tag}".encode()) % 40000
+        port = rundir.derived_port(f"{self.ident}.{tag}")
         init = str(max(5, int(self.settings.timeout * 0.8)))
         extra = {"MASTER_PORT": str(port), "AGPT_PREFLIGHT_INIT_TIMEOUT_S": init}
         return self._run(hosts, self.group_program(), extra)

@@ -9,7 +9,6 @@ and a port hashed from the job's identity so concurrent jobs on one node do not 
 from __future__ import annotations
 
 import datetime
-import hashlib
 import os
 import re
 import socket
@@ -21,7 +20,7 @@ from typing import Any
 from agpt.errors import ConfigError
 from agpt.failover.hostmatch import parse_hosts
 from agpt.hostlist import expand_hostlist
-from agpt.rundir import LOCAL_RANK_VARS, LOCAL_SIZE_VARS, RANK_SIZE_VARS, RANK_VARS
+from agpt.rundir import LOCAL_RANK_VARS, LOCAL_SIZE_VARS, RANK_SIZE_VARS, RANK_VARS, derived_port
 
 
 @dataclass(kw_only=True, slots=True)
@@ -92,15 +91,14 @@ def _first_host(env: Mapping[str, str]) -> str | None:
 
 
 def _default_port(env: Mapping[str, str], all_local: bool) -> int:
-    """A port every rank derives alone: a hash of the job's identity, in 20000-59999."""
+    """A port every rank derives alone: a hash of the job's identity (agpt.rundir.derived_port)."""
     ident = [env.get(k, "") for k in ("SLURM_JOB_ID", "SLURM_STEP_ID", "PBS_JOBID", "FAILOVER_ATTEMPT")]
     if not any(ident[:3]):
         if not all_local:
             return 29500
         # All ranks on one node under one launcher proxy share a parent process.
         ident.append(str(os.getppid()))
-    digest = hashlib.sha256("|".join(ident).encode()).digest()
-    return 20000 + int.from_bytes(digest[:4], "big") % 40000
+    return derived_port("|".join(ident))
 
 
 def detect(env: Mapping[str, str] | None = None) -> DistInfo:
