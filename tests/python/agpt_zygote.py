@@ -136,8 +136,9 @@ def client(args: list[str]) -> int:
                 pass
     if how == "signal":
         sig = int(value)
-        signal.signal(sig, signal.SIG_DFL)
-        os.kill(os.getpid(), sig)
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):  # those two keep their default action (EINVAL to set)
+            signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)  # end as the rank ended: srun says `task N: Killed`, not `Exited with exit code 1`
         return 128 + sig
     return int(value)
 

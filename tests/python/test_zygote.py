@@ -69,6 +69,19 @@ def test_a_killed_client_takes_its_rank_and_a_signal_reaches_it(tmp_path: Path) 
     )
 
 
+def test_a_rank_killed_by_kill_9_ends_its_client_by_the_same_signal(tmp_path: Path) -> None:
+    # As a plain rank would: srun then says `task N: Killed`, which the classifier reads as a crash; a client that
+    # exited 1 with a traceback instead turned the chaos run's kill -9 into an `app` error.
+    server = _server_pid()
+    log = tmp_path / "a.log"
+    with tu.training(1, tmp_path / "a", "--steps", "100000", log=log) as proc:
+        tu.wait_for(tu.logged(log, 2), 120, "step 2", proc)
+        (rank,) = _children(server)
+        os.kill(rank, signal.SIGKILL)
+        assert proc.wait(timeout=60) == -signal.SIGKILL
+    assert "Traceback" not in log.read_text()
+
+
 def test_on_the_cluster_zygote_python_forks_a_rank_that_the_drills_still_reach(tmp_path: Path) -> None:
     """What srun starts for a rank on the local cluster (bin/agpt -> AGPT_PYTHON=zygote-python -m agpt train) is a
     client; chaoslib and `tests/cluster/node fail` find the rank it stands for, and a kill -9 of the client (as a
