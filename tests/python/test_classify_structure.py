@@ -82,3 +82,15 @@ def test_pmi_errors_on_other_hosts_after_one_hosts_crash_are_its_consequences(tm
     assert any("consequences" in n for n in c.notes)
     only_pmi = "[nid001234] PMI2 KVS_Fence failed: -1\n[nid001235] PMI2 KVS_Fence failed: -1\n"
     assert run(tmp_path, only_pmi).cls == "system"
+
+
+def test_a_task_killed_before_any_exit_is_the_crash_and_after_them_the_teardown(tmp_path: Path) -> None:
+    exits = "".join(f"srun: error: {HOSTS[r]}: task {r}: Exited with exit code 1\n" for r in (2, 3, 0))
+    killed = "srun: error: nid001235: task 1: Killed\n"
+    # The OOM killer (or a kill -9) takes task 1; the others lose their peer and exit 1 on their own.
+    c = run(tmp_path, killed + "srun: launch/slurm: _step_signal: Terminating StepId=7.0\n" + exits)
+    assert (c.cls, c.bad_hosts, c.suspect_hosts[:1]) == ("crash", [], ["nid001235"])
+    assert c.evidence[0] == killed.strip() and any("died of a signal" in n for n in c.notes)
+    # Every task but one exits 1 first, then srun kills the last: the same error everywhere, the killed one innocent.
+    c = run(tmp_path, exits + "srun: launch/slurm: _step_signal: Terminating StepId=7.0\n" + killed)
+    assert c.cls == "app" and not any("died of a signal" in n for n in c.notes)

@@ -16,7 +16,8 @@ Evidence first, exit codes last.  The rules run in the order of RULES; the first
   crash              a crash pattern
   app                an app error that two ranks (or an unlabelled log) raised
   hang               a collective timeout
-  weak_everywhere    a launcher's exit notice or lone exception on most of the job's hosts: app
+  weak_everywhere    a launcher's exit notice or lone exception on most of the job's hosts: app, unless a task's
+                     death by a signal came before every exit notice (the others exited on the lost peer)
   weak               a launcher's exit notice or one rank's lone exception: crash
 and, when none holds, crash by the exit code, with a note.  Then the hints: the suspects (agpt.failover.attribution),
 led by the far end of failed connections that several reporters name.
@@ -92,6 +93,7 @@ class Case:
     margin_s: float
     qualified: list[Hit]  # app errors enough ranks raised
     weak: list[Hit]  # launcher exit notices and lone exceptions, in log order
+    death: Hit | None = None  # a task killed by a signal before any exit notice (first_death)
     notes: list[str] = field(default_factory=list)  # what a rule that did not decide saw
 
     @property
@@ -208,11 +210,30 @@ def _hang(c: Case) -> Verdict | None:
 
 
 def _weak_everywhere(c: Case) -> Verdict | None:
+    if c.death is not None:
+        host = c.death.hosts[0] if c.death.hosts else "a host"
+        c.notes.append(
+            f"line {c.death.lineno}: a task on {host} died of a signal before any task exited: the exits that "
+            "follow are its consequence, not an error every rank hits"
+        )
+        return None
     return _same_everywhere(c.weak, c)
 
 
+def first_death(ev: Evidence, weak: list[Hit]) -> Hit | None:
+    """A launcher's notice of a task killed by a signal (`srun: error: n2: task 1: Killed`: the OOM killer, an
+    operator, a node agent) printed before every exit notice: the first failure, not the launcher's teardown."""
+    deaths = {p.id for p in ev.patterns if p.death}
+    first = min(
+        (h for h in ev.hits["cascade-ignore"] if h.pattern in deaths), key=lambda h: h.lineno, default=None
+    )
+    if first is None or not weak or first.lineno > min(h.lineno for h in weak):
+        return None
+    return first
+
+
 def _weak(c: Case) -> Verdict | None:
-    return Verdict(cls="crash", decisive=c.weak) if c.weak else None
+    return Verdict(cls="crash", decisive=[c.death, *c.weak] if c.death else c.weak) if c.weak else None
 
 
 RULES: tuple[Callable[[Case], Verdict | None], ...] = (
@@ -240,8 +261,20 @@ def decide(
     for h in lone:  # an exception only one rank raised: that rank crashed; its host is the nearest suspect
         ev.suspects.append((STRENGTH["weak"], h.lineno, h.reporter, h.reporter_rank))
     weak = sorted(ev.hits["weak"] + lone, key=lambda h: h.lineno)
+    death = first_death(ev, weak)
+    if death is not None:  # the killed task's host leads the suspects, ahead of the exits that followed it
+        for h in death.hosts:
+            ev.suspects.append((STRENGTH["crash"], death.lineno, h, None))
     case = Case(
-        rc=rc, ev=ev, job=job, deadline=deadline, now=now, margin_s=margin_s, qualified=qualified, weak=weak
+        rc=rc,
+        ev=ev,
+        job=job,
+        deadline=deadline,
+        now=now,
+        margin_s=margin_s,
+        qualified=qualified,
+        weak=weak,
+        death=death,
     )
     verdict = next((v for rule in RULES if (v := rule(case)) is not None), None)
     if verdict is None:

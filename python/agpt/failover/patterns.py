@@ -26,6 +26,9 @@ A set file `NAME.json` holds `{"set": NAME, "description": ..., "patterns": [PAT
                  host that printed the line is only its reporter: many reporters naming one peer point at the peer
     guess        optional bool (cascade-ignore, default true): the first such line may name the first guess of a
                  blind swap when nothing else names anyone; false for daemons that only report the teardown
+    death        optional bool (cascade-ignore): a launcher's notice that a task died of a signal: innocent when
+                 it follows another task's end (the launcher's teardown), the first failure when it comes before
+                 every exit notice (the other tasks then exit on the lost peer: a crash, not an app error)
     table        optional "host" | "rank" | "root-cause": a row of a multi-line failure table (torchrun's
                  ChildFailedError): a `rank` row maps to the `host` row just above it; the `host` row after a
                  `root-cause` header is the first failure (a launcher's exit notice for that host)
@@ -103,6 +106,7 @@ class Pattern:
     peer: bool = False
     table: str = ""
     guess: bool = True
+    death: bool = False
     needles: tuple[str, ...] | None = None
     positive: list[Example] = field(default_factory=list)
     negative: list[str] = field(default_factory=list)
@@ -258,6 +262,7 @@ def _pattern(path: Path, set_name: str, i: int, raw: Any) -> Pattern:
         fallback=bool(raw.get("fallback", False)),
         peer=bool(raw.get("peer", False)),
         guess=bool(raw.get("guess", True)),
+        death=bool(raw.get("death", False)),
         table=table,
         needles=needles,
         positive=positive,
