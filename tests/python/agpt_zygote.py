@@ -138,7 +138,8 @@ def client(args: list[str]) -> int:
         sig = int(value)
         if sig not in (signal.SIGKILL, signal.SIGSTOP):  # those two keep their default action (EINVAL to set)
             signal.signal(sig, signal.SIG_DFL)
-        os.kill(os.getpid(), sig)  # end as the rank ended: srun says `task N: Killed`, not `Exited with exit code 1`
+        # end as the rank ended: srun then says `task N: Killed`, not `Exited with exit code 1`
+        os.kill(os.getpid(), sig)
         return 128 + sig
     return int(value)
 

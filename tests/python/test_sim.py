@@ -184,6 +184,9 @@ def test_the_simulated_chaos_run_matches_its_recorded_figures(seed: int) -> None
     pred = validate.predict(sched)
     assert pred["verdict"] == "done" and pred["steps"] == 150
     assert pred["walltime_handovers"] >= 1
+    # every fault fires, as the chaos test fires it: one whose step an attempt resumed past (a walltime hand-over
+    # saved beyond it) fires at that attempt's first step, not never
+    assert len(pred["result"].faults) == 4 and None not in pred["steps_lost"].values()
     assert validate.compare(pred) == []
 
 

@@ -263,8 +263,8 @@ def decide(
     weak = sorted(ev.hits["weak"] + lone, key=lambda h: h.lineno)
     death = first_death(ev, weak)
     if death is not None:  # the killed task's host leads the suspects, ahead of the exits that followed it
-        for h in death.hosts:
-            ev.suspects.append((STRENGTH["crash"], death.lineno, h, None))
+        for host in death.hosts:
+            ev.suspects.append((STRENGTH["crash"], death.lineno, host, None))
     case = Case(
         rc=rc,
         ev=ev,

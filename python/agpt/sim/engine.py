@@ -265,6 +265,8 @@ class Sim(Training):
         shrinklib.write_layout(self.run_dir, self.layout)  # the job script's `agpt check --run-dir`
         self._chain(chainlib.cmd_start, job=jobid, predecessor="", max_jobs=m.chain.max_jobs)
         start_step = chainlib.latest_step(self.run_dir)
+        self.t += m.costs.job_start_s  # on the allocation's clock: the walltime runs from `start`
+        self.time["restarts"] += m.costs.job_start_s
         rc = self._attempts(jobid, deadline)
         end = self.t
         self.allocated += end - start

@@ -54,6 +54,8 @@ class Costs:
     queue_wait_s: float = 3600.0
     walltime_h: float = 6.0
     launcher_start_s: float = 10.0
+    job_start_s: float = 0.0  # a job's start to its first attempt (job script, `agpt check`, preflight)
+    inject_latency_s: float = 0.0  # a scripted fault strikes this long after its step (chaos injector)
     model_build_s: float = 0.0
     checkpoint_gb: float = 232.0
     fs_write_gb_s: float = 9.83

@@ -173,8 +173,10 @@ class Training:
             bound = min(bound, self.m.train.steps)
         if self.app_bug_step is not None and self.app_bug_step > step:
             bound = min(bound, self.app_bug_step)
-        if sf is not None and sf.step > step and not sf.during_save:
-            bound = min(bound, sf.step)
+        if sf is not None and not sf.during_save:
+            # as the chaos test fires it: at the first step at or past its own, in an attempt after the last fault's
+            # (one that resumed past it, after a walltime hand-over's last-step save, fires at its first step)
+            bound = min(bound, max(sf.step, step + 1))
         return bound
 
     def _interrupted(self, run: _Run, st: float, tev: float, stop_at: float, failer: str | None,
@@ -248,17 +250,16 @@ class Training:
             first = run.first if run.first is not None and run.first <= run.step else None
             return AttemptEnd(kind="app", bad=None, at=run.clock, first=first, last=run.step if first else None,
                               step=run.step)  # fmt: skip
-        if sf is not None and s == sf.step and not sf.during_save:
-            rec = self._fire(sf, run.clock, s)
-            kind = self._scripted_kind(sf, active)
-            return AttemptEnd(kind=kind, bad=self._scripted_host(sf, active), at=run.clock, first=run.first, last=s,
-                              step=s, fault=rec)  # fmt: skip
+        saving = (nxt is not None and s == nxt) or bool(tr.steps and s >= tr.steps)
+        strike = sf is not None and s >= sf.step and not sf.during_save
+        if strike and not saving:
+            return self._strike(sf, run, s, active)
         if self.local is not None and s in (nxt_local, nxt):  # a local save (with each global one too)
             stall = self.local.costs.stall_s
             self.time["checkpoint_stalls"] += stall
             run.clock += stall
             self.local.save(s, run.clock)
-        if not ((nxt is not None and s == nxt) or (tr.steps and s >= tr.steps)):
+        if not saving:
             return None
         if sf is not None and sf.during_save and s >= sf.step:
             rec = self._fire(sf, run.clock, s)
@@ -273,7 +274,18 @@ class Training:
         if tr.steps and s >= tr.steps:
             self._settle(written)
             return AttemptEnd(kind="done", bad=None, at=written, first=run.first, last=s, step=s)
+        if strike:  # the injector acts on the step's line, after the step's save began
+            return self._strike(sf, run, s, active)
         return None
+
+    def _strike(self, sf: ScriptedFault | None, run: _Run, s: int, active: list[str]) -> AttemptEnd:
+        """A scripted fault (not one during a save) fires INJECT_LATENCY after step S's line."""
+        assert sf is not None
+        at = run.clock + self.m.costs.inject_latency_s
+        rec = self._fire(sf, at, s)
+        kind = self._scripted_kind(sf, active)
+        return AttemptEnd(kind=kind, bad=self._scripted_host(sf, active), at=at, first=run.first, last=s, step=s,
+                          fault=rec)  # fmt: skip
 
     def _steps(self, k: int, st: float) -> None:
         self.time["productive"] += k * self.m.train.step_s

@@ -19,9 +19,11 @@ from agpt.sim import engine, model
 from agpt.sim.model import ScriptedFault
 
 # docs/recovery.md "Measured end to end: the chaos test": steps lost per fault (min, max) and the effective ratio.
+# Seeds 1-3 on the idle 2-core machine at the commit that paced the chain (forked ranks, `death` read by the
+# classifier); the plain-rank runs before them recorded kill 1-4, node 0-5, stop 1-3 and a ratio of 0.30-0.33.
 RECORDED: dict[str, Any] = {
-    "steps_lost": {"ckpt": (5, 5), "kill": (1, 4), "node": (0, 5), "stop": (1, 3), "walltime": (0, 0)},
-    "effective_ratio": (0.30, 0.33),
+    "steps_lost": {"ckpt": (5, 5), "kill": (1, 4), "node": (0, 3), "stop": (1, 2), "walltime": (0, 0)},
+    "effective_ratio": (0.506, 0.523),
 }
 # What the simulator must hit: a fault's steps lost within 1 step of the recorded range; the ratio within 0.05.
 TOLERANCE = {"steps_lost": 1, "effective_ratio": 0.05}
@@ -66,7 +68,8 @@ def chaos_model(schedule: list[tuple[str, int]]) -> model.FaultModel:
 def predict(schedule: list[tuple[str, int]], *, seed: int = 1) -> dict[str, Any]:
     """Steps lost per fault kind (in schedule order) and the effective ratio, as the chaos test reports them."""
     r = engine.simulate(chaos_model(schedule), seed=seed)
-    lost = {k: f.steps_lost for (k, _s), f in zip(schedule, r.faults, strict=False)}
+    # a scheduled fault the simulation never fired is None (compare() reports it), not left out
+    lost = {k: (r.faults[i].steps_lost if i < len(r.faults) else None) for i, (k, _s) in enumerate(schedule)}
     return {
         "steps_lost": lost,
         "walltime_handovers": r.jobs - 1,
