@@ -93,7 +93,7 @@ class Case:
     margin_s: float
     qualified: list[Hit]  # app errors enough ranks raised
     weak: list[Hit]  # launcher exit notices and lone exceptions, in log order
-    death: Hit | None = None  # a task killed by a signal before any exit notice (first_death)
+    death: Hit | None = None  # a task killed by a signal before any exit notice (_first_death)
     notes: list[str] = field(default_factory=list)  # what a rule that did not decide saw
 
     @property
@@ -220,7 +220,7 @@ def _weak_everywhere(c: Case) -> Verdict | None:
     return _same_everywhere(c.weak, c)
 
 
-def first_death(ev: Evidence, weak: list[Hit]) -> Hit | None:
+def _first_death(ev: Evidence, weak: list[Hit]) -> Hit | None:
     """A launcher's notice of a task killed by a signal (`srun: error: n2: task 1: Killed`: the OOM killer, an
     operator, a node agent) printed before every exit notice: the first failure, not the launcher's teardown."""
     deaths = {p.id for p in ev.patterns if p.death}
@@ -261,7 +261,7 @@ def decide(
     for h in lone:  # an exception only one rank raised: that rank crashed; its host is the nearest suspect
         ev.suspects.append((STRENGTH["weak"], h.lineno, h.reporter, h.reporter_rank))
     weak = sorted(ev.hits["weak"] + lone, key=lambda h: h.lineno)
-    death = first_death(ev, weak)
+    death = _first_death(ev, weak)
     if death is not None:  # the killed task's host leads the suspects, ahead of the exits that followed it
         for host in death.hosts:
             ev.suspects.append((STRENGTH["crash"], death.lineno, host, None))

@@ -251,9 +251,9 @@ class Training:
             return AttemptEnd(kind="app", bad=None, at=run.clock, first=first, last=run.step if first else None,
                               step=run.step)  # fmt: skip
         saving = (nxt is not None and s == nxt) or bool(tr.steps and s >= tr.steps)
-        strike = sf is not None and s >= sf.step and not sf.during_save
-        if strike and not saving:
-            return self._strike(sf, run, s, active)
+        strike = sf if sf is not None and s >= sf.step and not sf.during_save else None
+        if strike is not None and not saving:
+            return self._strike(strike, run, s, active)
         if self.local is not None and s in (nxt_local, nxt):  # a local save (with each global one too)
             stall = self.local.costs.stall_s
             self.time["checkpoint_stalls"] += stall
@@ -274,13 +274,12 @@ class Training:
         if tr.steps and s >= tr.steps:
             self._settle(written)
             return AttemptEnd(kind="done", bad=None, at=written, first=run.first, last=s, step=s)
-        if strike:  # the injector acts on the step's line, after the step's save began
-            return self._strike(sf, run, s, active)
+        if strike is not None:  # the injector acts on the step's line, after the step's save began
+            return self._strike(strike, run, s, active)
         return None
 
-    def _strike(self, sf: ScriptedFault | None, run: _Run, s: int, active: list[str]) -> AttemptEnd:
+    def _strike(self, sf: ScriptedFault, run: _Run, s: int, active: list[str]) -> AttemptEnd:
         """A scripted fault (not one during a save) fires INJECT_LATENCY after step S's line."""
-        assert sf is not None
         at = run.clock + self.m.costs.inject_latency_s
         rec = self._fire(sf, at, s)
         kind = self._scripted_kind(sf, active)
