@@ -1,4 +1,6 @@
-"""`agpt failover score CORPUS...`: how often the classifier names the right class and the right host.
+"""`agpt failover score CORPUS...`: how often the classifier names the right class and the right host, and what
+the failover loop would do with each reading (agpt.failover.consequence: right action, recoverable, unresolved, a
+healthy host evicted, a needless stop for a person).
 
 A corpus is a folder of cases, `SITE/CASE.log` beside `SITE/CASE.json` (the format of tests/fixtures/logs/README.md:
 `rc`, `hosts`, optional `ipmap`, `now`/`deadline`, and `expect`).  A case counts as right when the class is the
@@ -25,18 +27,20 @@ from typing import Any, NoReturn
 
 from agpt.errors import BadInput
 from agpt.failover import classify as cl
+from agpt.failover import consequence as cq
 from agpt.failover import patterns as pat
 from agpt.failover.hostmatch import read_hostfile, read_ipmap
 
 
 @dataclass(kw_only=True, slots=True)
 class Outcome:
-    """One case: what was expected, what the classifier said, and what differs."""
+    """One case: what was expected, what the classifier said, what differs, and what the loop would do with it."""
 
     case: str
     want: dict[str, Any]
     got: dict[str, Any]
     wrong: list[str] = field(default_factory=list)
+    consequence: cq.Replay | None = None
 
     @property
     def right(self) -> bool:
@@ -88,10 +92,11 @@ def score_case(path: Path, sets: list[str] | None = None) -> Outcome:
         if doc.get("ipmap"):
             (Path(tmp) / "ip").write_text("\n".join(doc["ipmap"]) + "\n")
             ipmap = read_ipmap(str(Path(tmp) / "ip"))
+        hosts = list(read_hostfile(str(hostfile)))
         result = cl.classify(
             path.with_suffix(".log"),
             cl.parse_rc(str(doc["rc"])),
-            read_hostfile(str(hostfile)),
+            hosts,
             ipmap,
             doc.get("deadline"),
             doc.get("now"),
@@ -99,7 +104,9 @@ def score_case(path: Path, sets: list[str] | None = None) -> Outcome:
         )
     got = result.to_json()
     want = doc["expect"]
-    return Outcome(case=f"{path.parent.name}/{path.stem}", want=want, got=got, wrong=judge(want, got))
+    wrong = judge(want, got)
+    then = cq.replay(want, got, hosts, label_right=not wrong)
+    return Outcome(case=f"{path.parent.name}/{path.stem}", want=want, got=got, wrong=wrong, consequence=then)
 
 
 def score(corpora: Sequence[Path], sets: list[str] | None = None) -> list[Outcome]:
@@ -107,33 +114,59 @@ def score(corpora: Sequence[Path], sets: list[str] | None = None) -> list[Outcom
 
 
 def summary(outcomes: Sequence[Outcome]) -> dict[str, Any]:
-    """The figure: cases right of all, and per expected class."""
+    """The figures: cases right of all and per expected class; and what the loop would do, per consequence
+    (agpt.failover.consequence.CONSEQUENCES), of all and per expected class."""
     by: dict[str, list[int]] = {}
+    then: dict[str, dict[str, int]] = {}
     for o in outcomes:
-        row = by.setdefault(str(o.want.get("class")), [0, 0])
+        cls = str(o.want.get("class"))
+        row = by.setdefault(cls, [0, 0])
         row[0] += o.right
         row[1] += 1
+        kinds = then.setdefault(cls, dict.fromkeys(cq.CONSEQUENCES, 0))
+        if o.consequence is not None:
+            kinds[o.consequence.kind] += 1
     right = sum(o.right for o in outcomes)
+    total = {k: sum(v[k] for v in then.values()) for k in cq.CONSEQUENCES}
     return {
         "right": right,
         "cases": len(outcomes),
         "share": round(right / len(outcomes), 3) if outcomes else None,
-        "by_class": {k: {"right": v[0], "cases": v[1]} for k, v in sorted(by.items())},
+        "consequences": total,
+        "by_class": {
+            k: {"right": v[0], "cases": v[1], "consequences": then[k]} for k, v in sorted(by.items())
+        },
     }
+
+
+CONSEQUENCE_WORDS = {
+    "right": "right action",
+    "recoverable": "recoverable",
+    "unresolved": "unresolved",
+    "evicted": "healthy host evicted",
+    "stopped": "needless stop for a person",
+}
 
 
 def render(outcomes: Sequence[Outcome], corpora: Sequence[Path]) -> str:
     lines = []
     for o in outcomes:
+        then = o.consequence
+        tail = f" -> {then.kind}: {then.detail}" if then is not None and then.kind != "right" else ""
         if o.right:
-            lines.append(f"right  {o.case}: {o.got.get('class')} {o.got.get('bad_hosts') or ''}".rstrip())
+            lines.append(
+                f"right  {o.case}: {o.got.get('class')} {o.got.get('bad_hosts') or ''}".rstrip() + tail
+            )
         else:
-            lines.append(f"WRONG  {o.case}: " + "; ".join(o.wrong))
+            lines.append(f"WRONG  {o.case}: " + "; ".join(o.wrong) + tail)
     s = summary(outcomes)
     per = ", ".join(f"{k} {v['right']}/{v['cases']}" for k, v in s["by_class"].items())
     names = " ".join(str(c) for c in corpora)
     lines.append(
         f"score: {s['right']}/{s['cases']} right ({100 * (s['share'] or 0):.0f}%) on {names}; by class: {per}"
+    )
+    lines.append(
+        "consequences: " + ", ".join(f"{CONSEQUENCE_WORDS[k]} {n}" for k, n in s["consequences"].items())
     )
     return "\n".join(lines) + "\n"
 
@@ -147,7 +180,10 @@ def main(argv: list[str] | None = None) -> int:
     p = _Parser(
         prog="agpt failover score",
         description="Classify every case of one or more corpora (SITE/CASE.log + SITE/CASE.json) and print how many "
-        "got the right class and the right host (bad_hosts, and the first suspect where the case names one).",
+        "got the right class and the right host (bad_hosts, and the first suspect where the case names one), then "
+        "what the failover loop's own decisions would do with each reading (replayed: a node fault recurs while its "
+        "host is active, an application fault recurs anywhere, other faults do not): right action, recoverable "
+        "(a sweep or a relaunch), unresolved, a healthy host evicted, a needless stop for a person.",
     )
     p.add_argument("corpus", nargs="+", metavar="CORPUS", help="a folder of SITE/CASE.{log,json} cases")
     p.add_argument("--patterns", help="pattern sets, comma separated (default: every set)")
@@ -163,7 +199,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         doc = {
             "summary": summary(outcomes),
-            "cases": [{"case": o.case, "right": o.right, "wrong": o.wrong} for o in outcomes],
+            "cases": [
+                {
+                    "case": o.case,
+                    "right": o.right,
+                    "wrong": o.wrong,
+                    "consequence": o.consequence.kind if o.consequence else None,
+                    "detail": o.consequence.detail if o.consequence else None,
+                }
+                for o in outcomes
+            ],
         }
         sys.stdout.write(json.dumps(doc, indent=1) + "\n")
     else:
