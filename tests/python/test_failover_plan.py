@@ -29,7 +29,11 @@ def att(
     first: int | None = 1,
     last: int | None = 3,
     suspects: list[str] | None = None,
+    note: str = "",
+    sig: str | None = None,
+    passed: str = "",
 ) -> policy.Attempt:
+    """An attempt; `note`: why the health sweep could not run (today's counting rules then decide a stop)."""
     return policy.Attempt(
         attempt=n,
         rc=rc,
@@ -38,7 +42,13 @@ def att(
         first_step=first,
         last_step=last,
         suspects=suspects or [],
+        sweep_note=note,
+        signature=sig,
+        passed=passed,
     )
+
+
+OFF = "FAILOVER_SWEEP=off"
 
 
 def ev(
@@ -50,6 +60,8 @@ def ev(
     out: list[str] | None = None,
     inn: list[str] | None = None,
     blind: bool = False,
+    sig: str | None = None,
+    passed: str = "",
 ) -> dict[str, Any]:
     return {
         "event": "attempt",
@@ -59,6 +71,8 @@ def ev(
         "first_step": first,
         "last_step": last,
         "swapped": {"out": out or [], "in": inn or [], "blind": blind, "returned": []},
+        "signature": sig,
+        "passed": passed,
     }
 
 
@@ -95,10 +109,17 @@ def test_trainer_rc75_resubmits() -> None:
     assert decide(att(1, "crash", rc=75)).exit == 75
 
 
-def test_trainer_rollback_limit_rc4_stops_as_repeat() -> None:
-    p = decide(att(1, "app", rc=4))
+def test_trainer_rollback_limit_rc4_stops_as_repeat_once_the_sweep_passed() -> None:
+    a = att(1, "app", rc=4)
+    assert policy.wants_sweep(a, active=ACTIVE, history=[], settings=FAST)  # a bad device rolls back too
+    p = decide(att(1, "app", rc=4, passed="probe + collective"))
     assert (p.action, p.verdict, p.exit) == ("stop", "repeat", 4)
-    assert decide(att(1, "crash", rc=4)).action == "relaunch"  # not the trainer's own verdict
+    assert "every host passed the sweep (probe + collective)" in p.reason
+    p = decide(att(1, "app", rc=4, note=OFF))
+    assert (p.verdict, p.exit) == ("repeat", 4) and p.reason.endswith(
+        f"(the health sweep could not run: {OFF})"
+    )
+    assert decide(att(1, "crash", rc=4, note=OFF)).action == "relaunch"  # not the trainer's own verdict
 
 
 def test_node_swaps_exactly_the_named_hosts() -> None:
@@ -164,7 +185,7 @@ def test_bad_input_or_missing_command_is_no_reason_to_evict_a_host(rc: int) -> N
 
 
 def test_stuck_after_two_attempts_without_progress() -> None:
-    p = decide(att(2, "app", first=None, last=None), [ev(1, "app", first=None, last=None)])
+    p = decide(att(2, "app", first=None, last=None, note=OFF), [ev(1, "app", first=None, last=None)])
     assert (p.verdict, p.exit, p.swap_out) == ("stuck", 3, [])
 
 
@@ -185,14 +206,14 @@ def test_a_named_host_swap_does_not_count_toward_stuck() -> None:
 
 def test_repeat_same_class_same_step() -> None:
     h = [ev(1, "app", last=6), ev(2, "app", last=6)]
-    p = decide(att(3, "app", last=6), h)
+    p = decide(att(3, "app", last=6, note=OFF), h)
     assert (p.verdict, p.exit) == ("repeat", 4)
 
 
 def test_a_failure_right_after_resume_repeats_at_the_checkpoint_step() -> None:
     # Attempt 1 reached step 4 (checkpoint 4) and died at 5; later ones die at 5 before printing a step.
     h = [ev(1, "app", last=4), {**ev(2, "app", first=None, last=None), "ckpt_step": 4}]
-    a = att(3, "app", first=None, last=None)
+    a = att(3, "app", first=None, last=None, note=OFF)
     a.ckpt_step = 4
     p = decide(a, h)
     assert (p.verdict, p.exit) == ("repeat", 4)
@@ -200,14 +221,14 @@ def test_a_failure_right_after_resume_repeats_at_the_checkpoint_step() -> None:
 
 def test_blind_rows_without_progress_get_the_whole_rotation_before_stuck() -> None:
     row = [ev(1, "hang", first=None, last=None)]
-    assert decide(att(2, "hang", rc=124, first=None, last=None), row).action == "relaunch"
+    assert decide(att(2, "hang", rc=124, first=None, last=None, note=OFF), row).action == "relaunch"
     row = [ev(n, "hang", first=None, last=None) for n in range(1, 5)]
-    p = decide(att(5, "hang", rc=124, first=None, last=None), row)
+    p = decide(att(5, "hang", rc=124, first=None, last=None, note=OFF), row)
     assert (p.verdict, p.exit) == ("stuck", 3)
 
 
 def test_an_app_error_in_a_row_without_progress_is_stuck_at_two() -> None:
-    p = decide(att(2, "app", first=None, last=None), [ev(1, "hang", first=None, last=None)])
+    p = decide(att(2, "app", first=None, last=None, note=OFF), [ev(1, "hang", first=None, last=None)])
     assert p.verdict == "stuck"
 
 
@@ -246,14 +267,17 @@ def test_suspect_that_is_a_just_added_spare_is_skipped() -> None:
 def simulate_rotation(
     guilty: str, n_active: int, n_spares: int, settings: policy.Settings = FAST
 ) -> tuple[int, str]:
-    """Run the decisions against a fake cluster where `guilty` hangs every attempt it is in."""
+    """Run the decisions against a fake cluster where `guilty` hangs every attempt it is in, the health sweep off
+    (the blind rotation is then the last resort)."""
     active = [f"h{i}" for i in range(1, n_active + 1)]
     spare = [f"s{i}" for i in range(1, n_spares + 1)]
     history: list[dict[str, Any]] = []
     for n in range(1, 50):
         if guilty.startswith("h") and guilty not in active:
             return n, "done"
-        p = decide(att(n, "hang", rc=124, last=7), history, active=active, spare=spare, settings=settings)
+        p = decide(
+            att(n, "hang", rc=124, last=7, note=OFF), history, active=active, spare=spare, settings=settings
+        )
         if p.action == "stop":
             return n, str(p.verdict)
         repl = dict(zip(p.swap_out, p.swap_in, strict=True))

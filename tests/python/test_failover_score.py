@@ -10,6 +10,7 @@ from agpt.failover import consequence as cq
 from conftest import ROOT, agpt_env
 
 HOSTS = ["n1", "n2", "n3", "n4"]
+LINE = "Traceback: ValueError: bad value 3"
 
 
 def _got(
@@ -34,14 +35,24 @@ def test_a_node_read_as_a_crash_naming_nobody_is_recovered_by_the_sweep() -> Non
     assert r.kind == "recoverable" and "sweep" in r.detail
 
 
-def test_an_application_fault_read_as_app_reaches_its_stop() -> None:
-    r = cq.replay({"class": "app", "bad_hosts": []}, _got("app"), HOSTS, label_right=True)
-    assert r.kind == "right" and "stops" in r.detail
+def test_an_application_fault_read_as_app_reaches_its_stop_after_one_reproduction() -> None:
+    r = cq.replay({"class": "app", "bad_hosts": []}, _got("app"), HOSTS, label_right=True, line=LINE)
+    assert (r.kind, r.attempts) == ("right", 2) and "stops" in r.detail
 
 
-def test_a_site_fault_relaunched_on_the_same_hosts_recovers() -> None:
-    r = cq.replay({"class": "system", "bad_hosts": []}, _got("system"), HOSTS, label_right=True)
-    assert (r.kind, r.attempts) == ("right", 1)
+def test_a_failure_with_no_line_never_stops_for_a_person() -> None:
+    r = cq.replay({"class": "app", "bad_hosts": []}, _got("app"), HOSTS, label_right=True, line=None)
+    assert r.kind == "unresolved"
+
+
+def test_a_site_outage_read_as_an_application_error_would_page_a_person() -> None:
+    r = cq.replay({"class": "system", "bad_hosts": []}, _got("app"), HOSTS, label_right=False, line=LINE)
+    assert r.kind == "stopped"
+
+
+def test_a_site_fault_relaunched_on_the_same_hosts_recovers_once_it_is_over() -> None:
+    r = cq.replay({"class": "system", "bad_hosts": []}, _got("system"), HOSTS, label_right=True, line=LINE)
+    assert (r.kind, r.attempts) == ("right", cq.SITE_FAULT_RELAUNCHES + 1)
 
 
 def _case(folder: Path, name: str, log: str, doc: dict[str, object]) -> None:

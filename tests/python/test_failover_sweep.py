@@ -8,6 +8,7 @@ told its host name) and fake_probe.sh / fake_collective.sh answer as the real pr
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import subprocess
 import sys
@@ -265,11 +266,17 @@ def test_every_host_passing_means_no_blind_eviction_and_a_deterministic_crash_is
     p = decide(a)
     assert (p.action, p.swap_out, p.blind) == ("relaunch", [], False)
     assert "the health sweep passed every host" in p.reason
-    same = {"event": "attempt", "class": "crash", "first_step": 1, "last_step": 3, "swapped": {}}
-    p = decide(
-        policy.apply_sweep(crash(3), r, active=HOSTS[:4]), [dict(same, attempt=1), dict(same, attempt=2)]
+    # The same failure again: one reproduction after the sweep passed is the evidence a person is needed.
+    again = dataclasses.replace(crash(2), signature="3 boom")
+    same = {"event": "attempt", "class": "crash", "first_step": 1, "last_step": 3, "swapped": {},
+            "signature": "3 boom", "passed": a.passed}  # fmt: skip
+    assert not policy.wants_sweep(again, active=HOSTS[:4], history=[dict(same, attempt=1)], settings=FAST)
+    p = decide(again, [dict(same, attempt=1)])
+    assert (p.action, p.verdict) == ("stop", "repeat")
+    assert (
+        "on attempts 1 and 2, every host passed the sweep (probe + collective): a person is needed"
+        in p.reason
     )
-    assert (p.action, p.verdict) == ("stop", "repeat")  # FAILOVER_MAX_REPEAT, no rotation to wait for
 
 
 def test_only_a_sweep_that_could_not_run_leaves_the_blind_rotation() -> None:
@@ -327,8 +334,8 @@ def test_a_site_wide_sweep_is_a_system_fault_nobody_evicted() -> None:
 
 @pytest.mark.parametrize(
     ("cls", "bad", "rc", "wanted"),
-    [("crash", [], 1, True), ("hang", [], 124, True), ("node", ["h2"], 1, False), ("app", [], 1, False),
-     ("system", [], 1, False), ("walltime", [], 143, False), ("crash", [], 127, False), ("crash", [], 0, False)],
+    [("crash", [], 1, True), ("hang", [], 124, True), ("node", ["h2"], 1, False), ("app", [], 1, True),
+     ("system", [], 1, False), ("walltime", [], 143, False), ("crash", [], 127, True), ("crash", [], 0, False)],
 )  # fmt: skip
 def test_the_sweep_runs_only_when_the_log_proves_nobody(
     cls: str, bad: list[str], rc: int, wanted: bool
@@ -397,3 +404,118 @@ def test_the_defaults_are_one_fact_in_bash_and_python() -> None:
     ).stdout.split()
     d = S.SweepSettings()
     assert out == [f"{d.timeout:g}", str(d.max_evict), f"{d.min_free_mib:g}"]
+
+
+# --- a person only on evidence: the sweep, then one reproduction (issue 35) -------------------------------------
+def _app_run(tmp_path: Path) -> tuple[Path, Path]:
+    run = tmp_path / "run"
+    (run / "hosts").mkdir(parents=True)
+    (run / "hosts" / "active").write_text("h1\nh2\nh3\nh4\n")
+    (run / "hosts" / "spare").write_text("h5\n")
+    log = run / "attempts" / "j.1.log"
+    log.parent.mkdir()
+    log.write_text("".join(f"[rank{r}]: step=1200 loss=2.9\n" for r in range(4)) + "".join(
+        f"[rank{r}]: ValueError: shape mismatch (4096, {r})\n" for r in range(4)))  # fmt: skip
+    return run, log
+
+
+def log_args(run: Path, log: Path, attempt: int = 1, **kw: str) -> argparse.Namespace:
+    """`agpt failover plan` after an attempt whose log the plan classifies itself."""
+    argv = ["--run-dir", str(run), "--jobid", "j", "--attempt", str(attempt), "--rc", "1", "--log", str(log),
+            "--started", "1000", "--ended", "1010", "--now", "1010", "--apply"]  # fmt: skip
+    for k, v in kw.items():
+        argv += [f"--{k.replace('_', '-')}", v]
+    return P._parser().parse_args(argv)
+
+
+def test_an_app_error_on_one_host_whose_probe_fails_is_that_host_evicted_not_a_stop(tmp_path: Path) -> None:
+    run, log = _app_run(tmp_path)
+    failing = {"h2": "agpt-probe: h2 FAILED: device 0: cudaGetDeviceCount: unknown error"}
+
+    def prober(hosts: list[str], s: S.SweepSettings) -> S.SweepResult:
+        return S.SweepResult(ran=True, mode=s.mode, hosts=list(hosts), failed=failing, rounds=1)
+
+    plan = P.run(log_args(run, log), prober=prober)
+    assert (plan.action, plan.swap_out) == ("relaunch", ["h2"])
+    ev = json.loads((run / "events.jsonl").read_text().splitlines()[0])
+    assert ev["class"] == "node" and ev["evidence"][0].startswith("sweep: h2: agpt-probe: h2 FAILED")
+
+
+def test_an_app_error_stops_only_after_the_sweep_passed_and_one_reproduction(tmp_path: Path) -> None:
+    run, log = _app_run(tmp_path)
+    seen: list[int] = []
+
+    def prober(hosts: list[str], s: S.SweepSettings) -> S.SweepResult:
+        seen.append(len(hosts))
+        return S.SweepResult(ran=True, mode=s.mode, hosts=list(hosts), rounds=1)
+
+    first = P.run(log_args(run, log), prober=prober)
+    assert (first.action, first.swap_out) == ("relaunch", [])
+    assert (
+        "every host passed the sweep (probe + collective): same hosts, to see whether it reproduces"
+        in first.reason
+    )
+    ev = json.loads((run / "events.jsonl").read_text().splitlines()[0])
+    assert ev["passed"] == "probe + collective" and ev["signature"].startswith(
+        "1200 [rankN]: ValueError: shape"
+    )
+    log2 = log.with_name("j.2.log")
+    log2.write_text(log.read_text())
+    p = P.run(log_args(run, log2, 2), prober=prober)
+    assert seen == [4]  # one sweep per signature per job
+    assert (p.action, p.verdict, p.exit) == ("stop", "repeat", 4)
+    assert p.reason.startswith("app: `[rank0]: ValueError: shape mismatch (4096, 0)` at step 1200 on attempts "
+                               "1 and 2, every host passed the sweep (probe + collective): a person is needed")  # fmt: skip
+
+
+def test_a_failure_that_does_not_reproduce_is_a_transient_and_training_goes_on(tmp_path: Path) -> None:
+    run, log = _app_run(tmp_path)
+
+    def prober(hosts: list[str], s: S.SweepResult | S.SweepSettings) -> S.SweepResult:
+        return S.SweepResult(ran=True, mode="full", hosts=list(hosts), rounds=1)
+
+    P.run(log_args(run, log), prober=prober)  # type: ignore[arg-type]
+    log2 = log.with_name("j.2.log")
+    log2.write_text(
+        log.read_text().replace("step=1200", "step=1300")
+    )  # it trained past it, then failed later
+    p = P.run(log_args(run, log2, 2), prober=prober)  # type: ignore[arg-type]
+    assert p.action == "relaunch"
+
+
+def test_a_sweep_that_cannot_run_falls_back_to_todays_rule_and_says_so(tmp_path: Path) -> None:
+    run, log = _app_run(tmp_path)
+    for n in (1, 2, 3):
+        p = P.run(log_args(run, log, n, sweep="off"))
+    assert (p.action, p.verdict) == ("stop", "repeat")
+    assert "3 times in a row" in p.reason and p.reason.endswith(
+        "(the health sweep could not run: the sweep is off (FAILOVER_SWEEP=off))"
+    )
+
+
+def test_an_empty_log_has_no_signature_and_never_counts_as_reproduced() -> None:
+    assert policy.signature("", hosts=["h1"], where=3) is None
+    a = dataclasses.replace(crash(2), passed="probe")
+    same = {"event": "attempt", "class": "crash", "first_step": 1, "last_step": 3, "swapped": {}, "signature": None,
+            "passed": "probe"}  # fmt: skip
+    assert decide(a, [dict(same, attempt=1)]).action == "relaunch"
+
+
+def test_a_signature_blanks_numbers_and_the_jobs_host_names() -> None:
+    hosts = ["x3006c0s13b1n0.hsn.cm.polaris.alcf.anl.gov", "nid001234"]
+    a = policy.signature("x3006c0s13b1n0: rank 7 ECC 0x1f at 10.1.2.3 nid001234", hosts=hosts, where=1200)
+    b = policy.signature("x3006c0s13b1n0: rank 2 ECC 0x3a at 10.1.2.9 nid001234", hosts=hosts, where=1200)
+    assert a == b == "1200 HOST: rank N ECC N at N.N.N.N HOST"
+    assert policy.signature("same", hosts=[], where=None) != policy.signature("same", hosts=[], where=5)
+
+
+def test_a_site_fault_is_backed_off_on_first_sight_and_swept_when_it_comes_back() -> None:
+    a = policy.Attempt(
+        attempt=2, rc=1, cls="system", first_step=1, last_step=3, signature="3 Input/output error"
+    )
+    assert not policy.wants_sweep(
+        dataclasses.replace(a, attempt=1), active=HOSTS[:4], history=[], settings=FAST
+    )
+    prior = {"event": "attempt", "attempt": 1, "class": "system", "first_step": 1, "last_step": 3, "swapped": {},
+             "signature": "3 Input/output error", "passed": ""}  # fmt: skip
+    assert policy.wants_sweep(a, active=HOSTS[:4], history=[prior], settings=FAST)

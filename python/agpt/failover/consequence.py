@@ -10,8 +10,9 @@ the ground truth the case's expectation states:
 - a node fault recurs while its host is active (the same log, read the same way), and the health sweep's probe
   fails exactly that host (`expect.bad_hosts`);
 - an application fault recurs on any hosts, and every host passes the sweep;
-- any other fault (a crash or hang no host is proven for, a site fault, the deadline) does not recur: the first
-  relaunch trains.
+- a site fault (`system`: a shared filesystem, a service outside the job) lasts: it recurs on SITE_FAULT_RELAUNCHES
+  relaunches (the backoff's first steps, a minute or two), then clears;
+- any other fault (a crash or hang no host is proven for, the deadline) does not recur: the first relaunch trains.
 
 Each case ends in one of CONSEQUENCES:
   right        the label is right and the loop takes the right action
@@ -38,6 +39,9 @@ CONSEQUENCES = ("right", "recoverable", "unresolved", "evicted", "stopped")
 PERSON = ("stuck", "repeat")  # the loop's verdicts that wait for a person
 SPARES = ("spare-1", "spare-2", "spare-3")
 MAX_ATTEMPTS = 8
+SITE_FAULT_RELAUNCHES = (
+    2  # a site outage outlasts the first backoffs (5 + 10 s, lib/failover.sh FAILOVER_BACKOFF)
+)
 STEP_S = 60.0  # the replay's clock between attempts
 
 
@@ -48,8 +52,8 @@ class Replay:
     attempts: int
 
 
-def _attempt(n: int, got: dict[str, Any]) -> policy.Attempt:
-    return policy.Attempt(
+def _attempt(n: int, got: dict[str, Any], line: str | None, hosts: list[str]) -> policy.Attempt:
+    att = policy.Attempt(
         attempt=n,
         rc=int(got.get("rc") or 0),
         cls=policy.effective_class(str(got.get("class")), int(got.get("rc") or 0)),
@@ -59,6 +63,8 @@ def _attempt(n: int, got: dict[str, Any]) -> policy.Attempt:
         first_step=got.get("first_step"),
         last_step=got.get("last_step"),
     )
+    att.signature = policy.signature(line, hosts=hosts, where=att.where)
+    return att
 
 
 def _sweep(active: list[str], bad: set[str]) -> SweepResult:
@@ -76,11 +82,17 @@ def _event(att: policy.Attempt, plan: policy.Plan, swept: bool) -> dict[str, Any
         "ckpt_step": att.ckpt_step,
         "swapped": {"out": plan.swap_out, "in": plan.swap_in, "blind": plan.blind},
         "sweep": {"ran": swept},
+        "signature": att.signature,
+        "passed": att.passed,
     }
 
 
-def replay(want: dict[str, Any], got: dict[str, Any], hosts: list[str], *, label_right: bool) -> Replay:
-    """Drive the loop's decisions on this case until it recovers, stops, or harms (see the module's docstring)."""
+def replay(
+    want: dict[str, Any], got: dict[str, Any], hosts: list[str], *, label_right: bool, line: str | None = None
+) -> Replay:
+    """Drive the loop's decisions on this case until it recovers, stops, or harms (see the module's docstring).
+    `line`: the attempt's first failing line (agpt.failover.plan.failing_line), whose signature a recurrence
+    repeats; None when it has none."""
     truth = str(want.get("class"))
     bad = set(want.get("bad_hosts") or []) if truth == "node" else set()
     not_healthy = bad | ({str(want["suspect_first"])} if want.get("suspect_first") else set())
@@ -89,7 +101,7 @@ def replay(want: dict[str, Any], got: dict[str, Any], hosts: list[str], *, label
     settings = policy.Settings()
     sweeps = 0
     for n in range(1, MAX_ATTEMPTS + 1):
-        att = _attempt(n, got)
+        att = _attempt(n, got, line, [*hosts, *SPARES])
         swept = False
         if policy.wants_sweep(att, active=active, history=history, settings=settings):
             att, swept, sweeps = policy.apply_sweep(att, _sweep(active, bad), active=active), True, sweeps + 1
@@ -114,7 +126,9 @@ def replay(want: dict[str, Any], got: dict[str, Any], hosts: list[str], *, label
         spare.extend(h for h in plan.returned if h not in spare)
         if truth == "node" and not bad & set(active):
             break
-        if truth not in ("node", "app"):
+        if truth == "system" and n > SITE_FAULT_RELAUNCHES:
+            break
+        if truth not in ("node", "app", "system"):
             break
     else:
         what = "no stop" if truth == "app" else "the fault stays"

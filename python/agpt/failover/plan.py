@@ -26,6 +26,7 @@ from typing import Any
 from agpt import ckptdir, numeric, rundir
 from agpt.errors import EXIT_RESUBMIT, BadInput
 from agpt.failover import hosts as hostlib
+from agpt.failover import policy
 from agpt.failover import shrink as shrinklib
 from agpt.failover import sweep as sweeplib
 from agpt.failover.policy import (
@@ -106,6 +107,9 @@ def _clean_event(ev: dict[str, Any]) -> dict[str, Any]:
         "blind": bool(sw.get("blind")),
     }
     out["class"] = ev.get("class") if isinstance(ev.get("class"), str) else "crash"
+    sig = ev.get("signature")
+    out["signature"] = sig[: policy.SIGNATURE_CHARS + 24] if isinstance(sig, str) else None
+    out["passed"] = ev.get("passed") if isinstance(ev.get("passed"), str) else ""
     return out
 
 
@@ -395,7 +399,9 @@ def run(args: argparse.Namespace, extra: Sequence[str] = (), prober: sweeplib.Pr
             append_event(events_path, _stop_event(args.jobid, args.attempt - 1, plan, now))
         return plan
 
-    att, record = _ended_attempt(args, run_dir, now=now, deadline=deadline, extra=extra)
+    att, record = _ended_attempt(
+        args, run_dir, now=now, deadline=deadline, extra=extra, hosts=[*active, *spare]
+    )
     if wants_sweep(att, active=active, history=history, settings=settings):
         found = _sweep(
             args, run_dir, att, active, now=now, deadline=deadline, settings=settings, prober=prober
@@ -430,10 +436,11 @@ def _shrink_event(jobid: str, att: Attempt, plan: Plan, now: float) -> dict[str,
 
 
 def _ended_attempt(
-    args: argparse.Namespace, run_dir: Path, *, now: float, deadline: float | None, extra: Sequence[str]
-) -> tuple[Attempt, dict[str, Any]]:
-    """The attempt that just ended, from its classification and its log; and what its event records beside
-    (started, ended, the log's path in the run directory)."""
+    args: argparse.Namespace, run_dir: Path, *, now: float, deadline: float | None, extra: Sequence[str],
+    hosts: Sequence[str],
+) -> tuple[Attempt, dict[str, Any]]:  # fmt: skip
+    """The attempt that just ended, from its classification and its log (its signature blanks `hosts`); and what
+    its event records beside (started, ended, the log's path in the run directory)."""
     rc = _rc(args.rc)
     started = rundir.epoch(args.started, "--started")
     ended = rundir.epoch(args.ended, "--ended")
@@ -459,17 +466,19 @@ def _ended_attempt(
     ckpt = latest_checkpoint(run_dir)
     if rc in (128 + 15, 128 + 9) and asked_resubmit(log):  # 143/137: the launcher's, over the trainer's 75
         rc = EXIT_RESUBMIT
+    evidence = [str(x) for x in (c.get("evidence") or [])][:5]
     att = Attempt(
         attempt=args.attempt,
         rc=rc,
         cls=effective_class(str(c.get("class")), rc),
         bad_hosts=[h for h in c.get("bad_hosts") or [] if isinstance(h, str)],
-        evidence=[str(x) for x in (c.get("evidence") or [])][:5],
+        evidence=evidence,
         suspects=_suspects(c),
         first_step=first,
         last_step=last,
         ckpt_step=ckpt,
     )
+    att.signature = policy.signature(failing_line(evidence), hosts=hosts, where=att.where)
     record = {
         "started": started,
         "ended": ended if ended is not None else round(now, 3),
@@ -477,6 +486,13 @@ def _ended_attempt(
         **(rundir.times_of(log) if log else {}),  # the watch's last progress line and first sign of the end
     }
     return att, record
+
+
+def failing_line(evidence: Sequence[str]) -> str | None:
+    """The attempt's first failing line, for its signature: the classifier's first evidence that is not one of its
+    own notes.  None when it read no failure line (an empty log, a log it cannot read): a failure nobody can name
+    is never taken as reproduced, so it never stops the loop for a person (FAILOVER_MAX_ATTEMPTS bounds it)."""
+    return next((e for e in evidence if e.strip() and not e.startswith("(")), None)
 
 
 def _act(run_dir: Path, jobid: str, att: Attempt, plan: Plan) -> dict[str, Any]:
@@ -532,6 +548,8 @@ def _attempt_event(
         "action": plan.action,
         "backoff_s": plan.backoff_s,
         "reason": plan.reason,
+        "signature": att.signature,
+        "passed": att.passed,
         **({"sweep": record["sweep"]} if "sweep" in record else {}),
     }
 

@@ -11,17 +11,21 @@ and the earlier attempts of this job (events.jsonl), and returns
 The rules, in order (why in brackets):
 1. rc 0 -> stop `done` (0).  Class `walltime`, or rc 75 (the trainer itself asked to be resubmitted) -> stop
    `resubmit` (75).
-2. The same class at the same step (the last progress line, else the checkpoint resumed from) for FAILOVER_MAX_REPEAT attempts in a row -> stop `repeat` (4) [a
-   deterministic bug: more attempts only burn hours].  Not for `node`: each named host is evidence of its own,
-   and the spares and FAILOVER_MAX_ATTEMPTS bound it.  Not for `system`: a filesystem or PMI outage lasts as
-   long as it lasts, whatever step it interrupts; the backoff, FAILOVER_MAX_ATTEMPTS and then the chain's
-   no-progress guard bound it, and a person is not needed to restart a run a site fault stopped.  For `hang`/`crash` the limit is at least one more than the
-   blind rotation needs (min(active, FAILOVER_MAX_BLIND) + 1), so a rotation can reach every original host
-   before the failure is called deterministic.
-3. Two attempts in a row with no progress line, neither of them `node` or `system` -> stop `stuck` (3) [a config
-   or environment bug; a swap of a host proven bad is a real fix, and a site-wide fault is waited out].  When
-   every attempt of the row is a `hang`/`crash`, the row must be as long as the blind rotation (min(active,
-   FAILOVER_MAX_BLIND) + 1): a bad host that hangs the first collective after a resume looks the same.
+2-3. A stop for a person (`repeat` 4 after progress, else `stuck` 3) only on evidence that one is needed [a
+   person paged, an allocation held for hours]: every host passed the health sweep (the probe, and the collective
+   where the probe named nobody), and the failure reproduced: the same signature (`signature()`: the first failing
+   line with numbers and host names blanked, and the step) on a relaunch after the sweep.  One sweep and one
+   reproduction per signature per job, so a real bug costs one extra relaunch.  A host the sweep fails is evicted
+   on that evidence (`node`); a signature that does not reproduce is a transient, and training goes on (bounded
+   by FAILOVER_MAX_ATTEMPTS).  Never for `node` (each named host is evidence of its own) nor `system` (a site
+   fault lasts as long as it lasts; one that comes back with the same signature is swept once, for a host it
+   was really about).  Only when the sweep could not run (off, no launcher, no time before the deadline) do the
+   counts of old decide, and the stop says why: the same class at the same step (the last progress line, else
+   the checkpoint resumed from) FAILOVER_MAX_REPEAT attempts in a row -> `repeat`, and two attempts in a row
+   with no progress line, neither `node` nor `system` -> `stuck`; for `hang`/`crash` each as long as the blind
+   rotation (min(active, FAILOVER_MAX_BLIND) + 1), so it can reach every original host first.  The trainer's
+   own rollback limit (rc 4, `app`) stops as `repeat` once the sweep passed (a device computing wrong numbers
+   rolls back too) or could not run.
 4. FAILOVER_MAX_ATTEMPTS reached -> stop: `resubmit` (75) after progress in this job, or when the attempt is a
    `system` fault (a later job retries after its queue wait; CHAIN_MAX_NO_PROGRESS bounds it), else `failed` (1).
 5. `node`: swap exactly the named active hosts.  `hang`/`crash` that the health sweep (agpt.failover.sweep, run by
@@ -31,7 +35,7 @@ The rules, in order (why in brackets):
    spare this rotation added, the hosts the evidence points at first (the classifier's `suspect_hosts`, then
    `last_heard`), then in rank order; when the failure recurs unchanged, the host evicted last time is
    cleared and goes back to the end of the spare list, so a rotation needs one spare, not one per host.
-   `system`: same hosts.  `app`: no swap.  Not enough spares -> stop `resubmit` (75) after progress in this job
+   `system`: same hosts.  `app`: no swap (the sweep first: a host it fails is evicted as for `node`).  Not enough spares -> stop `resubmit` (75) after progress in this job
    (a new allocation continues; the hosts proven bad are recorded so it avoids them), else `failed` (1); but
    for named hosts with FAILOVER_SHRINK on, a relaunch on the healthy hosts left when agpt.failover.shrink finds
    a count that keeps the global batch within FAILOVER_MIN_NODES (its refusal is then part of the stop's reason).
@@ -42,6 +46,7 @@ The rules, in order (why in brackets):
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -52,6 +57,9 @@ from agpt.failover import shrink as shrinklib
 from agpt.failover.sweep import SweepResult
 from agpt.rundir import BLIND_CLASSES, CLASSES
 
+SIGNATURE_CHARS = 240  # of a signature's line, after blanking
+SHOWN_CHARS = 160  # of the failure's line in a stop's reason
+_NUMBERS = re.compile(r"0[xX][0-9a-fA-F]+|[0-9]+")
 NO_SUCH_COMMAND = (
     EXIT_USAGE,
     126,
@@ -106,6 +114,10 @@ class Attempt:
     ckpt_step: int | None = None
     swept: bool = False  # the health sweep ran and every host passed (or had no time to): nobody to evict
     sweep_note: str = ""  # why the sweep could not run (the blind rotation is then the last resort)
+    signature: str | None = None  # the failure's signature (signature()); None: cannot be computed
+    passed: str = (
+        ""  # the sweep ran and every host passed it: its mode's words ("probe + collective", "probe")
+    )
 
     @property
     def progress(self) -> bool:
@@ -295,24 +307,100 @@ def _early_stop(
     progressed: bool,
 ) -> Plan | None:
     """Rules 1-4, in order; None when the attempt goes on to a swap."""
-    # attempts a blind rotation needs to try every host; none when the sweep passed every host (no rotation follows)
-    rotation = 0 if att.swept else min(len(active), settings.max_blind) + 1
     return (
-        _ended(att, cls, named)
-        or _repeated(att, cls, history, settings, rotation)
-        or _stuck(att, cls, history, rotation)
+        _ended(att, cls, named, history)
+        or _for_a_person(att, cls, active=active, history=history, settings=settings)
         or _out_of_attempts(att, cls, settings, progressed, named)
     )
+
+
+def _for_a_person(
+    att: Attempt, cls: str, *, active: Sequence[str], history: Sequence[dict[str, Any]], settings: Settings
+) -> Plan | None:
+    """Rules 2-3, the stops that wait for a person (`repeat`, `stuck`): only on evidence that one is needed.
+
+    Evidence: every host passed the health sweep, and the failure reproduced (the same signature on a relaunch).
+    Without a sweep that could run (off, no launcher, no time), today's counts decide instead (`_repeated`,
+    `_stuck`: the same class at the same step FAILOVER_MAX_REPEAT times, two attempts without progress), and the
+    stop says why the sweep could not run."""
+    if cls in ("node", "system"):
+        return None
+    if _swept_for(att, history) or not att.sweep_note:
+        return _reproduced(att, cls, history)
+    # attempts a blind rotation needs to try every host; none when no rotation follows (no time for the sweep)
+    rotation = 0 if att.swept else min(len(active), settings.max_blind) + 1
+    stop = _repeated(att, cls, history, settings, rotation) or _stuck(att, cls, history, rotation)
+    if stop is not None:
+        stop.reason += f" (the health sweep could not run: {att.sweep_note})"
+    return stop
+
+
+def _same_signature(att: Attempt, history: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """This job's earlier attempts that failed with this attempt's signature (none when it has none)."""
+    if att.signature is None:
+        return []
+    return [ev for ev in history if ev.get("signature") == att.signature]
+
+
+def _swept_for(att: Attempt, history: Sequence[dict[str, Any]]) -> str:
+    """The sweep that passed every host for this failure (this attempt's, or an earlier one of the same
+    signature): its words ("probe + collective"), or "" when none did."""
+    if att.passed:
+        return att.passed
+    return next((str(ev["passed"]) for ev in reversed(_same_signature(att, history)) if ev.get("passed")), "")
+
+
+def _reproduced(att: Attempt, cls: str, history: Sequence[dict[str, Any]]) -> Plan | None:
+    """A stop for a person: the failure reproduced on a relaunch and every host passed the sweep (one sweep and
+    one reproduction per signature per job, so a real bug costs one extra relaunch)."""
+    same = _same_signature(att, history)
+    swept = _swept_for(att, history)
+    if not same or not swept:
+        return None
+    where = "before any step" if att.where is None else f"at step {att.where}"
+    return _stop(
+        "repeat" if att.progress else "stuck",
+        f"{cls}: `{shown(att)}` {where} on attempts {same[-1].get('attempt')} and {att.attempt}, every host passed "
+        f"the sweep ({swept}): a person is needed",
+    )
+
+
+def shown(att: Attempt) -> str:
+    """The failure's line as a person reads it in a stop line: its first evidence, else its signature."""
+    line = next((e for e in att.evidence if e and not e.startswith(("(", "sweep: "))), "")
+    line = " ".join(line.split()) or (att.signature or "").partition(" ")[2] or "no failure line"
+    return line if len(line) <= SHOWN_CHARS else line[: SHOWN_CHARS - 3] + "..."
+
+
+def signature(line: str | None, *, hosts: Sequence[str], where: int | None) -> str | None:
+    """A failure's signature: the step where it failed, then its first failing line with host names and numbers
+    blanked (`1200 ValueError: bad shape (N, N) on HOST`).  Two attempts of a job with one signature failed the
+    same way at the same place: a reproduction.  None when there is no line (an empty log): never reproduced."""
+    text = " ".join((line or "").split())
+    if not text:
+        return None
+    names = {h for h in hosts if h} | {h.split(".")[0] for h in hosts if h and not h[0].isdigit()}
+    for h in sorted(names, key=len, reverse=True):
+        text = text.replace(h, "HOST")
+    text = _NUMBERS.sub("N", text)[:SIGNATURE_CHARS]
+    return f"{'-' if where is None else where} {text}"
 
 
 def wants_sweep(
     att: Attempt, *, active: Sequence[str], history: Sequence[dict[str, Any]], settings: Settings
 ) -> bool:
-    """Whether this attempt needs evidence the log does not hold: it names no host proven bad and its end does not
-    already stop the loop.  Then agpt.failover.plan runs the health sweep before deciding."""
+    """Whether this attempt needs evidence the log does not hold, so agpt.failover.plan runs the health sweep
+    before deciding: it names no host proven bad; it is not already ended (done, the deadline, the trainer's
+    resubmit); no sweep already passed for its signature in this job (then its reproduction stops without
+    another); and it is a fault no host is proven for (`hang`, `crash`, `node` naming no active host), an
+    application error (before any relaunch or stop rests on its wording), or a site fault that recurred."""
     cls = effective_class(att.cls, att.rc)
     named = _named(att, cls, active)
-    if named or (cls not in BLIND_CLASSES and cls != "node"):
+    if named or cls not in (*BLIND_CLASSES, "node", "app", "system"):
+        return False
+    if cls == "system" and not any(ev.get("class") == "system" for ev in _same_signature(att, history)):
+        return False  # a site fault is backed off on first sight; one that comes back is swept
+    if _swept_for(att, history):
         return False
     progressed = att.progress or any(_progress(e) for e in history)
     stop = _early_stop(
@@ -348,11 +436,15 @@ def apply_sweep(att: Attempt, result: SweepResult, *, active: Sequence[str]) -> 
         new.evidence = new.evidence[:5]
         return new
     new.swept = True
+    if not result.failed:  # a link both halves of which pass is reported, not a pass
+        new.passed = "probe + collective" if result.mode == "full" and len(result.hosts) >= 2 else "probe"
     return new
 
 
-def _ended(att: Attempt, cls: str, named: list[str]) -> Plan | None:
-    """Rule 1: the attempt's own end decides: done, the deadline, the trainer's own resubmit or rollback limit."""
+def _ended(att: Attempt, cls: str, named: list[str], history: Sequence[dict[str, Any]]) -> Plan | None:
+    """Rule 1: the attempt's own end decides: done, the deadline, the trainer's own resubmit or rollback limit
+    (the last once the sweep has passed every host, or could not run: a device that computes wrong numbers makes
+    the trainer roll back too)."""
     if att.rc == 0 or cls == "success":
         return _stop("done", "training finished" if att.rc == 0 else "classified success")
     if cls == "walltime":
@@ -362,7 +454,19 @@ def _ended(att: Attempt, cls: str, named: list[str]) -> Plan | None:
         return _stop("resubmit", "the trainer asked to be resubmitted (rc 75)", mark_bad=named)
     # rc 4 with class app: the trainer's rollback limit (train.max_rollbacks); a relaunch would repeat it.
     if att.rc == 4 and cls == "app":
-        return _stop("repeat", "the trainer gave up after too many rollbacks (rc 4)")
+        swept = _swept_for(att, history)
+        if swept:
+            return _stop(
+                "repeat",
+                f"the trainer gave up after too many rollbacks (rc 4) and every host passed the sweep ({swept}): "
+                "a person is needed",
+            )
+        if att.sweep_note:
+            return _stop(
+                "repeat",
+                f"the trainer gave up after too many rollbacks (rc 4) (the health sweep could not run: "
+                f"{att.sweep_note})",
+            )
     return None
 
 
@@ -450,8 +554,14 @@ def _swap(
             plan.reason += f"; {','.join(returned)} cleared, back to the spares"
     elif cls == "system":
         plan.reason = "'system': a site-wide fault; same hosts after the backoff"
+    elif att.passed:
+        plan.reason = (
+            f"'app': `{shown(att)}`, and every host passed the sweep ({att.passed}): same hosts, to see whether "
+            "it reproduces"
+        )
     else:
-        plan.reason = "'app': an application error every rank hits; no swap"
+        late = f" (the health sweep could not run: {att.sweep_note})" if att.sweep_note else ""
+        plan.reason = f"'app': `{shown(att)}`: same hosts{late}"
     return plan
 
 

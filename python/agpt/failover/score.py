@@ -30,6 +30,7 @@ from agpt.failover import classify as cl
 from agpt.failover import consequence as cq
 from agpt.failover import patterns as pat
 from agpt.failover.hostmatch import read_hostfile, read_ipmap
+from agpt.failover.plan import failing_line
 
 
 @dataclass(kw_only=True, slots=True)
@@ -105,7 +106,8 @@ def score_case(path: Path, sets: list[str] | None = None) -> Outcome:
     got = result.to_json()
     want = doc["expect"]
     wrong = judge(want, got)
-    then = cq.replay(want, got, hosts, label_right=not wrong)
+    line = failing_line([str(e) for e in got.get("evidence") or []])
+    then = cq.replay(want, got, hosts, label_right=not wrong, line=line)
     return Outcome(case=f"{path.parent.name}/{path.stem}", want=want, got=got, wrong=wrong, consequence=then)
 
 
