@@ -108,11 +108,12 @@ def test_node_evidence_on_a_line_that_labels_both_host_and_rank_needs_no_map(tmp
     assert (r.cls, r.bad_hosts, r.rank_hosts) == ("node", [FQDN[2]], {7: FQDN[2]})
 
 
-def test_unlabelled_node_evidence_is_a_crash_led_by_the_launchers_exit_notice(tmp_path: Path) -> None:
-    """srun without --label: the ECC line cannot be placed; srun's exit notice names the rank's node."""
+def test_unlabelled_node_evidence_belongs_to_the_host_of_the_first_exit_notice(tmp_path: Path) -> None:
+    """srun without --label: the ECC line names nothing, but it came before srun's first exit notice, which names
+    the node of the one task that failed first (issue 35: the launcher's own attribution before guessing)."""
     text = f"step=10\n{ECC}\nsrun: error: n3: task 3: Exited with exit code 1\n"
     r = _classify(tmp_path, text)
-    assert (r.cls, r.bad_hosts, r.suspect_hosts[:1]) == ("crash", [], ["n3"])
+    assert (r.cls, r.bad_hosts, r.suspect_hosts[:1]) == ("node", ["n3"], ["n3"])
 
 
 def test_open_mpi_exit_notice_maps_the_rank_for_tagged_node_evidence(tmp_path: Path) -> None:

@@ -94,3 +94,53 @@ def test_a_task_killed_before_any_exit_is_the_crash_and_after_them_the_teardown(
     # Every task but one exits 1 first, then srun kills the last: the same error everywhere, the killed one innocent.
     c = run(tmp_path, exits + "srun: launch/slurm: _step_signal: Terminating StepId=7.0\n" + killed)
     assert c.cls == "app" and not any("died of a signal" in n for n in c.notes)
+
+
+# --- issue 35: evidence outranks majorities; what lies outside the job; where a host-less line belongs ---------
+IPS = [(f"10.100.0.{34 + i}", h) for i, h in enumerate(HOSTS)]
+STEPS = "".join(f"{r}: step=1200 loss=2.91\n" for r in range(4))
+EXITS = "".join(f"srun: error: {HOSTS[r]}: task {r}: Exited with exit code 1\n" for r in (1, 2, 3, 0))
+
+
+def test_one_peer_named_by_many_reporters_outranks_every_rank_exiting_alike(tmp_path: Path) -> None:
+    lost = "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection closed by peer [10.100.0.34]:47713"
+    c = run(tmp_path, STEPS + "".join(f"{r}: {lost}\n" for r in (1, 2, 3)) + EXITS, ipmap=IPS)
+    assert (c.cls, c.bad_hosts, c.suspect_hosts[:1]) == ("crash", [], ["nid001234"])
+    assert any("evidence about a host outranks the majority" in n for n in c.notes)
+    # Without the lines naming anyone, the same exits everywhere are still the application's.
+    assert run(tmp_path, STEPS + EXITS).cls == "app"
+
+
+def test_a_lost_peer_that_names_a_host_is_evidence_about_that_host(tmp_path: Path) -> None:
+    reset = "RuntimeError: Connection reset by peer (nid001234:29500)"
+    c = run(tmp_path, STEPS + "".join(f"{r}: {reset}\n" for r in (2, 3)) + EXITS)
+    assert (c.cls, c.suspect_hosts[:1]) == ("crash", ["nid001234"])
+
+
+def test_an_application_error_everywhere_with_no_host_named_stays_app(tmp_path: Path) -> None:
+    c = run(tmp_path, STEPS + "".join(f"{r}: ValueError: bad shape (4096, 7)\n" for r in range(4)) + EXITS)
+    assert c.cls == "app"
+
+
+def test_a_service_outside_the_job_that_every_host_reports_is_the_sites(tmp_path: Path) -> None:
+    err = "requests.exceptions.ConnectionError: HTTPSConnectionPool(host='obj.example.org', port=443): Max retries exceeded with url: https://obj.example.org/data/shard-7.bin"
+    c = run(tmp_path, STEPS + "".join(f"{r}: {err}\n" for r in range(4)) + EXITS)
+    assert c.cls == "system" and c.bad_hosts == []
+    assert any("names an endpoint outside the job" in n for n in c.notes)
+    # The same error naming a host of the job is about that host, not the site.
+    inside = err.replace("obj.example.org", "nid001236")
+    assert run(tmp_path, STEPS + "".join(f"{r}: {inside}\n" for r in (0, 1, 3)) + EXITS).cls != "system"
+    # One host alone reaching out is not the site.
+    assert run(tmp_path, STEPS + f"2: {err}\n" + EXITS).cls != "system"
+
+
+def test_a_host_less_device_fault_before_the_first_exit_belongs_to_the_exiting_host(tmp_path: Path) -> None:
+    ecc = "RuntimeError: CUDA error: uncorrectable ECC error encountered\n"
+    first = "srun: error: nid001236: task 2: Exited with exit code 1\n"
+    rest = "".join(f"srun: error: {HOSTS[r]}: task {r}: Exited with exit code 1\n" for r in (0, 1, 3))
+    c = run(tmp_path, STEPS + ecc + first + rest)
+    assert (c.cls, c.bad_hosts) == ("node", ["nid001236"])
+    assert any("printed before the first exit notice" in n for n in c.notes)
+    # Printed after the first exit, it could be anyone's: no host is proven.
+    c = run(tmp_path, STEPS + first + ecc + rest)
+    assert (c.cls, c.bad_hosts) == ("crash", [])

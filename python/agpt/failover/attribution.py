@@ -5,10 +5,15 @@ pattern named, the rank it named, and its reporter (the host and rank the line's
 launcher: agpt.failover.labels), and `rank_map` places a rank on its host.  So each rule holds for srun, PALS,
 hydra, Open MPI and torchrun alike, and a new structural rule belongs here, beside these:
 - `place_node_ranks`: node evidence that named only a rank lands on that rank's host, learnt from the whole log;
+- `place_before_first_exit`: a device fault a line reports with no host, no rank and no label, printed before
+  the launcher's first exit or death notice, is the fault of the host that notice names (the one task that
+  failed first: its runtime printed the line, then it exited);
 - `app_verdict`: an app error counts when enough ranks or hosts printed it; one rank alone crashed, and so did
   the ranks of one host alone when the job has others (an application bug does not pick a node), and so did
   reporters whose error names another host of the job (they lost that host: `timed out reaching (nid5, 29500)`);
 - `everywhere`: the same fault printed by most of the job's hosts is the application or the site, not a node;
+- `outside_service`: the same failure printed by most of the job's hosts, naming an endpoint (a URL's host) that is
+  no host of the job, is a service outside the job (an object store, a web service, a license server): the site's;
 - `peer_culprit`: the far end of failed connections that several reporters name is the host at fault, and its
   reporters are its victims; so is a host of the job that failure lines name in their text (`connect to (GPU03,
   29500)`) while it blames no one itself (a silent host named by others);
@@ -21,7 +26,12 @@ Standard library only.
 
 from __future__ import annotations
 
+import re
+
 from agpt.failover.evidence import STRENGTH, Evidence, Hit
+
+# A URL's host (RFC 3986: scheme "://" [userinfo "@"] host): an endpoint a line names, whatever the library.
+_URL_HOST = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://(?:[^/\s@\"']+@)?(\[[0-9A-Fa-f:.]+\]|[^/\s:\"'?#\]]+)")
 
 
 def unplaced_ranks(ev: Evidence) -> list[int]:
@@ -48,6 +58,40 @@ def place_node_ranks(ev: Evidence) -> None:
     ev.node_hosts = dict(sorted(ev.node_hosts.items(), key=lambda kv: kv[1].lineno))
     ev.hits["node"] = [h for h in ev.hits["node"] if h.kind == "node"]
     ev.hits["crash"].sort(key=lambda h: h.lineno)
+
+
+def place_before_first_exit(ev: Evidence) -> None:
+    """Place node evidence that named nothing (no host, no rank, no label) on the host of the launcher's first exit
+    or death notice, when it was printed before that notice: the task that failed first printed it.  Node
+    patterns that could not be placed were kept as crash hits (agpt.failover.evidence); they become node hits."""
+    node_ids = {p.id for p in ev.patterns if p.cls == "node"}
+    deaths = {p.id for p in ev.patterns if p.death}
+    notices = [h for h in ev.hits["weak"] if len(h.hosts) == 1 and h.rank is not None]
+    notices += [h for h in ev.hits["cascade-ignore"] if h.pattern in deaths and len(h.hosts) == 1]
+    if not notices:
+        return
+    first = min(notices, key=lambda h: h.lineno)
+    host = first.hosts[0]
+    placed = [
+        h
+        for h in ev.hits["crash"]
+        if h.pattern in node_ids
+        and not h.hosts
+        and h.reporter is None
+        and h.reporter_rank is None
+        and h.rank is None
+        and h.lineno < first.lineno
+    ]
+    for hit in placed:
+        hit.kind, hit.hosts = "node", [host]
+        ev.node_hosts.setdefault(host, hit)
+        ev.hits["node"].append(hit)
+        ev.notes.append(
+            f"line {hit.lineno}: a device fault naming no host, printed before the first exit notice (line "
+            f"{first.lineno}, {host}): that host's"
+        )
+    if placed:
+        ev.hits["crash"] = [h for h in ev.hits["crash"] if h not in placed]
 
 
 def app_verdict(ev: Evidence, job: int = 1) -> tuple[list[Hit], list[Hit]]:
@@ -103,6 +147,30 @@ def everywhere(hits: list[Hit], ev: Evidence, job: int) -> list[Hit]:
         kept.append(hit)
     spread = [(len(h), k) for h, k in by.values() if len(h) >= 2 and len(h) > job / 2]
     return max(spread, key=lambda t: t[0])[1] if spread else []
+
+
+def outside_service(ev: Evidence, job: int, hits: list[Hit]) -> list[Hit]:
+    """The hits of one failure that hosts making up more than half of the job (two at least) printed, each naming
+    an endpoint (a URL's host) that is no host of the job: what failed is a service the job reaches, not a rank of
+    it nor its own code.  Empty when no such failure is that widespread."""
+    outside = [h for h in hits if _names_outside(ev, h.line)]
+    if not outside:
+        return []
+    spread = everywhere(outside, ev, job)
+    if spread:
+        return spread
+    by: dict[str, set[str]] = {}  # app errors are kept once per message: their reporters say who printed them
+    for entry in ev.app.values():
+        if any(h is entry.first for h in outside) and not entry.unlabeled:
+            by[entry.first.pattern] = _hosts_of(ev, entry.reporters)
+    wide = [h for h in outside if len(by.get(h.pattern, ())) >= 2 and len(by[h.pattern]) > job / 2]
+    return wide
+
+
+def _names_outside(ev: Evidence, line: str) -> bool:
+    """Whether a line names a URL whose host is not a host of the job (by any spelling or address)."""
+    hosts = [m.group(1).strip("[]") for m in _URL_HOST.finditer(line)]
+    return bool(hosts) and all(not ev.matcher.find(h) for h in hosts)
 
 
 def peer_culprit(ev: Evidence) -> tuple[str, set[str], int] | None:

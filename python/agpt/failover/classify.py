@@ -115,6 +115,7 @@ def _read(
     if missing:
         scanner.find_ranks(missing)
     attribution.place_node_ranks(ev)
+    attribution.place_before_first_exit(ev)
     return ev
 
 

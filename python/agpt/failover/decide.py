@@ -11,8 +11,12 @@ Evidence first, exit codes last.  The rules run in the order of RULES; the first
   system             a system pattern (a site-wide fault no swap fixes), unless a crash on one host came first (by
                      time stamp where the lines carry one, else by line) and only other hosts then reported
                      system errors: those are its consequences (attribution.consequences_of_a_crash)
+  outside            the same failure on most of the job's hosts naming an endpoint (a URL) that is no host of the
+                     job: system (a service outside the job: back off and relaunch, never a stop on first sight)
   watchdog           rc 124 (the idle watchdog): app if every rank raised the same error, else hang
-  crash_everywhere   one crash pattern printed by most of the job's hosts: app (nodes do not fail together)
+  crash_everywhere   one crash pattern printed by most of the job's hosts: app (nodes do not fail together), unless
+                     lines name one host (failed connections' far end, a host others name): evidence outranks
+                     a majority, for this rule, `app`, `watchdog`'s app and `weak_everywhere` alike
   crash              a crash pattern
   app                an app error that two ranks (or an unlabelled log) raised
   hang               a collective timeout
@@ -167,10 +171,20 @@ def _system(c: Case) -> Verdict | None:
     return Verdict(cls="system", decisive=c.ev.hits["system"])
 
 
+def _outside(c: Case) -> Verdict | None:
+    hits = attr.outside_service(c.ev, c.job, [*c.qualified, *c.ev.hits["crash"], *c.weak])
+    if not hits:
+        return None
+    note = (
+        f"{hits[0].pattern} on most of the {c.job} hosts names an endpoint outside the job: a service's fault"
+    )
+    return Verdict(cls="system", decisive=hits, notes=[note])
+
+
 def _watchdog(c: Case) -> Verdict | None:
     if c.rc != 124:
         return None
-    if c.qualified:
+    if c.qualified and not _outranked(c, f"{c.qualified[0].pattern} on several ranks"):
         return Verdict(cls="app", decisive=c.qualified)
     hits = c.ev.hits
     return Verdict(
@@ -180,11 +194,23 @@ def _watchdog(c: Case) -> Verdict | None:
     )
 
 
+def _outranked(c: Case, what: str) -> bool:
+    """Evidence outranks a majority: when lines name one host (the far end of failed connections several
+    reporters name, or a host others name while it names no one), a rule that reads the same error or exit on
+    most ranks as the application's does not decide; the crash rules do, that host leading the suspects."""
+    culprit = attr.peer_culprit(c.ev)
+    if culprit is None:
+        return False
+    host, _, n = culprit
+    c.notes.append(f"{what}, but {n} line(s) name {host}: evidence about a host outranks the majority")
+    return True
+
+
 def _same_everywhere(hits: list[Hit], c: Case) -> Verdict | None:
     """The same fault on most of the job's hosts (a memory access fault at step 1, host memory exhausted while
     loading): nodes do not fail together; the code, the data or the configuration does."""
     spread = attr.everywhere(hits, c.ev, c.job) if hits else []
-    if not spread:
+    if not spread or _outranked(c, f"{spread[0].pattern} on most of the {c.job} hosts"):
         return None
     note = (
         f"{spread[0].pattern} on most of the {c.job} hosts: the same fault everywhere "
@@ -202,7 +228,9 @@ def _crash(c: Case) -> Verdict | None:
 
 
 def _app(c: Case) -> Verdict | None:
-    return Verdict(cls="app", decisive=c.qualified) if c.qualified else None
+    if not c.qualified or _outranked(c, f"{c.qualified[0].pattern} on several ranks"):
+        return None
+    return Verdict(cls="app", decisive=c.qualified)
 
 
 def _hang(c: Case) -> Verdict | None:
@@ -243,6 +271,7 @@ RULES: tuple[Callable[[Case], Verdict | None], ...] = (
     _most_of_job_named,
     _node,
     _system,
+    _outside,
     _watchdog,
     _crash_everywhere,
     _crash,

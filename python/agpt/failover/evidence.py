@@ -33,8 +33,9 @@ MAX_SIGNATURES = 256
 MAX_REPORTERS = 16
 MAX_NOTED = 16  # hosts outside the job that get a note
 MAX_MENTIONS = 4096  # (named host, reporter) pairs kept; a host named in a failure line's own text
-# Kinds whose lines may name a peer in their text (an exit notice names its own host; a node hit is already placed).
-MENTION_KINDS = ("crash", "weak", "app", "hang-hint", "system")
+# Kinds whose lines may name a peer in their text (an exit notice names its own host; a node hit is already placed);
+# a lost peer's line that names the host it lost is evidence about that host too.
+MENTION_KINDS = ("crash", "weak", "app", "hang-hint", "system", "cascade-ignore")
 
 # Strength of one line's evidence: a line counts once, as its strongest match.
 STRENGTH = {
