@@ -6,7 +6,11 @@
 # -> srun, one rank per node) and the cross-host collective (agpt.preflight's allreduce).
 #   (a) n3's backend cannot initialise (tests/fixtures/broken_node.sh points gloo at a missing interface there):
 #       exactly n3 is evicted on the probe's failing line, in one attempt, and training finishes on the spare;
-#   (b) every host healthy: the same crash evicts nobody, and the relaunch keeps the same hosts.
+#   (b) every host healthy: the same crash evicts nobody, and the relaunch keeps the same hosts;
+#   (c) an application error on every rank (a KeyError, once) while n3's probe fails: n3 is evicted on that
+#       evidence, not a stop for a person;
+#   (d) the same error every attempt, every host healthy: the sweep passes, one relaunch reproduces it, and the
+#       loop stops (repeat, 4) with a line naming both attempts and the sweep; no second sweep.
 # shellcheck disable=SC2016  # single-quoted job lines expand in the job, not here
 load helpers
 load loop_jobs
@@ -74,4 +78,35 @@ run_job() {
   assert_line --index 0 --regexp '"ran":true,"mode":"full","hosts":4,"failed":\{\},.*"site_wide":false'
   run ev attempt reason
   assert_line --index 0 --partial "the health sweep passed every host: no node to blame"
+}
+
+@test "(c) sweep cluster: an application-looking error on every rank, one host's probe failing: that host evicted on the sweep's evidence, no stop" {
+  write_job <<<'export AGPT_TEST_BROKEN_NODES=n3 FAKE_TRAINER_FAULTS=app@3::once'
+  rc="$(run_job)"
+  show_job
+  assert_equal "$rc" 0
+  run grep -c "KeyError: 'model.hidden_sizee'" "$RUN"/attempts/*.1.log
+  assert_output 4
+  run ev attempt attempt class bad_hosts swapped
+  assert_line --index 0 '1 "node" ["n3"] {"out":["n3"],"in":["n5"],"blind":false,"returned":[]}'
+  assert_line --index 1 --regexp '^2 "success" '
+  run cut -f1,4 "$RUN/hosts/bad"
+  assert_output --regexp $'^n3\tsweep: n3: agpt-probe: n3 FAILED: device'
+}
+
+@test "(d) sweep cluster: the same application error with every host healthy: one reproduction after the sweep, then a stop naming both attempts" {
+  write_job <<<'export FAKE_TRAINER_FAULTS=app@3'
+  rc="$(run_job)"
+  show_job
+  assert_equal "$rc" 4
+  run ev attempt attempt class passed swapped
+  assert_line --index 0 '1 "app" "probe + collective" {"out":[],"in":[],"blind":false,"returned":[]}'
+  assert_line --index 1 --regexp '^2 "app" "" '
+  ((${#lines[@]} == 2))
+  run ev stop verdict reason
+  assert_output --regexp "^\"repeat\" \"app: \`[0-9]+: KeyError: 'model.hidden_sizee' \(unknown config key\)\` at step 2 on attempts 1 and 2, every host passed the sweep \(probe \+ collective\): a person is needed\"$"
+  run grep -c 'agpt-probe: n[1-4] ok' "$RUN"/attempts/*.1.sweep.log
+  assert_output 4
+  assert [ ! -e "$RUN"/attempts/*.2.sweep.log ]
+  assert [ ! -e "$RUN/hosts/bad" ]
 }

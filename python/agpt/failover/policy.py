@@ -11,7 +11,7 @@ and the earlier attempts of this job (events.jsonl), and returns
 The rules, in order (why in brackets):
 1. rc 0 -> stop `done` (0).  Class `walltime`, or rc 75 (the trainer itself asked to be resubmitted) -> stop
    `resubmit` (75).
-2-3. A stop for a person (`repeat` 4 after progress, else `stuck` 3) only on evidence that one is needed [a
+2-3. A stop for a person (`repeat` 4 when an attempt of the reproduction made progress, else `stuck` 3) only on evidence that one is needed [a
    person paged, an allocation held for hours]: every host passed the health sweep (the probe, and the collective
    where the probe named nobody), and the failure reproduced: the same signature (`signature()`: the first failing
    line with numbers and host names blanked, and the step) on a relaunch after the sweep.  One sweep and one
@@ -358,8 +358,9 @@ def _reproduced(att: Attempt, cls: str, history: Sequence[dict[str, Any]]) -> Pl
     if not same or not swept:
         return None
     where = "before any step" if att.where is None else f"at step {att.where}"
+    progressed = att.progress or any(_progress(ev) for ev in same)
     return _stop(
-        "repeat" if att.progress else "stuck",
+        "repeat" if progressed else "stuck",
         f"{cls}: `{shown(att)}` {where} on attempts {same[-1].get('attempt')} and {att.attempt}, every host passed "
         f"the sweep ({swept}): a person is needed",
     )
