@@ -15,7 +15,7 @@ from agpt.failover import classify as cl
 from agpt.failover import patterns as pat
 from agpt.failover.decide import Classification
 from agpt.failover.hostmatch import HostMatcher
-from agpt.failover.labels import split_labels
+from agpt.failover.labels import TRAINING_RANK, split_all, split_labels
 from failover_util import site_pattern_set
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,8 +70,12 @@ MATRIX = [
 
 @pytest.mark.parametrize(("option", "prefix", "host", "rank"), MATRIX, ids=[m[0] for m in MATRIX])
 def test_label_matrix(option: str, prefix: str, host: str | None, rank: int | None) -> None:
-    body, h, r = split_labels(prefix + ECC, HostMatcher(hosts=FQDN))
-    assert (body, h, r) == (ECC, host, rank), option
+    body, h, r, t = split_all(prefix + ECC, HostMatcher(hosts=FQDN))
+    assert (body, h, r if r is not None else t) == (ECC, host, rank), option
+    # a trainer's own [rankN] is its rank, kept apart from a launcher's task id (docs/contract.md)
+    assert (t is not None) == ("[rank" in prefix), option
+    _, _, combined = split_labels(prefix + ECC, HostMatcher(hosts=FQDN))
+    assert combined == (r if r is not None else None if t is None else TRAINING_RANK + t), option
 
 
 def test_a_label_naming_a_host_outside_the_job_is_not_taken_as_a_host() -> None:

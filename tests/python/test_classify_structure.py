@@ -144,3 +144,22 @@ def test_a_host_less_device_fault_before_the_first_exit_belongs_to_the_exiting_h
     # Printed after the first exit, it could be anyone's: no host is proven.
     c = run(tmp_path, STEPS + first + ecc + rest)
     assert (c.cls, c.bad_hosts) == ("crash", [])
+
+
+def test_an_srun_task_id_is_not_a_trainers_rank_unless_the_log_says_so(tmp_path: Path) -> None:
+    """torchrun under srun: one task per node holds several ranks, so srun's `task 1` is not [rank1]'s host."""
+    two = HOSTS[:2]
+    notices = "srun: error: nid001234: task 0: Exited with exit code 1\nsrun: error: nid001235: task 1: Exited with exit code 1\n"
+    ecc = "RuntimeError: CUDA error: uncorrectable ECC error encountered\n"
+    log = tmp_path / "a.log"
+    log.write_text("[rank0]: step=1200 loss=2.9\n[rank1]: " + ecc + notices)
+    c = cl.classify(log, 1, two, None, None, 1e9, None)
+    assert (c.cls, c.bad_hosts) == ("crash", [])  # never nid001235 on task 1's word
+    assert any("[rank1] names no known host" in n for n in c.notes)
+    # The launcher's label states which task printed the rank's line: that task's host.
+    log.write_text("0: [rank0]: step=1200 loss=2.9\n0: [rank1]: " + ecc + notices)
+    c = cl.classify(log, 1, two, None, None, 1e9, None)
+    assert (c.cls, c.bad_hosts) == ("node", ["nid001234"])
+    # An MPI launcher's label numbers ranks as the trainer does: PALS' `HOST N: ` places [rankN].
+    log.write_text("nid001234 0: step=1200\nnid001235 1: step=1200\n[rank1]: " + ecc)
+    assert cl.classify(log, 1, two, None, None, 1e9, None).bad_hosts == ["nid001235"]

@@ -29,6 +29,7 @@ from __future__ import annotations
 import re
 
 from agpt.failover.evidence import STRENGTH, Evidence, Hit
+from agpt.failover.labels import rank_name
 
 # A URL's host (RFC 3986: scheme "://" [userinfo "@"] host): an endpoint a line names, whatever the library.
 _URL_HOST = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://(?:[^/\s@\"']+@)?(\[[0-9A-Fa-f:.]+\]|[^/\s:\"'?#\]]+)")
@@ -36,13 +37,13 @@ _URL_HOST = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://(?:[^/\s@\"']+@)?(\[[0-9A-F
 
 def unplaced_ranks(ev: Evidence) -> list[int]:
     """Ranks that node evidence named and no line placed on a host yet."""
-    return [r for r in ev.node_ranks if r not in ev.rank_map]
+    return [r for r in ev.node_ranks if ev.host_of(None, r) is None]
 
 
 def place_node_ranks(ev: Evidence) -> None:
     """Place node evidence that named a rank, once the whole log has taught us where the ranks ran."""
     for rank, hit in ev.node_ranks.items():
-        host = ev.rank_map.get(rank)
+        host = ev.host_of(None, rank)
         if host is None and hit.reporter is not None and hit.reporter_rank == rank:
             host = hit.reporter  # the line's own label named the host that printed it
         if host is not None:
@@ -54,7 +55,7 @@ def place_node_ranks(ev: Evidence) -> None:
             hit.kind = "crash"
             ev.suspects.append((STRENGTH["crash"], hit.lineno, None, rank))
             ev.keep("crash", hit)
-            ev.notes.append(f"line {hit.lineno}: rank {rank} names no known host: counted as a crash")
+            ev.notes.append(f"line {hit.lineno}: {rank_name(rank)} names no known host: counted as a crash")
     ev.node_hosts = dict(sorted(ev.node_hosts.items(), key=lambda kv: kv[1].lineno))
     ev.hits["node"] = [h for h in ev.hits["node"] if h.kind == "node"]
     ev.hits["crash"].sort(key=lambda h: h.lineno)
@@ -120,7 +121,7 @@ def _hosts_of(ev: Evidence, reporters: set[str]) -> set[str]:
     out: set[str] = set()
     for who in reporters:
         if who.startswith("rank "):
-            out.add(ev.rank_map.get(int(who[5:]), who))
+            out.add(ev.host_of(None, int(who[5:])) or who)
         else:
             out.add(who)
     return out

@@ -37,6 +37,7 @@ from typing import Any
 
 from agpt.failover import attribution as attr
 from agpt.failover.evidence import STRENGTH, Evidence, Hit
+from agpt.failover.labels import TRAINING_RANK
 
 EVIDENCE_CHARS = 400
 MAX_EVIDENCE = 20
@@ -326,7 +327,7 @@ def decide(
         first_step=ev.first_step,
         suspect_hosts=suspects,
         last_heard=attr.last_heard(ev),
-        rank_hosts=dict(ev.rank_map),
+        rank_hosts={**ev.task_map, **{r: h for r, h in ev.rank_map.items() if r < TRAINING_RANK}},
         matches=[h.brief() for h in evidence_hits],
         counts={("cascade" if k == "cascade-ignore" else k): v for k, v in ev.counts.items() if v},
         lines=ev.lines,

@@ -25,7 +25,7 @@ from typing import Any
 
 from agpt.failover import patterns as pat
 from agpt.failover.hostmatch import HostMatcher
-from agpt.failover.labels import split_labels, stamp
+from agpt.failover.labels import TRAINING_RANK, split_all, stamp
 
 MAX_KEEP = 32  # hits kept per kind (the counts go on)
 MAX_RANKS = 65536
@@ -115,6 +115,8 @@ class Evidence:
             tuple[str, str | None, int | None, int]
         ] = []  # (named host, reporter host, rank, line)
         self.stamps: dict[int, tuple[str, float]] = {}  # line -> (date spelling, seconds into it)
+        self.stated: dict[int, int] = {}  # a trainer's rank -> the launcher's task a line shows printing it
+        self.task_map: dict[int, str] = {}  # a launcher's task id -> its host (srun's `task N` notices)
         self.notes: list[str] = []
         self._outside: set[str] = set()
         self._cascade_seen = False
@@ -129,7 +131,9 @@ class Evidence:
         cands = [p for p in pool if p.needles is None or any(n in low for n in p.needles)]
         if not cands:
             return
-        body, lhost, lrank = split_labels(text, self.matcher)
+        body, lhost, lrank, ltrain = split_all(text, self.matcher)
+        if ltrain is not None:
+            lrank = self.training_label(ltrain, lhost, lrank)
         if lhost is not None and lrank is not None:
             self.map_rank(lrank, lhost)
         best: tuple[int, pat.Pattern, re.Match[str]] | None = None
@@ -139,7 +143,7 @@ class Evidence:
             if m is None:
                 continue
             if p.rank_hosts:
-                self._map_match(m, lhost, lrank)
+                self._map_match(p, m, lhost, lrank)
             if p.table:
                 self._table_row(p, m, text, lineno, lhost, lrank)
             if p.cls == "info":
@@ -178,16 +182,29 @@ class Evidence:
             if len(hosts) == 1 and lineno - at <= 3:
                 self.map_rank(int(gd["rank"]), hosts[0])
 
+    def training_label(self, train: int, host: str | None, task: int | None) -> int:
+        """A trainer's own rank label on a line: what the line states about it (its host, the launcher's task that
+        printed it); the reporter's rank: the launcher's task when the line names one, else TRAINING_RANK + N."""
+        if task is not None and train not in self.stated and len(self.stated) < MAX_RANKS:
+            self.stated[train] = task
+        if host is not None:
+            self.map_rank(TRAINING_RANK + train, host)
+        return task if task is not None else TRAINING_RANK + train
+
     def map_rank(self, rank: int, host: str) -> None:
         """Learn where a rank runs; the first answer stands."""
         if rank not in self.rank_map and len(self.rank_map) < MAX_RANKS:
             self.rank_map[rank] = host
 
-    def _map_match(self, m: re.Match[str], lhost: str | None, lrank: int | None) -> None:
+    def _map_match(self, p: pat.Pattern, m: re.Match[str], lhost: str | None, lrank: int | None) -> None:
         gd = m.groupdict()
         hosts = self.matcher.match_all(gd["host"]) if gd.get("host") else ([lhost] if lhost else [])
         rank = int(gd["rank"]) if gd.get("rank") else lrank
         if rank is not None and len(hosts) == 1 and hosts[0]:
+            if p.task and gd.get("rank"):  # srun's `task N`: where the task ran, not a trainer's rank N
+                if rank not in self.task_map and len(self.task_map) < MAX_RANKS:
+                    self.task_map[rank] = hosts[0]
+                return
             self.map_rank(rank, hosts[0])
 
     def _record(
@@ -334,7 +351,19 @@ class Evidence:
         self.keep("app", hit)
 
     def host_of(self, host: str | None, rank: int | None) -> str | None:
-        """A reporter's host: its label's, else its rank's through the rank->host map."""
+        """A reporter's host: its label's, else its rank's through the rank->host map.  A trainer's own rank
+        (TRAINING_RANK + N) is placed only where the log states it: beside a host, or beside the launcher's task
+        label (then the task's host); never by taking the launcher's task N for the trainer's rank N."""
         if host is not None:
             return host
-        return self.rank_map.get(rank) if rank is not None else None
+        if rank is None:
+            return None
+        if rank < TRAINING_RANK:  # a launcher's label: the same numbering as its notices
+            return self.rank_map.get(rank) or self.task_map.get(rank)
+        train = rank - TRAINING_RANK
+        task = self.stated.get(train)
+        if task is not None:
+            return self.rank_map.get(task) or self.task_map.get(task)
+        # Placed by a line with its host, or by an MPI launcher's or the trainer's own rank (the same numbering);
+        # never by an srun task id of the same number.
+        return self.rank_map.get(rank) or self.rank_map.get(train)

@@ -46,7 +46,9 @@ LABELS: list[re.Pattern[str]] = [
     re.compile(
         r"^\[[A-Z][a-z]{2} [^\]]{8,40}\]<std(?:out|err|diag)>: ?"
     ),  # --timestamp-output `[date]<stdout>:`
-    re.compile(r"^\[rank(?P<r>\d{1,7})\]: ?", re.IGNORECASE),  # torch.distributed
+    re.compile(
+        r"^\[rank(?P<tr>\d{1,7})\]: ?", re.IGNORECASE
+    ),  # torch.distributed: a training rank (TRAINING_RANK)
     re.compile(r"^\[[a-z_]+\d{1,5}\]: ?"),  # torchrun --tee `[default0]:` (a local rank: taken off only)
     re.compile(r"^\[(?P<r>\d{1,7})\] "),  # hydra -l / -prepend-rank
     re.compile(rf"^\[(?:proxy:[\d:]+|mpiexec)@(?P<h>{_H})\] "),  # hydra's own daemons `[proxy:0:1@host]`
@@ -59,6 +61,10 @@ LABELS: list[re.Pattern[str]] = [
     *TIME_LABELS,
 ]
 MAX_LABELS = 4  # labels taken off one line at most
+# A trainer's own rank (torch's `[rankN]:`) is not the launcher's task id (srun's `N: `, `task N`): under torchrun
+# one task holds several ranks.  It is kept apart as TRAINING_RANK + N, and reaches a host only through a line that
+# states it: the rank's label beside a host, or beside the launcher's task label (agpt.failover.evidence.host_of).
+TRAINING_RANK = 10**8
 
 
 def stamp(line: str) -> tuple[str, float] | None:
@@ -87,7 +93,21 @@ def stamp(line: str) -> tuple[str, float] | None:
 
 
 def split_labels(line: str, matcher: HostMatcher) -> tuple[str, str | None, int | None]:
-    """(message, host, rank) of a line: the launcher labels in front, resolved to the job's hosts.
+    """(message, host, rank) of a line: the launcher labels in front, resolved to the job's hosts.  The rank is the
+    launcher's, else a trainer's own (TRAINING_RANK + N) when only that labels the line."""
+    body, host, rank, train = split_all(line, matcher)
+    if rank is None and train is not None:
+        rank = TRAINING_RANK + train
+    return body, host, rank
+
+
+def rank_name(rank: int) -> str:
+    """A rank as a person reads it: `rank N` (the launcher's) or `[rankN]` (the trainer's own label)."""
+    return f"[rank{rank - TRAINING_RANK}]" if rank >= TRAINING_RANK else f"rank {rank}"
+
+
+def split_all(line: str, matcher: HostMatcher) -> tuple[str, str | None, int | None, int | None]:
+    """(message, host, launcher rank, training rank) of a line: the labels in front, resolved to the job's hosts.
 
     A label naming a host that is not one of the job's is not a label (the next format is tried): `error: `
     must not be taken for a host called `error`.
@@ -95,6 +115,7 @@ def split_labels(line: str, matcher: HostMatcher) -> tuple[str, str | None, int 
     body = line
     host: str | None = None
     rank: int | None = None
+    train: int | None = None
     for _ in range(MAX_LABELS):
         for rx in LABELS:
             m = rx.match(body)
@@ -108,10 +129,12 @@ def split_labels(line: str, matcher: HostMatcher) -> tuple[str, str | None, int 
                     continue
             if gd.get("r") is not None and rank is None:
                 rank = int(gd["r"])
+            if gd.get("tr") is not None and train is None:
+                train = int(gd["tr"])
             if h is not None and host is None:
                 host = h
             body = body[m.end() :]
             break
         else:
             break
-    return body, host, rank
+    return body, host, rank, train

@@ -107,6 +107,7 @@ class Pattern:
     table: str = ""
     guess: bool = True
     death: bool = False
+    task: bool = False  # the rank group is the launcher's task id (srun's `task N`), not a trainer's rank
     needles: tuple[str, ...] | None = None
     positive: list[Example] = field(default_factory=list)
     negative: list[str] = field(default_factory=list)
@@ -263,6 +264,7 @@ def _pattern(path: Path, set_name: str, i: int, raw: Any) -> Pattern:
         peer=bool(raw.get("peer", False)),
         guess=bool(raw.get("guess", True)),
         death=bool(raw.get("death", False)),
+        task=bool(raw.get("task", False)),
         table=table,
         needles=needles,
         positive=positive,

@@ -26,7 +26,7 @@ from typing import BinaryIO
 
 from agpt import rundir
 from agpt.failover.evidence import MAX_RANKS, Evidence
-from agpt.failover.labels import split_labels
+from agpt.failover.labels import TRAINING_RANK, split_all, split_labels
 
 CHUNK_BYTES = 1 << 20
 MIB = 1 << 20
@@ -281,14 +281,16 @@ class Scanner:
         if self.path is None:
             return
         want = set(ranks[:MAX_RANK_PROBES])
+
+        def launcher(n: int) -> list[bytes]:
+            return [f"{n}: ".encode(), f"[{n}]".encode(), f",{n}]".encode(), f"[{n}@".encode()]
+
+        # A trainer's [rankN]: a line stating it, else an MPI launcher's label of rank N beside its host (the same
+        # numbering); an srun label carries no host, so srun's task N never stands in for it.
         probes = {
-            r: [
-                f"{r}: ".encode(),
-                f"[{r}]".encode(),
-                f"[rank{r}]".encode(),
-                f",{r}]".encode(),
-                f"[{r}@".encode(),
-            ]
+            r: [f"[rank{r - TRAINING_RANK}]".encode(), *launcher(r - TRAINING_RANK)]
+            if r >= TRAINING_RANK
+            else launcher(r)
             for r in want
         }
         try:
@@ -318,9 +320,15 @@ class Scanner:
                 tries += 1
                 s0 = data.rfind(b"\n", 0, i) + 1
                 e0 = data.find(b"\n", i)
-                _, host, rank = split_labels(_text(data[s0 : e0 if e0 != -1 else len(data)]), self.ev.matcher)
-                if host is not None and rank == r:
-                    self.ev.map_rank(r, host)
+                _, host, rank, train = split_all(
+                    _text(data[s0 : e0 if e0 != -1 else len(data)]), self.ev.matcher
+                )
+                if train is not None and r == TRAINING_RANK + train:
+                    self.ev.training_label(train, host, rank)
+                    if self.ev.host_of(None, r) is not None:
+                        return True
+                elif host is not None and rank is not None and rank in (r, r - TRAINING_RANK):
+                    self.ev.map_rank(rank, host)
                     return True
                 i = data.find(probe, i + 1)
         return False
