@@ -40,7 +40,8 @@
 #                             fraction of the job's nodes (0.9, the default: a shrink that keeps less holds the
 #                             allocation for too little work; docs/goodput.md)
 #   FAILOVER_MAX_ATTEMPTS     attempts per job (default 20)
-#   FAILOVER_MAX_REPEAT       same class at the same last step this many times in a row -> repeat, 4 (default 3)
+#   FAILOVER_MAX_REPEAT       without a health sweep only: the same class at the same step this many times -> repeat, 4
+#                             (default 3); with one, a person is called after the sweep and one reproduction
 #   FAILOVER_MAX_BLIND        blind swaps a hang/crash rotation may try before it can be a repeat (default 8)
 #   FAILOVER_MIN_ATTEMPT_S    never start an attempt with less time left than this (default 600)
 #   FAILOVER_BACKOFF          seconds before relaunch 1, 2, ... the last repeated (default "5 10 20 40 60")
