@@ -11,8 +11,12 @@
 #   env_exports              export each KEY=VALUE of SITE_ENV
 #   env_venv_name            print the venv's name: one venv per framework release
 #   env_venv                 create (uv, else python -m venv; --system-site-packages) or reuse, then activate
-#   env_stage                copy the venv to node-local storage with `agpt yeet` and activate that copy
-#   env_setup                all of the above, in that order (hooks pre-env and post-env around the modules)
+#   env_stage                bring the venv to every node as SITE_STAGE says (yeet, copper, sbcast, none) and
+#                            activate what the nodes read
+#   env_container_modules    `module load` each of SITE_CONTAINER_MODULES when the job runs in an image
+#   env_ckpt_layout DIR      create DIR (a new checkpoint directory) laid out as SITE_CKPT_LAYOUT says
+#   env_setup                all of the above but env_ckpt_layout, in that order (hooks pre-env and post-env
+#                            around the modules)
 #   env_quote [--line|--count MAX] NAME VALUE
 #                            the one way a value enters a generated script or Bash arithmetic: print it quoted
 #                            (a shell word), as is (--line: a comment or directive) or as plain digits (--count)
@@ -23,8 +27,9 @@
 #   ENV_VENV_NAME    override the venv name
 #   ENV_PIP_INSTALL  pip arguments run once when a venv is created (default: none), e.g. "-r reqs.txt";
 #                    pip comes from the system site packages (the venv is made --without-pip: seconds faster)
-#   ENV_STAGE        1 to stage the venv (default: SITE_VENV_STAGE)
-#   ENV_YEET_FLAGS   extra flags for `agpt yeet` (default: none)
+#   ENV_STAGE        how to stage the venv: yeet | copper | sbcast | none (default: SITE_STAGE)
+#   ENV_YEET_FLAGS   extra flags for `agpt yeet` (default: none; SITE_STAGE_OPTS come first)
+#   ENV_COPPER_LAUNCH, ENV_SBCAST   the commands (default: launch_copper.sh, sbcast)
 #   ENV_LOG          a file messages are appended to (default "": standard error; not reopened as /dev/stderr, which
 #                    would reopen a redirected batch log and write over the job's own output)
 #
@@ -33,6 +38,8 @@
 
 : "${ENV_PIP_INSTALL:=}"
 : "${ENV_YEET_FLAGS:=}"
+: "${ENV_COPPER_LAUNCH:=launch_copper.sh}"
+: "${ENV_SBCAST:=sbcast}"
 : "${ENV_LOG:=}"
 
 _env_say() {
@@ -311,36 +318,124 @@ env_venv() {
 }
 
 # Usage: env_stage
-# Copies the active venv to SITE_LOCAL_DIR on every node with `agpt yeet` (one rank per node, through
-# launch_run) and activates the copy.  When staging fails, the job keeps the shared-filesystem venv.
-# Globals read: AGPT_VENV, SITE_LOCAL_DIR, ENV_STAGE/SITE_VENV_STAGE, ENV_YEET_FLAGS
-# Returns: 0
+# Brings the active venv to every node as ENV_STAGE/SITE_STAGE says and activates what the ranks will read:
+#   yeet    `agpt yeet VENV --dest SITE_LOCAL_DIR/NAME` on every node (one rank per node, launch_run)
+#   copper  `launch_copper.sh -v VIEW` (VIEW: SITE_LOCAL_DIR/$USER/copper_mount): a read-only FUSE cache of the
+#           shared tree on every node; the venv is then read as VIEW/<its path>
+#   sbcast  a tar of the venv broadcast by `sbcast -pf` to SITE_LOCAL_DIR on every node, unpacked there
+#   none    nothing
+# SITE_STAGE_OPTS are extra words for the command.  When staging fails, the job keeps the shared-filesystem venv.
+# Globals read: AGPT_VENV, SITE_LOCAL_DIR, ENV_STAGE/SITE_STAGE, SITE_STAGE_OPTS, ENV_YEET_FLAGS; written (on
+#   success): AGPT_VENV, AGPT_PYTHON, VIRTUAL_ENV, PATH (activate), AGPT_STAGED (the method that ran)
+# Returns: 0; 2 on an unknown method
 env_stage() {
   local -
-  local dest home
-  [[ "${ENV_STAGE:-${SITE_VENV_STAGE:-0}}" == 1 ]] || return 0
+  local how="${ENV_STAGE:-${SITE_STAGE:-none}}" dest
+  local -a opts=()
+  case "$how" in
+    none) return 0 ;;
+    yeet | copper | sbcast) ;;
+    *) _env_say "ENV_STAGE/SITE_STAGE: '$how' is not one of yeet | copper | sbcast | none"; return 2 ;;
+  esac
   if [[ -z "${AGPT_VENV:-}" ]]; then
-    _env_say "staging asked for, but no venv is active; skipped"
+    _env_say "staging asked for ($how), but no venv is active; skipped"
     return 0
   fi
-  home="$(_env_home)"
-  dest="${SITE_LOCAL_DIR:-/tmp}/${AGPT_VENV##*/}"
-  _env_say "staging $AGPT_VENV to $dest on every node (agpt yeet)"
-  # shellcheck disable=SC2086
-  if ! LAUNCH_PPN=1 launch_run "$home/bin/agpt" yeet "$AGPT_VENV" --dest "$dest" $ENV_YEET_FLAGS; then
-    _env_say "staging failed; using $AGPT_VENV from the shared filesystem"
-    return 0
+  if declare -p SITE_STAGE_OPTS >/dev/null 2>&1; then
+    opts=("${SITE_STAGE_OPTS[@]}")
   fi
+  dest="$("_env_stage_$how" "${opts[@]}")" || {
+    _env_say "staging failed; using $AGPT_VENV from the shared filesystem (SITE_STAGE=$how)"
+    return 0
+  }
   set +u
   # shellcheck source=/dev/null
   source "$dest/bin/activate"
   AGPT_VENV="$dest"
   AGPT_PYTHON="$dest/bin/python"
-  export AGPT_VENV AGPT_PYTHON
+  AGPT_STAGED="$how"
+  export AGPT_VENV AGPT_PYTHON AGPT_STAGED
+}
+
+# Each prints the staged venv's path on success.
+_env_stage_yeet() {
+  local home dest
+  home="$(_env_home)"
+  dest="${SITE_LOCAL_DIR:-/tmp}/${AGPT_VENV##*/}"
+  _env_say "staging $AGPT_VENV to $dest on every node (agpt yeet)"
+  # shellcheck disable=SC2086
+  LAUNCH_BARE=1 LAUNCH_PPN=1 launch_run "$home/bin/agpt" yeet "$AGPT_VENV" --dest "$dest" "$@" $ENV_YEET_FLAGS >&2 || return 1
+  printf '%s\n' "$dest"
+}
+
+_env_copper_view() {
+  printf '%s/%s/copper_mount\n' "${SITE_LOCAL_DIR:-/tmp}" "${USER:-$(id -un)}"
+}
+
+_env_stage_copper() {
+  local view
+  view="$(_env_copper_view)"
+  _env_say "starting Copper on every node: $ENV_COPPER_LAUNCH -v $view $*; the venv is read through $view$AGPT_VENV"
+  "$ENV_COPPER_LAUNCH" "$@" -v "$view" >&2 || return 1
+  printf '%s%s\n' "$view" "$AGPT_VENV"
+}
+
+_env_stage_sbcast() {
+  local name tar dest
+  name="${AGPT_VENV##*/}"
+  dest="${SITE_LOCAL_DIR:-/tmp}"
+  tar="$(mktemp "${TMPDIR:-/tmp}/agpt-stage.XXXXXX")" || return 1
+  _env_say "staging $AGPT_VENV to $dest/$name on every node ($ENV_SBCAST of a tar, then one tar -x per node)"
+  if ! tar -C "${AGPT_VENV%/*}" -cf "$tar" "$name" ||
+    ! "$ENV_SBCAST" -pf "$@" "$tar" "$dest/$name.tar" >&2 ||
+    ! LAUNCH_BARE=1 LAUNCH_PPN=1 launch_run tar -xf "$dest/$name.tar" -C "$dest" >&2; then
+    rm -f -- "$tar"
+    return 1
+  fi
+  rm -f -- "$tar"
+  printf '%s/%s\n' "$dest" "$name"
+}
+
+# Usage: env_container_modules
+# Globals read: AGPT_CONTAINER_IMAGE, SITE_CONTAINER, SITE_CONTAINER_MODULES
+# Returns: 0; 1 when a module fails to load (env_modules' rule)
+env_container_modules() {
+  [[ -n "${AGPT_CONTAINER_IMAGE:-}" && "${SITE_CONTAINER:-none}" != none ]] || return 0
+  declare -p SITE_CONTAINER_MODULES >/dev/null 2>&1 || return 0
+  ((${#SITE_CONTAINER_MODULES[@]})) || return 0
+  SITE_MODULES=("${SITE_CONTAINER_MODULES[@]}") env_modules
+}
+
+# Usage: env_ckpt_layout DIR
+# Creates DIR when it does not exist yet and lays it out as SITE_CKPT_LAYOUT says, before any file is written in it
+# (Lustre and DAOS give a file its layout when it is created, from its directory's):
+#   (lustre OPTS...)  lfs setstripe OPTS DIR          (daos OPTS...)  daos fs set-attr --path=DIR OPTS
+# An existing DIR is left as it is (its files already have their layout).
+# Globals read: SITE_CKPT_LAYOUT, ENV_LFS (lfs), ENV_DAOS (daos)
+# Returns: 0; 1 when the directory or its layout cannot be made (one line naming the command); 2 on an unknown kind
+env_ckpt_layout() {
+  local dir="$1" kind
+  local -a layout=()
+  [[ -d "$dir" ]] && return 0
+  mkdir -p "$dir" || return 1
+  declare -p SITE_CKPT_LAYOUT >/dev/null 2>&1 && layout=("${SITE_CKPT_LAYOUT[@]}")
+  ((${#layout[@]})) || return 0
+  kind="${layout[0]}"
+  case "$kind" in
+    lustre) set -- "${ENV_LFS:-lfs}" setstripe "${layout[@]:1}" "$dir" ;;
+    daos) set -- "${ENV_DAOS:-daos}" fs set-attr "--path=$dir" "${layout[@]:1}" ;;
+    *) _env_say "SITE_CKPT_LAYOUT: '$kind' is not lustre or daos"; return 2 ;;
+  esac
+  _env_say "checkpoint layout: $*"
+  if ! "$@"; then
+    _env_say "checkpoint layout failed: $* (SITE_CKPT_LAYOUT)"
+    return 1
+  fi
 }
 
 # Usage: env_setup
-# The whole recipe: hook pre-env, modules, hook post-env, SITE_ENV exports, venv, staging; the toolkit's
+# The whole recipe: hook pre-env, modules (and the container's, when the job runs in an image), hook post-env,
+# SITE_ENV exports, venv, staging; the toolkit's
 # bin/ goes first on PATH so `agpt` is the one this job was generated for.
 # Globals read: SITE_* (load the profile first with env_site_load)
 # Returns: 0; the first failing step's status
@@ -349,6 +444,7 @@ env_setup() {
   home="$(_env_home)"
   env_hook pre-env || return $?
   env_modules || return $?
+  env_container_modules || return $?
   env_hook post-env || return $?
   env_exports || return $?
   env_venv || return $?

@@ -66,7 +66,7 @@ jobgen_render() {
   vars="$(PYTHONPATH="$home/python${PYTHONPATH:+:$PYTHONPATH}" "$py" -m agpt.jobconf "$config")" || return 2
   local JOB_NAME JOB_NODES JOB_SPARES JOB_WALLTIME_S JOB_QUEUE_SET JOB_QUEUE JOB_ACCOUNT_SET JOB_ACCOUNT
   local JOB_FILESYSTEMS_SET JOB_FILESYSTEMS JOB_RUN_DIR JOB_COMMAND JOB_LAUNCH JOB_LAUNCHER
-  local JOB_RANKS_PER_NODE JOB_FAILOVER JOB_CHAIN JOB_MAX_JOBS JOB_MAX_NO_PROGRESS JOB_SETUP_ENV
+  local JOB_RANKS_PER_NODE JOB_FAILOVER JOB_CHAIN JOB_MAX_JOBS JOB_MAX_NO_PROGRESS JOB_SETUP_ENV JOB_CONTAINER_IMAGE
   local -a JOB_DIRECTIVES JOB_ENV
   eval "$vars"
   if [[ ! -f "$(_env_site_dir)/$site/profile.sh" ]]; then
@@ -100,12 +100,14 @@ jobgen_render() {
 # not plain digits within its bound (agpt.numeric's; tests/python/test_shellword.py), is exit 2 naming it.
 _jobgen_values() {
   local -A words=([site]="$site" [config]="$config" [cfg_path]="$cfg_path" [jobscript]="$jobscript"
-    [home]="$home" [run_dir]="$JOB_RUN_DIR" [name]="$JOB_NAME" [launcher]="$JOB_LAUNCHER")
+    [home]="$home" [run_dir]="$JOB_RUN_DIR" [name]="$JOB_NAME" [launcher]="$JOB_LAUNCHER"
+    [image]="$JOB_CONTAINER_IMAGE")
   local -A counts=([nodes]="$JOB_NODES 100000" [spares]="$spares 100000" [walltime_s]="$JOB_WALLTIME_S 31536000"
     [max_jobs]="$JOB_MAX_JOBS 1000000" [max_no_progress]="$JOB_MAX_NO_PROGRESS 1000000"
     [ranks_per_node]="${JOB_RANKS_PER_NODE:-${SITE_RANKS_PER_NODE:-1}} 1024")
   local -A names=([site]=--site [config]=CONFIG [cfg_path]=CONFIG [jobscript]="-o/--job-script" [home]=AGPT_HOME
-    [run_dir]=job.run_dir [name]=job.name [launcher]=job.launcher [nodes]=job.nodes [spares]=job.spares
+    [run_dir]=job.run_dir [name]=job.name [launcher]=job.launcher [image]=job.container_image
+    [nodes]=job.nodes [spares]=job.spares
     [walltime_s]=job.walltime [max_jobs]=job.max_jobs [max_no_progress]=job.max_no_progress
     [ranks_per_node]=job.ranks_per_node/SITE_RANKS_PER_NODE)
   local k v e queue account fs
@@ -135,6 +137,16 @@ _jobgen_values() {
   for e in "${JOB_ENV[@]}"; do
     q["env ${e%%=*}"]="$(env_quote "job.env.${e%%=*}" "${e#*=}")" || return 2
   done
+  for k in SITE_STAGE SITE_CONTAINER; do
+    q[$k]="$(env_quote "$k" "${!k:-none}")" || return 2
+  done
+  q[layout]=""
+  if declare -p SITE_CKPT_LAYOUT >/dev/null 2>&1 && ((${#SITE_CKPT_LAYOUT[@]})); then
+    for e in "${SITE_CKPT_LAYOUT[@]}"; do
+      v="$(env_quote SITE_CKPT_LAYOUT "$e")" || return 2
+      q[layout]+="${q[layout]:+ }$v"
+    done
+  fi
   return 0
 }
 
@@ -262,7 +274,7 @@ _jobgen_exports() {
     echo "# Between failover attempts, once on each of the next attempt's hosts: site/$site/hooks/cleanup.sh"
     echo "# (single quotes: \$AGPT_HOME is expanded when the hook runs)"
     echo "# shellcheck disable=SC2016"
-    echo "export FAILOVER_CLEANUP_HOOK='LAUNCH_PPN=1 agpt launch \"\$AGPT_HOME/site/$site/hooks/cleanup.sh\"'"
+    echo "export FAILOVER_CLEANUP_HOOK='LAUNCH_BARE=1 LAUNCH_PPN=1 agpt launch \"\$AGPT_HOME/site/$site/hooks/cleanup.sh\"'"
   fi
   if [[ "$JOB_FAILOVER" == 1 && "$JOB_LAUNCH" == 1 && "$JOB_COMMAND" == "agpt train "* ]]; then
     echo "# Before the first attempt every host, spares too, starts its ranks, initialises device and collective"
@@ -270,6 +282,7 @@ _jobgen_exports() {
     echo "# Submit with FAILOVER_PREFLIGHT set empty to skip it."
     echo "[[ -v FAILOVER_PREFLIGHT ]] || export FAILOVER_PREFLIGHT='agpt preflight {host}'"
   fi
+  _jobgen_site_lines
   [[ -n "$JOB_LAUNCHER" ]] && echo "export LAUNCH_LAUNCHER=${q[launcher]}  # job.launcher"
   [[ -n "$JOB_RANKS_PER_NODE" ]] && echo "export LAUNCH_PPN=${q[ranks_per_node]}  # job.ranks_per_node"
   if ((${#JOB_ENV[@]})); then
@@ -277,6 +290,35 @@ _jobgen_exports() {
     for e in "${JOB_ENV[@]}"; do
       echo "export ${e%%=*}=${q["env ${e%%=*}"]}"
     done
+  fi
+}
+
+# Staging, container and checkpoint layout: what the profile says (env_setup, lib/launch.sh and env_ckpt_layout
+# apply it when the job runs), and the image from job.container_image.
+_jobgen_site_lines() {
+  local stage container
+  case "${q[SITE_STAGE]}" in
+    yeet) stage="agpt yeet copies the venv to SITE_LOCAL_DIR on every node" ;;
+    copper) stage="launch_copper.sh: a read-only FUSE cache (Copper) of the venv on every node" ;;
+    sbcast) stage="sbcast of a tar of the venv to SITE_LOCAL_DIR on every node" ;;
+    *) stage="none: every rank reads the venv from the shared filesystem" ;;
+  esac
+  echo "# Staging (SITE_STAGE=${q[SITE_STAGE]}, in env_setup): $stage."
+  container="${q[SITE_CONTAINER]}"
+  if [[ "$container" == none ]]; then
+    echo "# Container (SITE_CONTAINER=none): ranks run on the host."
+  elif [[ -z "$JOB_CONTAINER_IMAGE" ]]; then
+    echo "# Container (SITE_CONTAINER=$container): no image (job.container_image): ranks run on the host."
+  else
+    echo "# Container (SITE_CONTAINER=$container): every rank runs in this image (lib/launch.sh); staging, cleanup"
+    echo "# and the health sweep's probe run on the hosts (LAUNCH_BARE=1)."
+    echo "export AGPT_CONTAINER_IMAGE=${q[image]}  # job.container_image"
+    echo "[[ -v FAILOVER_SWEEP_LAUNCH ]] || export FAILOVER_SWEEP_LAUNCH='env LAUNCH_BARE=1 agpt launch'"
+  fi
+  if [[ -n "${q[layout]}" ]]; then
+    echo "# Checkpoint layout (SITE_CKPT_LAYOUT=(${q[layout]})): set on \$AGPT_RUN_DIR/ckpt when it is created."
+  else
+    echo "# Checkpoint layout (SITE_CKPT_LAYOUT empty): the filesystem's default."
   fi
 }
 
@@ -298,6 +340,8 @@ EOF
   echo "sched_export_deadline"
   echo "echo \"agpt job \$(sched_job_id) on \$(hostname): deadline \${AGPT_DEADLINE_EPOCH:-unknown}\""
   echo "mkdir -p \"\$AGPT_RUN_DIR\""
+  echo "# A new checkpoint directory gets SITE_CKPT_LAYOUT (lfs setstripe / daos fs set-attr) before its first file."
+  echo "env_ckpt_layout \"\$AGPT_RUN_DIR/ckpt\""
   if [[ "$JOB_CHAIN" == 1 ]]; then
     echo "# Submit the next job now (afterany: it starts even if this one is killed at walltime)."
     echo "chain_start \"\$AGPT_JOB_SCRIPT\""

@@ -11,6 +11,7 @@
 #                            had to make is LAUNCH_TMPFILE, removed by launch_run or launch_cleanup
 #   launch_run ARGS...       run LAUNCH_CMD (AGPT_DRY_RUN=1: print it and return 0), then launch_cleanup
 #   launch_cleanup           remove LAUNCH_TMPFILE, if any
+#   launch_container_words   set the array LAUNCH_CONTAINER (runtime words before the program; pyxis: srun flags)
 #
 # The host list is always honoured: $FAILOVER_HOSTFILE (hosts/active, written by the failover loop) when
 # set, else the allocation's hosts, so that a spare swapped in really receives the ranks.
@@ -24,11 +25,21 @@
 #   LAUNCH_SRUN       Slurm's srun                       (srun)
 #   SITE_LAUNCHER_FLAGS (array) extra launcher flags, placed before ARGS
 #   AGPT_DRY_RUN=1    print the command instead of running it
+#
+# Containers: when AGPT_CONTAINER_IMAGE (the run config's job.container_image) is set and LAUNCH_CONTAINER /
+# SITE_CONTAINER is not none, every rank's command runs in the image (docs/contract.md "Containers"):
+#   LAUNCH_CONTAINER_RUNTIME  none | apptainer | podman-hpc | shifter | pyxis  (SITE_CONTAINER, else none)
+#   SITE_CONTAINER_OPTS (array) extra runtime words, before the image
+#   AGPT_CONTAINER_PYTHON  the interpreter `agpt` uses inside the image (python3)
+#   LAUNCH_BARE=1     this launch runs on the hosts, not in the image (staging, cleanup hooks, the health sweep)
+# The run directory (AGPT_RUN_DIR) and the toolkit (AGPT_HOME) are bound at their own paths; the host's environment
+# and host name pass in, so heartbeats, the failover loop and the probe name the same hosts.
 
 : "${LAUNCH_MPIEXEC:=mpiexec}"
 : "${LAUNCH_MPIRUN:=mpirun}"
 : "${LAUNCH_SRUN:=srun}"
 LAUNCH_CMD=()
+LAUNCH_CONTAINER=()
 LAUNCH_TMPFILE=""
 
 # Prints its arguments as one line a user can paste: plain words as they are, others shell-quoted.
@@ -78,9 +89,63 @@ launch_cleanup() {
   return 0
 }
 
+# Usage: launch_container_words LAUNCHER
+# Globals read: AGPT_CONTAINER_IMAGE, LAUNCH_CONTAINER_RUNTIME/SITE_CONTAINER, SITE_CONTAINER_OPTS, AGPT_RUN_DIR, AGPT_HOME,
+#   AGPT_CONTAINER_PYTHON, LAUNCH_BARE; written: LAUNCH_CONTAINER (array; empty: no image, or no runtime)
+# Returns: 0; 2 on an unknown runtime, pyxis under a launcher that is not srun, or an image with a control character
+launch_container_words() {
+  local launcher="$1" how="${LAUNCH_CONTAINER_RUNTIME:-${SITE_CONTAINER:-none}}" image="${AGPT_CONTAINER_IMAGE:-}" d
+  local py="${AGPT_CONTAINER_PYTHON:-python3}"
+  local -a opts=() binds=()
+  LAUNCH_CONTAINER=()
+  [[ -n "$image" && "$how" != none && "${LAUNCH_BARE:-0}" != 1 ]] || return 0
+  env_quote AGPT_CONTAINER_IMAGE/job.container_image "$image" >/dev/null || return 2
+  declare -p SITE_CONTAINER_OPTS >/dev/null 2>&1 && opts=("${SITE_CONTAINER_OPTS[@]}")
+  for d in "${AGPT_RUN_DIR:-}" "${AGPT_HOME:-$(_env_home)}"; do
+    [[ -n "$d" ]] && binds+=("$d")
+  done
+  # Inside the image `agpt` runs the image's interpreter, not the host venv's the job exported.
+  local -a tail=(env "AGPT_PYTHON=$py")
+  case "$how" in
+    apptainer)
+      LAUNCH_CONTAINER=(apptainer exec)
+      if ((${#binds[@]})); then
+        printf -v d '%s,' "${binds[@]}"
+        LAUNCH_CONTAINER+=(--bind "${d%,}")
+      fi
+      LAUNCH_CONTAINER+=("${opts[@]}" "$image" "${tail[@]}")
+      ;;
+    podman-hpc)
+      LAUNCH_CONTAINER=(podman-hpc run --rm --net host --uts host --ipc host --env-host)
+      for d in "${binds[@]}"; do LAUNCH_CONTAINER+=(-v "$d:$d"); done
+      LAUNCH_CONTAINER+=(-w "$PWD" "${opts[@]}" "$image" "${tail[@]}")
+      ;;
+    shifter)
+      LAUNCH_CONTAINER=(shifter "--image=$image")
+      for d in "${binds[@]}"; do LAUNCH_CONTAINER+=("--volume=$d:$d"); done
+      LAUNCH_CONTAINER+=("${opts[@]}" "${tail[@]}")
+      ;;
+    pyxis)
+      if [[ "$launcher" != srun ]]; then
+        echo "launch: SITE_CONTAINER=pyxis needs the srun launcher, not '$launcher'" >&2
+        return 2
+      fi
+      local m=""
+      for d in "${binds[@]}"; do m+="${m:+,}$d:$d"; done
+      LAUNCH_CONTAINER=("--container-image=$image" ${m:+"--container-mounts=$m"} "--container-workdir=$PWD"
+        "${opts[@]}" "${tail[@]}")
+      ;;
+    *)
+      echo "launch: unknown container runtime '$how' (none, apptainer, podman-hpc, shifter, pyxis)" >&2
+      return 2
+      ;;
+  esac
+}
+
 # Usage: launch_cmd PROGRAM [ARGS...]
-# Globals read: LAUNCH_*, SITE_LAUNCHER, SITE_RANKS_PER_NODE, SITE_CPU_BIND, SITE_LAUNCHER_FLAGS
-# Globals written: LAUNCH_CMD (array), LAUNCH_TMPFILE (the host file it made, or empty)
+# Globals read: LAUNCH_*, SITE_LAUNCHER, SITE_RANKS_PER_NODE, SITE_CPU_BIND, SITE_LAUNCHER_FLAGS, and the container's
+#   (launch_container_words)
+# Globals written: LAUNCH_CMD (array), LAUNCH_CONTAINER, LAUNCH_TMPFILE (the host file it made, or empty)
 # Returns: 0 and prints the command; 2 on an unknown launcher, ranks per node that are not 1 to 1024, or no program
 launch_cmd() {
   if (($# == 0)); then
@@ -144,6 +209,11 @@ launch_cmd() {
       ;;
   esac
   ((${#flags[@]})) && LAUNCH_CMD+=("${flags[@]}")
+  if ! launch_container_words "$launcher"; then
+    launch_cleanup
+    return 2
+  fi
+  ((${#LAUNCH_CONTAINER[@]})) && LAUNCH_CMD+=("${LAUNCH_CONTAINER[@]}")
   LAUNCH_CMD+=("$@")
   _launch_quote "${LAUNCH_CMD[@]}"
 }

@@ -86,6 +86,14 @@ class SiteFacts:
     profile: str
     host_mem_gib: float = 0.0  # 0: unknown, the local tier's memory not screened
     shrink: str = ""  # SITE_FAILOVER_SHRINK: "0" forbids running on fewer nodes (failover.shrink)
+    stage: str = "none"  # SITE_STAGE, SITE_STAGE_OPTS, SITE_LOCAL_DIR: how the venv reaches the nodes
+    stage_opts: list[str] = field(default_factory=list)
+    local_dir: str = ""
+    container: str = (
+        "none"  # SITE_CONTAINER, SITE_CONTAINER_OPTS: how a rank's command is wrapped in an image
+    )
+    container_opts: list[str] = field(default_factory=list)
+    ckpt_layout: list[str] = field(default_factory=list)  # SITE_CKPT_LAYOUT
 
 
 def _num(prof: Mapping[str, Any], key: str, path: str, default: float = 0.0) -> float:
@@ -114,7 +122,60 @@ def site_facts(name: str) -> SiteFacts:
         profile=shown,
         host_mem_gib=_num(prof, "SITE_HOST_MEM_GIB", shown),
         shrink=str(prof.get("SITE_FAILOVER_SHRINK", "")),
+        stage=str(prof.get("SITE_STAGE") or "none"),
+        stage_opts=_words(prof.get("SITE_STAGE_OPTS")),
+        local_dir=str(prof.get("SITE_LOCAL_DIR") or "/tmp"),
+        container=str(prof.get("SITE_CONTAINER") or "none"),
+        container_opts=_words(prof.get("SITE_CONTAINER_OPTS")),
+        ckpt_layout=_words(prof.get("SITE_CKPT_LAYOUT")),
     )
+
+
+def _words(value: Any) -> list[str]:
+    return [str(w) for w in value] if isinstance(value, list) else []
+
+
+def _shown(words: list[str]) -> str:
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def _site_rows(rep: Report, facts: SiteFacts, job: dict[str, Any], cfg_path: Path) -> None:
+    """How the environment reaches the nodes, what wraps each rank, how the checkpoint directory is laid out: the
+    profile's choices (lib/env.sh env_stage, lib/launch.sh, env_ckpt_layout apply them), one line each."""
+    extra = f" {_shown(facts.stage_opts)}" if facts.stage_opts else ""
+    stage = {
+        "yeet": f"agpt yeet{extra} copies the venv to {facts.local_dir} on every node",
+        "copper": f"launch_copper.sh{extra} -v {facts.local_dir}/$USER/copper_mount; the venv read through "
+        "Copper's FUSE cache",
+        "sbcast": f"sbcast -pf{extra} of a tar of the venv to {facts.local_dir} on every node, unpacked there",
+    }.get(facts.stage, "every rank reads the venv from the shared filesystem")
+    rep.info("staging", f"{facts.stage} (SITE_STAGE): {stage}")
+    image = job.get("container_image") or ""
+    if not isinstance(image, str):
+        raise ConfigError(f"{cfg_path}: job.container_image: must be a string (got {image!r})")
+    opts = f" {_shown(facts.container_opts)}" if facts.container_opts else ""
+    if facts.container == "none":
+        wrap = "ranks run on the host" + (f" (job.container_image {image} is not used)" if image else "")
+    elif not image:
+        wrap = "no image (job.container_image): ranks run on the host"
+    else:
+        wrap = {
+            "apptainer": f"apptainer exec --bind RUN_DIR,AGPT_HOME{opts} {image} CMD",
+            "podman-hpc": f"podman-hpc run --rm --net host --uts host --ipc host --env-host -v RUN_DIR:RUN_DIR "
+            f"-v AGPT_HOME:AGPT_HOME{opts} {image} CMD",
+            "shifter": f"shifter --image={image} --volume=RUN_DIR:RUN_DIR --volume=AGPT_HOME:AGPT_HOME{opts} CMD",
+            "pyxis": f"srun ... --container-image={image} --container-mounts=RUN_DIR:RUN_DIR,AGPT_HOME:AGPT_HOME"
+            f"{opts} CMD",
+        }[facts.container]
+    rep.info("container", f"{facts.container} (SITE_CONTAINER): {wrap}")
+    lay = facts.ckpt_layout
+    if not lay:
+        layout = "the filesystem's default (SITE_CKPT_LAYOUT empty)"
+    elif lay[0] == "daos":
+        layout = f"daos fs set-attr --path=RUN_DIR/ckpt {_shown(lay[1:])} (SITE_CKPT_LAYOUT)"
+    else:
+        layout = f"lfs setstripe {_shown(lay[1:])} RUN_DIR/ckpt (SITE_CKPT_LAYOUT)"
+    rep.info("ckpt layout", layout)
 
 
 def load_trainer_config(path: Path, raw: dict[str, Any], environ: Mapping[str, str]) -> tconfig.Config:
@@ -535,6 +596,7 @@ def check(
     lay = _shrink_info(rep, cfg, cfg_path, facts, total, block, nodes, rpn, tp, env)
     _volume_info(rep, cfg, facts, total)
     _local_tier_check(rep, cfg, cfg_path, facts, total, nodes)
+    _site_rows(rep, facts, job, cfg_path)
     _data_checks(rep, cfg, cfg_path, raw, data)
     if run_dir is not None:
         _run_dir_checks(rep, Path(run_dir))

@@ -43,6 +43,7 @@ KEYS: dict[str, str] = {
     "max_no_progress": "CHAIN_MAX_NO_PROGRESS (default 2)",
     "setup_env": "true: load modules and the venv from the site profile (default true)",
     "env": "extra environment for the job, a mapping KEY: VALUE",
+    "container_image": "run every rank in this image with the site's SITE_CONTAINER runtime (default: none)",
 }
 LAUNCHERS = LAUNCH_NAMES
 DEFAULT_COMMAND = ["agpt", "train", "--config", "{config}", "--run-dir", "{run_dir}"]
@@ -88,6 +89,7 @@ class JobConf:
     max_no_progress: int = 2
     setup_env: bool = True
     env: dict[str, str] = field(default_factory=dict)
+    container_image: str = ""
 
 
 # Upper bounds: agpt.numeric's (a count the job script does arithmetic on must fit in it, and mean a real job).
@@ -189,6 +191,7 @@ def parse(src: Path, data: Any) -> JobConf:
         conf.max_jobs = _int(src, "max_jobs", job["max_jobs"], 1)
     if "max_no_progress" in job:
         conf.max_no_progress = _int(src, "max_no_progress", job["max_no_progress"], 1)
+    conf.container_image = _str(src, "container_image", job.get("container_image"))
     if "env" in job:
         env = job["env"] or {}
         if not isinstance(env, dict):
@@ -211,6 +214,7 @@ def _no_control_characters(conf: JobConf) -> None:
         ("filesystems", conf.filesystems or ""),
         ("run_dir", conf.run_dir),
         ("launcher", conf.launcher or ""),
+        ("container_image", conf.container_image),
     ]
     values += [(f"directives[{i}]", d) for i, d in enumerate(conf.directives)]
     values += [(f"command[{i}]", w) for i, w in enumerate(conf.command)]
@@ -298,6 +302,7 @@ def shell(conf: JobConf) -> str:
         f"JOB_MAX_NO_PROGRESS={conf.max_no_progress}",
         f"JOB_SETUP_ENV={int(conf.setup_env)}",
         "JOB_ENV=(" + " ".join(q(f"{k}={v}") for k, v in conf.env.items()) + ")",
+        f"JOB_CONTAINER_IMAGE={q(conf.container_image)}",
     ]
     return "\n".join(lines) + "\n"
 

@@ -13,6 +13,11 @@ Two modes:
   profile and LAUNCH_*), and ends with one summary line: `preflight: HOST ok (N ranks)` or
   `preflight: HOST FAILED (rc R): <the first failing rank's line>`.
 - `python -m agpt.preflight --rank`: what each rank runs (torch imported here only).
+- `python -m agpt.preflight --node`: what the host needs before its ranks start, from the site profile and the job
+  (standard library only; launched on the host itself, one rank, never in the image): the container image readable
+  (a path, with SITE_CONTAINER and AGPT_CONTAINER_IMAGE set), Copper's FUSE view mounted (SITE_STAGE=copper once
+  env_stage started it), the checkpoint directory's layout there (SITE_CKPT_LAYOUT: `lfs getstripe -d` /
+  `daos fs get-attr`).  Host mode runs it first when any applies; a failure is the host's verdict.
 
 Settings: AGPT_PREFLIGHT_PROGRAM (the per-rank program, shell words; default
 `$AGPT_PYTHON -m agpt.preflight --rank`: a site can put its own burn-in test here), AGPT_PREFLIGHT_DEVICE
@@ -23,12 +28,15 @@ Settings: AGPT_PREFLIGHT_PROGRAM (the per-rank program, shell words; default
 from __future__ import annotations
 
 import argparse
+import getpass
 import os
 import shlex
 import socket
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import NoReturn
 
@@ -81,13 +89,101 @@ def program() -> list[str]:
     raw = os.environ.get("AGPT_PREFLIGHT_PROGRAM", "")
     if raw.strip():
         return shlex.split(raw)
+    if os.environ.get("AGPT_CONTAINER_IMAGE"):
+        # In an image the host's interpreter path means nothing: bin/agpt runs the one lib/launch.sh names there.
+        return [str(ROOT / "bin" / "agpt"), "--run-module", "agpt.preflight", "--rank"]
     py = os.environ.get("AGPT_PYTHON") or sys.executable
     return [py, "-m", "agpt.preflight", "--rank"]
+
+
+def _profile(environ: Mapping[str, str]) -> dict[str, object]:
+    """The job's site profile as the job resolves it ({} when no site is named: nothing to check)."""
+    from agpt import site
+
+    name = environ.get("AGPT_SITE", "")
+    if not name:
+        return {}
+    return dict(site.resolve_profile(site.profile_path(name)))
+
+
+def node_needs(environ: Mapping[str, str]) -> list[tuple[str, str]]:
+    """What this job needs of each host before its ranks start: (what, argument) pairs for `--node`."""
+    prof = _profile(environ)
+    needs: list[tuple[str, str]] = []
+    image = environ.get("AGPT_CONTAINER_IMAGE", "")
+    if image and prof.get("SITE_CONTAINER", "none") != "none" and image.startswith(("/", "./", "../")):
+        # A path: a registry reference (docker:..., nvcr.io#...) is the runtime's to pull.
+        needs.append(("image", image))
+    if environ.get("AGPT_STAGED") == "copper":
+        user = environ.get("USER") or getpass.getuser()
+        needs.append(("fuse", f"{prof.get('SITE_LOCAL_DIR') or '/tmp'}/{user}/copper_mount"))
+    layout = prof.get("SITE_CKPT_LAYOUT") or []
+    run_dir = environ.get("AGPT_RUN_DIR", "")
+    if isinstance(layout, list) and layout and run_dir:
+        needs.append((str(layout[0]), str(Path(run_dir) / rundir.CKPT)))
+    return needs
+
+
+def _fuse_mounted(path: str) -> bool:
+    want = os.path.realpath(path)
+    try:
+        lines = Path("/proc/mounts").read_text().splitlines()
+    except OSError:
+        return False
+    for line in lines:
+        parts = line.split()
+        if len(parts) > 2 and parts[1].replace("\\040", " ") == want and "fuse" in parts[2]:
+            return True
+    return False
+
+
+def node_problems(needs: list[tuple[str, str]], environ: Mapping[str, str]) -> list[str]:
+    """What is wrong on this host, one line each ("" checks nothing)."""
+    out = []
+    for what, arg in needs:
+        if what == "image":
+            if not os.path.exists(arg):
+                out.append(f"container image {arg}: does not exist here (job.container_image)")
+            elif not os.access(arg, os.R_OK):
+                out.append(f"container image {arg}: not readable here (job.container_image)")
+        elif what == "fuse" and not _fuse_mounted(arg):
+            out.append(f"Copper's FUSE view {arg} is not mounted (SITE_STAGE=copper: launch_copper.sh)")
+        elif what in ("lustre", "daos"):
+            cmd = ([environ.get("ENV_LFS") or "lfs", "getstripe", "-d", arg] if what == "lustre" else
+                   [environ.get("ENV_DAOS") or "daos", "fs", "get-attr", f"--path={arg}"])  # fmt: skip
+            try:
+                res = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+                ok, why = (
+                    res.returncode == 0 and bool(res.stdout.strip()),
+                    (res.stderr.strip() or "no layout"),
+                )
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                ok, why = False, str(exc)
+            if not ok:
+                out.append(f"checkpoint layout of {arg} not found: {' '.join(cmd[:2])}: {why.splitlines()[-1]} "
+                           "(SITE_CKPT_LAYOUT)")  # fmt: skip
+    return out
+
+
+def node_check() -> int:
+    """`--node`: this host's needs, one line: `preflight: node HOST ok: ...` or `... FAILED: ...`."""
+    host = socket.gethostname()
+    needs = node_needs(os.environ)
+    bad = node_problems(needs, os.environ)
+    if bad:
+        print(f"preflight: node {host} FAILED: {'; '.join(bad)}"[:500], flush=True)
+        return 1
+    print(
+        f"preflight: node {host} ok: {', '.join(f'{w} {a}' for w, a in needs) or 'nothing to check'}",
+        flush=True,
+    )
+    return 0
 
 
 def host_check(host: str, *, timeout: float = 0.0) -> int:
     """Launch the per-rank program on HOST alone; print its output and a one-line verdict last."""
     launch = str(ROOT / "bin" / "agpt-launch")
+    node_out = ""
     with tempfile.TemporaryDirectory(prefix="agpt-preflight.") as tmp:
         hostfile = Path(tmp) / "host"
         hostfile.write_text(host + "\n")
@@ -95,10 +191,23 @@ def host_check(host: str, *, timeout: float = 0.0) -> int:
         env["PYTHONPATH"] = str(ROOT / "python") + (
             os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
         )
+        if node_needs(os.environ):  # on the host, one rank, never in the image (LAUNCH_BARE)
+            py = os.environ.get("AGPT_PYTHON") or sys.executable
+            node_env = dict(env, LAUNCH_BARE="1", LAUNCH_PPN="1")
+            status, raw = proc.run_group(
+                [launch, py, "-m", "agpt.preflight", "--node"], timeout=timeout, env=node_env
+            )
+            node_out, rc = raw.decode(errors="replace"), 124 if status is None else status
+            if rc != 0 or "FAILED" in node_out:
+                return _verdict(host, node_out.splitlines(), rc or 1, timeout)
         # Its own process group, ended whole at the timeout: the launcher's ranks too, not only the launcher.
         status, raw = proc.run_group([launch, *program()], timeout=timeout, env=env)
-        out, rc = raw.decode(errors="replace"), 124 if status is None else status
-    lines = out.splitlines()
+        out, rc = node_out + raw.decode(errors="replace"), 124 if status is None else status
+    return _verdict(host, out.splitlines(), rc, timeout)
+
+
+def _verdict(host: str, lines: list[str], rc: int, timeout: float) -> int:
+    """Print the launches' lines, then the one-line verdict; returns the host's exit status."""
     for line in lines:
         print(line)
     oks = sum(1 for ln in lines if "preflight: rank" in ln and " ok: " in ln)
@@ -128,6 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("host", nargs="?", help="the host to check")
     ap.add_argument("--rank", action="store_true", help="run as one rank (what the launcher starts)")
+    ap.add_argument("--node", action="store_true", help="check this host's needs (image, FUSE view, layout)")
     ap.add_argument(
         "--timeout",
         type=numeric.flag("--timeout", lo=0, hi=numeric.MAX_SECONDS, unit="seconds"),
@@ -143,6 +253,8 @@ def main(argv: list[str] | None = None) -> int:
         return e.exit_code
     if args.rank:
         return rank_check()
+    if args.node:
+        return node_check()
     if not args.host:
         print("agpt preflight: HOST is required (or --rank)", file=sys.stderr)
         return 2

@@ -62,7 +62,18 @@ KEYS: dict[str, tuple[bool, str]] = {
     ),
     "SITE_PYTHON": (False, "interpreter the venv is built from"),
     "SITE_VENV_DIR": (False, "where venvs live (empty: use the current python)"),
-    "SITE_VENV_STAGE": (False, "0 | 1: stage the venv to SITE_LOCAL_DIR with agpt yeet"),
+    "SITE_STAGE": (False, "yeet | copper | sbcast | none: how the venv reaches every node"),
+    "SITE_STAGE_OPTS": (True, "extra words for the staging command (agpt yeet, launch_copper.sh, sbcast)"),
+    "SITE_CONTAINER": (
+        False,
+        "none | apptainer | podman-hpc | shifter | pyxis: how a rank's command is wrapped",
+    ),
+    "SITE_CONTAINER_OPTS": (True, "extra words for the container runtime (before the image)"),
+    "SITE_CONTAINER_MODULES": (True, "modules loaded only when a job runs in an image"),
+    "SITE_CKPT_LAYOUT": (
+        True,
+        "(lustre OPTS...) | (daos OPTS...) | (): layout of a new checkpoint directory",
+    ),
     "SITE_SPARES_PERCENT": (False, "spare nodes as a percentage of the job's nodes"),
     "SITE_SPARES_MIN": (False, "at least this many spare nodes"),
     "SITE_FAILOVER_PATTERNS": (True, "failure-pattern sets for the failover classifier"),
@@ -75,6 +86,11 @@ KEYS: dict[str, tuple[bool, str]] = {
     ),
 }
 SCHEDULERS = ("pbs", "slurm", "none")
+# How the environment reaches the nodes (lib/env.sh env_stage) and how a rank's command is wrapped in an image
+# (lib/launch.sh): the values `agpt site check` accepts; tests/python/test_site.py holds lib/ to the same lists.
+STAGES = ("yeet", "copper", "sbcast", "none")
+CONTAINERS = ("none", "apptainer", "podman-hpc", "shifter", "pyxis")
+CKPT_LAYOUTS = ("lustre", "daos")  # the first word of SITE_CKPT_LAYOUT: `lfs setstripe` or `daos fs set-attr`
 LAUNCHERS = LAUNCH_NAMES
 PATTERN_SETS = DEFAULT_SETS  # the classifier's built-in sets (agpt.failover.patterns)
 INT_KEYS = ("SITE_GPUS_PER_NODE", "SITE_RANKS_PER_NODE", "SITE_SPARES_PERCENT", "SITE_SPARES_MIN")
@@ -499,6 +515,8 @@ def _value_problem(key: str, v: Value, p: Path) -> str:
             bad = [x for x in v if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", x)]
             if bad:
                 return f"'{bad[0]}' is not KEY=VALUE"
+        elif key == "SITE_CKPT_LAYOUT" and v and v[0] not in CKPT_LAYOUTS:
+            return f"'{v[0]}' is not one of {' | '.join(CKPT_LAYOUTS)} (the first word says which layout command)"
         return ""
     if key == "SITE_SCHEDULER" and v not in SCHEDULERS:
         return f"'{v}' is not one of {' | '.join(SCHEDULERS)}"
@@ -518,7 +536,11 @@ def _value_problem(key: str, v: Value, p: Path) -> str:
         return f"'{v}' is not a number >= 0"
     if key == "SITE_SWEEP" and v not in SWEEP_MODES:
         return f"'{v}' is not one of {' | '.join(SWEEP_MODES)}"
-    if key in ("SITE_VENV_STAGE", "SITE_FAILOVER_SHRINK") and v not in ("0", "1"):
+    if key == "SITE_STAGE" and v not in STAGES:
+        return f"'{v}' is not one of {' | '.join(STAGES)}"
+    if key == "SITE_CONTAINER" and v not in CONTAINERS:
+        return f"'{v}' is not one of {' | '.join(CONTAINERS)}"
+    if key == "SITE_FAILOVER_SHRINK" and v not in ("0", "1"):
         return f"'{v}' is not 0 or 1"
     if key in ("SITE_HOSTNAME_RE", "SITE_FAILURE_DOMAIN_RE"):
         try:
@@ -533,6 +555,20 @@ def _value_problem(key: str, v: Value, p: Path) -> str:
     return ""
 
 
+def _check_pairs(prof: Profile) -> None:
+    """Keys that only make sense together: sbcast is Slurm's broadcast; pyxis is a plugin of srun."""
+    v = resolve_profile(prof.path)
+    where = lambda k: f"{prof.path}:{prof.entries[k].line}: {k}"  # noqa: E731
+    if v["SITE_STAGE"] == "sbcast" and v["SITE_SCHEDULER"] != "slurm":
+        prof.errors.append(
+            f"{where('SITE_STAGE')}: sbcast needs SITE_SCHEDULER=slurm (it is Slurm's broadcast)"
+        )
+    if v["SITE_CONTAINER"] == "pyxis" and v["SITE_LAUNCHER"] != "srun":
+        prof.errors.append(
+            f"{where('SITE_CONTAINER')}: pyxis needs SITE_LAUNCHER=srun (its flags are srun's)"
+        )
+
+
 def check_profile(path: Path) -> Profile:
     """Parse and check one profile: unknown, missing, duplicate and ill-typed keys, Bash syntax."""
     prof = parse_profile(path)
@@ -542,6 +578,8 @@ def check_profile(path: Path) -> Profile:
         if key not in prof.entries:
             prof.errors.append(f"{path}: missing key {key} ({KEYS[key][1]})")
     _check_values(prof)
+    if not prof.errors:
+        _check_pairs(prof)
     syntax = subprocess.run(["bash", "-n", str(path)], capture_output=True)
     if syntax.returncode != 0:
         lines = syntax.stderr.decode("utf-8", "replace").strip().splitlines() or ["(no message)"]

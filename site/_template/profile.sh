@@ -69,12 +69,43 @@ SITE_LOCAL_CKPT_DIR=""
 # the nodes).  Exported to the job.
 SITE_FAILURE_DOMAIN_RE='^(x[0-9]+c[0-9]+)'
 
-# Python environment recipe: the interpreter the venv is built from (after the modules are loaded), where
+# Python environment recipe: the interpreter the venv is built from (after the modules are loaded) and where
 # venvs live (one per framework release, named after $CONDA_PREFIX or the last module; empty: use the
-# current python, no venv), and whether to stage the venv to SITE_LOCAL_DIR with `agpt yeet` (0|1).
+# current python, no venv).
 SITE_PYTHON=python3
 SITE_VENV_DIR="${HOME}/venvs/template"
-SITE_VENV_STAGE=0
+# How the venv reaches every node before the first launch (lib/env.sh env_stage; `agpt check` prints it):
+#   yeet    `agpt yeet` copies it to SITE_LOCAL_DIR on each node (one rank per node) and the copy is activated
+#   copper  a read-only FUSE cache of the shared tree (ALCF's Copper): `launch_copper.sh -v VIEW` with VIEW
+#           SITE_LOCAL_DIR/$USER/copper_mount, then the venv is activated through VIEW/<its path>
+#   sbcast  Slurm's sbcast: a tar of the venv broadcast to SITE_LOCAL_DIR on each node, unpacked there, activated
+#   none    every rank reads the venv from the shared filesystem
+# Staging that fails leaves the shared venv in use.  Cite the centre's guidance beside the value.
+SITE_STAGE=none
+# Extra words for the staging command: `agpt yeet` flags, `launch_copper.sh` options (-l LEVEL, -b CPUS, ...),
+# `sbcast` flags (e.g. --compress).  Empty: none.
+SITE_STAGE_OPTS=()
+# Container runtime that wraps each rank's command when the job names an image (job.container_image in the run
+# config; empty: no image, ranks run on the host).  The run directory and the toolkit are bound at their own
+# paths, the host's environment (AGPT_*, FAILOVER_*, the launcher's rank variables) passes in and the host name is
+# the node's, so heartbeats, the failover loop and the probe see the same hosts:
+#   apptainer    apptainer exec --bind RUN_DIR,AGPT_HOME OPTS IMAGE CMD
+#   podman-hpc   podman-hpc run --rm --net host --uts host --ipc host --env-host -v RUN_DIR:RUN_DIR ... OPTS IMAGE CMD
+#   shifter      shifter --image=IMAGE --volume=RUN_DIR:RUN_DIR ... OPTS CMD
+#   pyxis        srun --container-image=IMAGE --container-mounts=RUN_DIR:RUN_DIR,... OPTS CMD   (SITE_LAUNCHER=srun)
+#   none         never wrapped
+# Inside the image `agpt` runs the image's python3 (AGPT_CONTAINER_PYTHON overrides).
+SITE_CONTAINER=none
+# Extra words for the runtime, before the image (e.g. apptainer --nv, shifter --module=gpu).  Empty: none.
+SITE_CONTAINER_OPTS=()
+# Modules loaded after SITE_MODULES, only when the job runs in an image (e.g. apptainer).  Empty: none.
+SITE_CONTAINER_MODULES=()
+# How a new checkpoint directory (RUN_DIR/ckpt) is laid out before the first save, so every shard inherits it:
+#   (lustre OPTS...)   lfs setstripe OPTS RUN_DIR/ckpt     (e.g. a progressive file layout: -E 1G -c 1 -E -1 -c 8)
+#   (daos OPTS...)     daos fs set-attr --path=RUN_DIR/ckpt OPTS   (a dfuse-mounted DAOS container; --oclass=...)
+#   ()                 the filesystem's default
+# The trainer writes one file per rank (torch DCP, single_file_per_rank).  `agpt preflight` checks the layout is there.
+SITE_CKPT_LAYOUT=()
 
 # Spare nodes asked for on top of a job's nodes: a percentage of the nodes, at least SITE_SPARES_MIN.
 # A job config's `job.spares` wins.

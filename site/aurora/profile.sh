@@ -23,27 +23,44 @@ SITE_PEAK_TFLOPS=419.5
 SITE_DEVICE_MEM_GIB=64
 # 1 TiB of DDR5 per node: 2 Xeon Max CPUs x 512 GB (ALCF, Aurora machine overview, as above).
 SITE_HOST_MEM_GIB=1024
-# Flare is an HPE ClusterStor E1000 Lustre file system like Grand and Eagle, for which ALCF publishes an
-# aggregate 650 GB/s (https://alcf.anl.gov/alcf-resources/storage-and-networking); an assumed figure until ALCF
-# publishes Flare's own.
+# Flare: 91 PB of Lustre, 160 OSTs, "peak theoretical performance of 650 GB/s" (ALCF, Flare:
+# https://docs.alcf.anl.gov/aurora/data-management/lustre/flare/).
 SITE_FS_BW_GBPS=650
 SITE_LAUNCHER=pals
 SITE_LAUNCHER_FLAGS=(--genvall)
 # One rank per GPU tile, each on its own 8 cores, skipping the cores the OS uses (0 and 52 per socket).
 SITE_CPU_BIND="list:1-8:9-16:17-24:25-32:33-40:41-48:53-60:61-68:69-76:77-84:85-92:93-100"
 
-SITE_MODULES=(frameworks)
+# copper: ALCF's Copper (SITE_STAGE below), "module load copper"
+# (https://docs.alcf.anl.gov/aurora/data-management/copper/copper/).
+SITE_MODULES=(frameworks copper)
+# oneCCL and the Slingshot provider: ALCF's settings "that typically provide better performance or address potential
+# application hangs and crashes at large scale" (the minimal set, tested to 1,024 nodes, then the tuning lists), from
+# https://docs.alcf.anl.gov/aurora/data-science/frameworks/oneCCL/ ; CCL_ATL_SYNC_COLL and CCL_OP_SYNC are the two it
+# marks "to avoid potential hang at large scale", PALS_PING_PERIOD/PALS_RPC_TIMEOUT keep PALS from giving up on a
+# busy node.  FI_MR_CACHE_MONITOR=disabled is that page's application-dependent list (its minimal set has
+# userfaultfd).
 SITE_ENV=(
   "ZE_FLAT_DEVICE_HIERARCHY=FLAT"
   "CCL_PROCESS_LAUNCHER=pmix"
   "CCL_ATL_TRANSPORT=mpi"
   "CCL_KVS_MODE=mpi"
   "CCL_KVS_CONNECTION_TIMEOUT=600"
+  "CCL_KVS_USE_MPI_RANKS=1"
   "CCL_CONFIGURATION_PATH="
   "CCL_CONFIGURATION=cpu_gpu_dpcpp"
+  "CCL_ALLREDUCE_SCALEOUT=direct:0-1048576;rabenseifner:1048577-max"
+  "CCL_BCAST=double_tree"
+  "CCL_ZE_CACHE_OPEN_IPC_HANDLES_THRESHOLD=1024"
+  "CCL_ATL_SYNC_COLL=1"
+  "CCL_OP_SYNC=1"
   "FI_CXI_DEFAULT_CQ_SIZE=1048576"
   "FI_CXI_RX_MATCH_MODE=hybrid"
+  "FI_CXI_OFLOW_BUF_SIZE=8388608"
+  "FI_CXI_CQ_FILL_PERCENT=30"
   "FI_MR_CACHE_MONITOR=disabled"
+  "PALS_PING_PERIOD=240"
+  "PALS_RPC_TIMEOUT=240"
   "TORCH_XPU_ALLOC_CONF=expandable_segments:True"
 )
 SITE_LOCAL_DIR=/tmp
@@ -57,7 +74,25 @@ SITE_FAILURE_DOMAIN_RE='^(x[0-9]+c[0-9]+s[0-9]+)'
 
 SITE_PYTHON=python3
 SITE_VENV_DIR="${HOME}/venvs/aurora"
-SITE_VENV_STAGE=1
+# Copper: "It is recommended to use copper for any applications [preferrably python and I/O <500 MB] in order to scale
+# beyond 2k nodes"; launch_copper.sh starts it on every node of the job, the venv is read through
+# /tmp/$USER/copper_mount/<its path> (ALCF's "common mount path"; SITE_LOCAL_DIR=/tmp)
+# (https://docs.alcf.anl.gov/aurora/data-management/copper/copper/).
+SITE_STAGE=copper
+SITE_STAGE_OPTS=()
+# Apptainer: "module load apptainer", images run as unprivileged containers, `apptainer exec -B DIR:DIR IMAGE CMD`
+# under mpiexec (https://docs.alcf.anl.gov/aurora/containers/containers/).
+SITE_CONTAINER=apptainer
+SITE_CONTAINER_OPTS=()
+SITE_CONTAINER_MODULES=(apptainer)
+# Checkpoints on Flare (160 OSTs): ALCF publishes no striping advice for it; the trainer writes one file per rank, for
+# which NERSC and OLCF advise the default layout (https://docs.nersc.gov/performance/io/lustre/, "File per process:
+# keep default striping"; OLCF: "refrain from attempting to manually control file striping, unless ... single files
+# in excess of 512 GB", https://docs.olcf.ornl.gov/data/index.html): assumption, Flare's default.  A run directory on
+# a dfuse-mounted DAOS container instead: (daos --oclass=EC_16P3G32) (ALCF's recommended rd_fac:3 erasure code for
+# file per process), with "LD_PRELOAD=/usr/lib64/libpil4dfs.so" in job.env (the interception library ALCF prefers)
+# (https://docs.alcf.anl.gov/aurora/data-management/daos/daos-overview/).
+SITE_CKPT_LAYOUT=()
 
 SITE_SPARES_PERCENT=2
 SITE_SPARES_MIN=4

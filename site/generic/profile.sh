@@ -36,7 +36,13 @@ SITE_FAILURE_DOMAIN_RE=""
 
 SITE_PYTHON=python3
 SITE_VENV_DIR=""
-SITE_VENV_STAGE=0
+SITE_STAGE=none
+SITE_STAGE_OPTS=()
+# No container runtime assumed on an arbitrary host; keys: site/_template/profile.sh.
+SITE_CONTAINER=none
+SITE_CONTAINER_OPTS=()
+SITE_CONTAINER_MODULES=()
+SITE_CKPT_LAYOUT=()
 
 SITE_SPARES_PERCENT=0
 SITE_SPARES_MIN=0

@@ -46,7 +46,23 @@ SITE_FAILURE_DOMAIN_RE=""
 
 SITE_PYTHON=python3
 SITE_VENV_DIR="${HOME}/venvs/perlmutter"
-SITE_VENV_STAGE=1
+# agpt yeet to node-local /tmp: NERSC's answer for Python at scale is a container image (below), which needs no
+# staging; for a venv on $SCRATCH/$HOME, yeet (assumption: NERSC documents no broadcast tool for a venv).
+SITE_STAGE=yeet
+SITE_STAGE_OPTS=()
+# Shifter: "NERSC has developed and supports Shifter to enable users to securely run Docker images on NERSC systems
+# at scale" (https://docs.nersc.gov/development/containers/shifter/); `shifter --image=IMAGE --volume=SRC:DST CMD`
+# (https://shifter.readthedocs.io/en/latest/command/shifter.html).  --module=gpu: assumption, the GPU module as named
+# in NERSC's Shifter examples (not found by search).  podman-hpc is NERSC's other runtime
+# (https://github.com/NERSC/podman-hpc): SITE_CONTAINER=podman-hpc, SITE_CONTAINER_OPTS=(--gpu).
+SITE_CONTAINER=shifter
+SITE_CONTAINER_OPTS=(--module=gpu)
+SITE_CONTAINER_MODULES=()
+# Perlmutter scratch's progressive file layout as NERSC documents it: 1 OST up to 1 GB, 8 to 10 GB, 24 to 100 GB, 72
+# beyond (https://docs.nersc.gov/filesystems/perlmutter-scratch/, "Default File Striping"; stripe_small/medium/large
+# are 8/24/72 OSTs: https://docs.nersc.gov/performance/io/lustre/), set on the checkpoint directory so every shard
+# gets it whatever the scratch default of the day is (today's docs: one OST).
+SITE_CKPT_LAYOUT=(lustre -E 1G -c 1 -E 10G -c 8 -E 100G -c 24 -E -1 -c 72)
 
 SITE_SPARES_PERCENT=2
 SITE_SPARES_MIN=2

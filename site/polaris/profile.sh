@@ -50,7 +50,18 @@ SITE_FAILURE_DOMAIN_RE='^(x[0-9]+c[0-9]+s[0-9]+)'
 
 SITE_PYTHON=python3
 SITE_VENV_DIR="${HOME}/venvs/polaris"
-SITE_VENV_STAGE=1
+# agpt yeet to /local/scratch: ALCF documents no staging tool for Polaris (Copper is Aurora's); assumption.
+SITE_STAGE=yeet
+SITE_STAGE_OPTS=()
+# "Polaris uses Apptainer (formerly Singularity) for container management ... ml apptainer"
+# (https://docs.alcf.anl.gov/polaris/containers/containers/); --nv: Apptainer's NVIDIA GPU support
+# (https://apptainer.org/docs/user/latest/gpu.html).
+SITE_CONTAINER=apptainer
+SITE_CONTAINER_OPTS=(--nv)
+SITE_CONTAINER_MODULES=(apptainer)
+# Eagle and Grand: ALCF publishes no striping advice; one file per rank keeps the default (as for Aurora's Flare:
+# site/aurora/profile.sh); assumption.
+SITE_CKPT_LAYOUT=()
 
 SITE_SPARES_PERCENT=2
 SITE_SPARES_MIN=2

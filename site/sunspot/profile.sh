@@ -49,7 +49,14 @@ SITE_FAILURE_DOMAIN_RE='^(x[0-9]+c[0-9]+s[0-9]+)'
 
 SITE_PYTHON=python3
 SITE_VENV_DIR="${HOME}/venvs/sunspot"
-SITE_VENV_STAGE=1
+# The test and development system keeps agpt yeet (Copper is documented for Aurora at scale); no container, the
+# filesystem's default layout (keys: site/_template/profile.sh).
+SITE_STAGE=yeet
+SITE_STAGE_OPTS=()
+SITE_CONTAINER=none
+SITE_CONTAINER_OPTS=()
+SITE_CONTAINER_MODULES=()
+SITE_CKPT_LAYOUT=()
 
 SITE_SPARES_PERCENT=2
 SITE_SPARES_MIN=1

@@ -28,7 +28,7 @@ local_setup() {
 @test "env_site_load: the profile's keys; AGPT_SITE exported" {
   run_strict 'env_site_load aurora; echo "$SITE_LAUNCHER ${SITE_MODULES[*]} ${#SITE_ENV[@]}"; bash -c "echo \$AGPT_SITE"'
   assert_success
-  assert_line "pals frameworks 11"
+  assert_line "pals frameworks copper 21"
   assert_line aurora
 }
 
@@ -135,7 +135,7 @@ SH
   chmod +x "$home/bin/agpt"
   AGPT_HOME="$home" run_strict '
     env_site_load generic
-    SITE_LOCAL_DIR="$BATS_TEST_TMPDIR/local"; ENV_STAGE=1
+    SITE_LOCAL_DIR="$BATS_TEST_TMPDIR/local"; ENV_STAGE=yeet
     AGPT_VENV="$BATS_TEST_TMPDIR/shared/agpt-x"
     export AGPT_TEST_STAGED=staged
     env_stage
@@ -152,7 +152,7 @@ SH
   printf '#!/bin/sh\nexit 1\n' >"$home/bin/agpt"
   chmod +x "$home/bin/agpt"
   AGPT_HOME="$home" run_strict '
-    env_site_load generic; SITE_VENV_STAGE=1; AGPT_VENV=/shared/venv
+    env_site_load generic; SITE_STAGE=yeet; AGPT_VENV=/shared/venv
     env_stage; echo "venv=$AGPT_VENV"'
   assert_success
   assert_line --partial "staging failed; using /shared/venv"
@@ -175,4 +175,64 @@ SH
   assert_line "active=$BATS_TEST_TMPDIR/venvs/agpt-uv"
   run cat "$BATS_TEST_TMPDIR/trace"
   assert_output --regexp "^uv venv -q --system-site-packages --python /.*python3 $BATS_TEST_TMPDIR/venvs/agpt-uv$"
+}
+
+@test "env_stage: copper starts launch_copper.sh with its view and the venv is read through it" {
+  mkdir -p "$BATS_TEST_TMPDIR/bin" "$BATS_TEST_TMPDIR/local/u/copper_mount/shared/agpt-x/bin"
+  echo 'VIRTUAL_ENV=$AGPT_TEST_STAGED' >"$BATS_TEST_TMPDIR/local/u/copper_mount/shared/agpt-x/bin/activate"
+  printf '#!/bin/sh\necho "launch_copper.sh $*" >>"$BATS_TEST_TMPDIR/trace"\n' >"$BATS_TEST_TMPDIR/bin/launch_copper.sh"
+  chmod +x "$BATS_TEST_TMPDIR/bin/launch_copper.sh"
+  PATH="$BATS_TEST_TMPDIR/bin:$PATH" USER=u run_strict '
+    env_site_load generic
+    SITE_LOCAL_DIR="$BATS_TEST_TMPDIR/local"; SITE_STAGE=copper; SITE_STAGE_OPTS=(-l 0)
+    AGPT_VENV=/shared/agpt-x; export AGPT_TEST_STAGED=through-copper
+    env_stage
+    echo "venv=$AGPT_VENV staged=$AGPT_STAGED active=$VIRTUAL_ENV"'
+  assert_success
+  assert_line "venv=$BATS_TEST_TMPDIR/local/u/copper_mount/shared/agpt-x staged=copper active=through-copper"
+  run cat "$BATS_TEST_TMPDIR/trace"
+  assert_output "launch_copper.sh -l 0 -v $BATS_TEST_TMPDIR/local/u/copper_mount"
+}
+
+@test "env_stage: sbcast broadcasts a tar of the venv, one tar -x per node, the copy is activated" {
+  mkdir -p "$BATS_TEST_TMPDIR/bin" "$BATS_TEST_TMPDIR/shared/agpt-x/bin" "$BATS_TEST_TMPDIR/local"
+  echo 'VIRTUAL_ENV=$AGPT_TEST_STAGED' >"$BATS_TEST_TMPDIR/shared/agpt-x/bin/activate"
+  # sbcast -pf SRC DEST: a copy here (one node); the unpack goes through the site launcher (hydra, one rank per node)
+  printf '#!/bin/sh\necho "sbcast $*" >>"$BATS_TEST_TMPDIR/trace"\ncp "$2" "$3"\n' \
+    >"$BATS_TEST_TMPDIR/bin/sbcast"
+  chmod +x "$BATS_TEST_TMPDIR/bin/sbcast"
+  PATH="$BATS_TEST_TMPDIR/bin:$PATH" run_strict '
+    env_site_load generic
+    SITE_LOCAL_DIR="$BATS_TEST_TMPDIR/local"; SITE_STAGE=sbcast
+    AGPT_VENV="$BATS_TEST_TMPDIR/shared/agpt-x"; export AGPT_TEST_STAGED=from-nvme
+    env_stage
+    echo "venv=$AGPT_VENV active=$VIRTUAL_ENV"'
+  assert_success
+  assert_line "venv=$BATS_TEST_TMPDIR/local/agpt-x active=from-nvme"
+  run cat "$BATS_TEST_TMPDIR/trace"
+  assert_output --regexp "^sbcast -pf [^ ]+/agpt-stage\.[A-Za-z0-9]+ $BATS_TEST_TMPDIR/local/agpt-x\.tar$"
+}
+
+@test "env_stage: an unknown method is exit 2 naming the allowed ones" {
+  run_strict 'env_site_load generic; AGPT_VENV=/v; ENV_STAGE=rsync env_stage'
+  assert_failure 2
+  assert_output --partial "ENV_STAGE/SITE_STAGE: 'rsync' is not one of yeet | copper | sbcast | none"
+}
+
+@test "env_ckpt_layout: a new checkpoint directory gets lfs setstripe / daos fs set-attr; an existing one is left" {
+  mkdir -p "$BATS_TEST_TMPDIR/bin"
+  for t in lfs daos; do
+    printf '#!/bin/sh\necho "%s $*" >>"$BATS_TEST_TMPDIR/trace"\n' "$t" >"$BATS_TEST_TMPDIR/bin/$t"
+    chmod +x "$BATS_TEST_TMPDIR/bin/$t"
+  done
+  PATH="$BATS_TEST_TMPDIR/bin:$PATH" run_strict '
+    env_site_load perlmutter
+    env_ckpt_layout "$BATS_TEST_TMPDIR/a/ckpt"
+    env_ckpt_layout "$BATS_TEST_TMPDIR/a/ckpt"
+    SITE_CKPT_LAYOUT=(daos --oclass=EC_16P3GX); env_ckpt_layout "$BATS_TEST_TMPDIR/b/ckpt"
+    SITE_CKPT_LAYOUT=(); env_ckpt_layout "$BATS_TEST_TMPDIR/c/ckpt"; [[ -d "$BATS_TEST_TMPDIR/c/ckpt" ]]'
+  assert_success
+  run cat "$BATS_TEST_TMPDIR/trace"
+  assert_output "lfs setstripe -E 1G -c 1 -E 10G -c 8 -E 100G -c 24 -E -1 -c 72 $BATS_TEST_TMPDIR/a/ckpt
+daos fs set-attr --path=$BATS_TEST_TMPDIR/b/ckpt --oclass=EC_16P3GX"
 }

@@ -75,7 +75,7 @@ conf() {  # conf NAME YAML-BODY: a config file holding only a job: section
   assert_line 'chain_start "$AGPT_JOB_SCRIPT"'
   assert_line '  failover_run agpt launch agpt train --config "$AGPT_CONFIG" --run-dir "$AGPT_RUN_DIR" || rc=$?'
   assert_line 'chain_end "$rc"'
-  assert_line "export FAILOVER_CLEANUP_HOOK='LAUNCH_PPN=1 agpt launch \"\$AGPT_HOME/site/aurora/hooks/cleanup.sh\"'"
+  assert_line "export FAILOVER_CLEANUP_HOOK='LAUNCH_BARE=1 LAUNCH_PPN=1 agpt launch \"\$AGPT_HOME/site/aurora/hooks/cleanup.sh\"'"
   run cat jobs/agpt_80b.slurm
   refute_line --partial "FAILOVER_CLEANUP_HOOK"
   assert_line "#SBATCH --nodes=262"
@@ -207,4 +207,32 @@ refused() {
   assert_output --partial "fake_trainer: done at step 6"
   assert_output --partial "chain: not chaining (not in a batch job)"
   [[ -f run/ckpt/step-6/.complete && -s run/events.jsonl && -s run/hosts/active ]]
+}
+
+@test "staging, container and checkpoint layout: the profile's choices named, the image exported, the layout applied" {
+  cfg="$(conf img 'job:
+  nodes: 2
+  container_image: /lus/img/pt 1.sif')"
+  run agpt jobgen --site perlmutter --scheduler slurm --no-check "$cfg"
+  assert_success
+  assert_line "# Staging (SITE_STAGE=yeet, in env_setup): agpt yeet copies the venv to SITE_LOCAL_DIR on every node."
+  assert_line 'export AGPT_CONTAINER_IMAGE=/lus/img/pt\ 1.sif  # job.container_image'
+  assert_line "[[ -v FAILOVER_SWEEP_LAUNCH ]] || export FAILOVER_SWEEP_LAUNCH='env LAUNCH_BARE=1 agpt launch'"
+  assert_line "# Checkpoint layout (SITE_CKPT_LAYOUT=(lustre -E 1G -c 1 -E 10G -c 8 -E 100G -c 24 -E -1 -c 72)): set on \$AGPT_RUN_DIR/ckpt when it is created."
+  assert_line 'env_ckpt_layout "$AGPT_RUN_DIR/ckpt"'
+  run agpt jobgen --site aurora --scheduler pbs --no-check "$cfg"
+  assert_line "# Staging (SITE_STAGE=copper, in env_setup): launch_copper.sh: a read-only FUSE cache (Copper) of the venv on every node."
+  assert_line --partial "# Container (SITE_CONTAINER=apptainer): every rank runs in this image"
+  run agpt jobgen --site frontier --scheduler slurm --no-check jobs/configs/20b.yaml
+  assert_line "# Staging (SITE_STAGE=sbcast, in env_setup): sbcast of a tar of the venv to SITE_LOCAL_DIR on every node."
+  assert_line "# Container (SITE_CONTAINER=apptainer): no image (job.container_image): ranks run on the host."
+  assert_line "#SBATCH --network=disable_rdzv_get"
+  refute_line --partial AGPT_CONTAINER_IMAGE
+}
+
+@test "job.container_image: a control character is exit 2 naming the key" {
+  cfg="$(conf bad "$(printf 'job:\n  container_image: "/img\\nrm -rf x"')")"
+  run agpt jobgen --site perlmutter --scheduler slurm --no-check "$cfg"
+  assert_failure 2
+  assert_output --partial "job.container_image: holds the control character"
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bats
-# shellcheck disable=SC2016
+# shellcheck disable=SC2016,SC2030,SC2031  # each test exports its own settings
 # lib/launch.sh: the launcher command for the active hosts, from the site profile (PALS through a recording
 # fake; MPICH hydra for real on this host).
 load helpers
@@ -140,4 +140,35 @@ local_setup() {
   FAILOVER_HOSTFILE="$BATS_TEST_TMPDIR/active" LAUNCH_MPIEXEC=true run "$AGPT_ROOT/bin/agpt" launch --site aurora prog
   assert_success
   [[ -f "$BATS_TEST_TMPDIR/active" ]]
+}
+
+@test "containers: each runtime's words wrap the rank command, run dir and toolkit bound, the image's python" {
+  # What each site's runtime is asked (fixtures: none of these runtimes can run here; the apptainer stand-in runs
+  # for real in cluster_failover.bats).  The profiles' own values: Aurora apptainer, Perlmutter shifter --module=gpu.
+  export FAILOVER_HOSTFILE="$BATS_TEST_TMPDIR/active" AGPT_DRY_RUN=1 AGPT_RUN_DIR=/lus/run AGPT_HOME=/opt/agpt
+  export AGPT_SITE_DIR="$AGPT_ROOT/site"
+  export AGPT_CONTAINER_IMAGE=/lus/img/pt.sif
+  run_strict 'env_site_load aurora; launch_run agpt train'
+  assert_output "mpiexec -n 24 --ppn 12 --hostfile $BATS_TEST_TMPDIR/active --cpu-bind list:1-8:9-16:17-24:25-32:33-40:41-48:53-60:61-68:69-76:77-84:85-92:93-100 --genvall apptainer exec --bind /lus/run,/opt/agpt /lus/img/pt.sif env AGPT_PYTHON=python3 agpt train"
+  run_strict 'env_site_load perlmutter; launch_run agpt train'
+  assert_output "srun --nodelist=x4102c5s2b0n0,x4102c5s3b0n0 -N 2 --ntasks-per-node=4 -n 8 --kill-on-bad-exit=1 --label --cpu-bind=cores --cpus-per-task=32 --gpus-per-node=4 shifter --image=/lus/img/pt.sif --volume=/lus/run:/lus/run --volume=/opt/agpt:/opt/agpt --module=gpu env AGPT_PYTHON=python3 agpt train"
+  run_strict 'env_site_load perlmutter; SITE_CONTAINER=podman-hpc SITE_CONTAINER_OPTS=(--gpu); cd /; launch_run agpt train'
+  assert_output --partial " --gpus-per-node=4 podman-hpc run --rm --net host --uts host --ipc host --env-host -v /lus/run:/lus/run -v /opt/agpt:/opt/agpt -w / --gpu /lus/img/pt.sif env AGPT_PYTHON=python3 agpt train"
+  run_strict 'env_site_load perlmutter; SITE_CONTAINER=pyxis SITE_CONTAINER_OPTS=(); cd /; AGPT_CONTAINER_PYTHON=/usr/bin/python3 launch_run agpt train'
+  assert_output --partial " --gpus-per-node=4 --container-image=/lus/img/pt.sif --container-mounts=/lus/run:/lus/run,/opt/agpt:/opt/agpt --container-workdir=/ env AGPT_PYTHON=/usr/bin/python3 agpt train"
+  # No image, SITE_CONTAINER=none, or a bare launch (staging, cleanup, the sweep): the command as it was.
+  run_strict 'env_site_load aurora; LAUNCH_BARE=1 launch_run agpt yeet; AGPT_CONTAINER_IMAGE= launch_run agpt train
+    SITE_CONTAINER=none launch_run agpt train'
+  refute_output --partial apptainer
+  assert_equal "${#lines[@]}" 3
+}
+
+@test "containers: pyxis under a launcher that is not srun, an unknown runtime: exit 2, nothing launched" {
+  export FAILOVER_HOSTFILE="$BATS_TEST_TMPDIR/active" AGPT_CONTAINER_IMAGE=/img.sqsh
+  run_strict 'env_site_load aurora; SITE_CONTAINER=pyxis launch_run agpt train'
+  assert_failure 2
+  assert_output "launch: SITE_CONTAINER=pyxis needs the srun launcher, not 'pals'"
+  run_strict 'env_site_load aurora; SITE_CONTAINER=docker launch_run agpt train'
+  assert_failure 2
+  assert_output "launch: unknown container runtime 'docker' (none, apptainer, podman-hpc, shifter, pyxis)"
 }

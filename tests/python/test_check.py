@@ -326,3 +326,31 @@ def test_check_shows_the_node_counts_a_job_can_shrink_to_and_writes_the_loops_la
     r = run("check", "--site", "perlmutter", "--nodes", "32", "--no-data", "jobs/configs/20b.yaml",
             env={"FAILOVER_SHRINK": "0"})  # fmt: skip
     assert "shrink      off (FAILOVER_SHRINK=0): a failure with no spare left hands over" in r.stdout
+
+
+@pytest.mark.parametrize("site", ["aurora", "perlmutter", "frontier"])
+def test_check_prints_the_sites_staging_container_and_checkpoint_layout(site: str, tmp_path: Path) -> None:
+    """The profile's choices as the job applies them, one line each; the image comes from job.container_image."""
+    r = run("check", "jobs/configs/20b.yaml", "--site", site, "--no-data")
+    assert r.returncode == 0, r.stderr
+    rows = {ln[7:18].strip(): ln[19:] for ln in r.stdout.splitlines()[1:]}
+    want = {
+        "aurora": ("copper (SITE_STAGE): launch_copper.sh -v /tmp/$USER/copper_mount",
+                   "apptainer (SITE_CONTAINER): no image (job.container_image): ranks run on the host",
+                   "the filesystem's default (SITE_CKPT_LAYOUT empty)"),
+        "perlmutter": ("yeet (SITE_STAGE): agpt yeet copies the venv to /tmp on every node",
+                       "shifter (SITE_CONTAINER): no image", "lfs setstripe -E 1G -c 1 -E 10G -c 8 -E 100G -c 24 "
+                       "-E -1 -c 72 RUN_DIR/ckpt (SITE_CKPT_LAYOUT)"),
+        "frontier": ("sbcast (SITE_STAGE): sbcast -pf of a tar of the venv to /mnt/bb/", "apptainer (SITE_CONTAINER)",
+                     "the filesystem's default"),
+    }[site]  # fmt: skip
+    for name, text in zip(("staging", "container", "ckpt layout"), want, strict=True):
+        assert rows[name].startswith(text), (name, rows[name])
+    cfg = tmp_path / "img.yaml"
+    raw = yaml.safe_load((ROOT / "jobs/configs/20b.yaml").read_text())
+    raw["job"]["container_image"] = "/lus/img/pt.sif"
+    cfg.write_text(yaml.safe_dump(raw))
+    r = run("check", str(cfg), "--site", "perlmutter", "--no-data")
+    assert r.returncode == 0, r.stderr
+    assert ("container   shifter (SITE_CONTAINER): shifter --image=/lus/img/pt.sif --volume=RUN_DIR:RUN_DIR "
+            "--volume=AGPT_HOME:AGPT_HOME --module=gpu CMD") in r.stdout  # fmt: skip

@@ -64,7 +64,7 @@ def test_check_rejects_commands_wrong_types_and_bad_enums(tmp_path: Path) -> Non
     prof = copy_site(tmp_path)
     text = prof.read_text()
     text = text.replace("SITE_SCHEDULER=pbs", "SITE_SCHEDULER=lsf")
-    text = text.replace("SITE_MODULES=(frameworks)", "SITE_MODULES=frameworks")
+    text = text.replace("SITE_MODULES=(frameworks copper)", "SITE_MODULES=frameworks")
     text = text.replace("SITE_RANKS_PER_NODE=12", "SITE_RANKS_PER_NODE=twelve")
     text += "module load frameworks\nSITE_QUEUE=debug\n"
     prof.write_text(text)
@@ -96,7 +96,7 @@ def test_show_prints_each_resolved_value_with_file_and_line(tmp_path: Path) -> N
     assert re.search(rf"site/aurora/profile.sh:{line_of(prof, 'SITE_QUEUE')}\s+prod$", rows["SITE_QUEUE"])
     # Resolved as a job sees it: ${HOME} expanded.
     assert rows["SITE_VENV_DIR"].endswith(f"{tmp_path}/venvs/aurora")
-    assert "(frameworks)" in rows["SITE_MODULES"]
+    assert "(frameworks copper)" in rows["SITE_MODULES"]
 
 
 def test_show_json_and_resolve_keep_arrays() -> None:
@@ -200,3 +200,44 @@ def test_a_failure_domain_that_is_not_a_regular_expression_or_a_host_memory_that
     joined = "\n".join(s.check_profile(prof).errors)
     assert "SITE_HOST_MEM_GIB: '1TiB' is not a number >= 0" in joined
     assert "SITE_FAILURE_DOMAIN_RE: not a regular expression" in joined
+
+
+def test_unknown_stage_container_and_layout_kinds_are_refused_with_the_allowed_list(tmp_path: Path) -> None:
+    prof = copy_site(tmp_path)
+    text = prof.read_text()
+    text = text.replace("SITE_STAGE=copper", "SITE_STAGE=rsync")
+    text = text.replace("SITE_CONTAINER=apptainer", "SITE_CONTAINER=docker")
+    text = text.replace("SITE_CKPT_LAYOUT=()", "SITE_CKPT_LAYOUT=(gpfs --stripe 8)")
+    prof.write_text(text)
+    r = agpt("site", "check", str(prof))
+    assert r.returncode == 2
+    err = r.stderr
+    assert (
+        f"{prof}:{line_of(prof, 'SITE_STAGE')}: SITE_STAGE: 'rsync' is not one of yeet | copper | sbcast | none"
+        in err
+    )
+    assert (
+        f"{prof}:{line_of(prof, 'SITE_CONTAINER')}: SITE_CONTAINER: 'docker' is not one of none | apptainer | "
+        "podman-hpc | shifter | pyxis" in err
+    )
+    assert "SITE_CKPT_LAYOUT: 'gpfs' is not one of lustre | daos" in err
+
+
+def test_sbcast_needs_slurm_and_pyxis_needs_srun(tmp_path: Path) -> None:
+    prof = copy_site(tmp_path)  # Aurora: PBS and PALS
+    text = prof.read_text().replace("SITE_STAGE=copper", "SITE_STAGE=sbcast")
+    prof.write_text(text.replace("SITE_CONTAINER=apptainer", "SITE_CONTAINER=pyxis"))
+    errors = "\n".join(s.check_profile(prof).errors)
+    assert f"{line_of(prof, 'SITE_STAGE')}: SITE_STAGE: sbcast needs SITE_SCHEDULER=slurm" in errors
+    assert f"{line_of(prof, 'SITE_CONTAINER')}: SITE_CONTAINER: pyxis needs SITE_LAUNCHER=srun" in errors
+
+
+def test_the_allowed_stages_and_runtimes_are_the_ones_lib_handles() -> None:
+    """One list: what `agpt site check` accepts is what lib/env.sh and lib/launch.sh implement."""
+    env_sh = (ROOT / "lib" / "env.sh").read_text()
+    launch_sh = (ROOT / "lib" / "launch.sh").read_text()
+    assert f"is not one of {' | '.join(s.STAGES)}" in env_sh
+    assert all(f"_env_stage_{x}()" in env_sh for x in s.STAGES if x != "none")
+    assert f"unknown container runtime '$how' ({', '.join(s.CONTAINERS)})" in launch_sh
+    assert all(f"    {x})" in launch_sh for x in s.CONTAINERS if x != "none")
+    assert all(f"    {x}) set -- " in env_sh for x in s.CKPT_LAYOUTS)
