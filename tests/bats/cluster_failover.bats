@@ -1,7 +1,8 @@
 #!/usr/bin/env bats
 # lib/failover.sh on the real local Slurm cluster: a batch job `sbatch -N 6` (4 active + 2 spares) sources the
 # library and runs `failover_run srun --nodelist {hosts} ...` over the fake trainer.  (a) a rank dies naming its
-# host, (b) a node really fails (slurmd killed, `srun: error: Node failure on nK`), (c) a silent hang.
+# host, (b) a node really fails (slurmd killed, `srun: error: Node failure on nK`), (c) a silent hang, (d) (a) with
+# every rank in a container (SITE_CONTAINER=apptainer, through the stand-in tests/fixtures/fake_bin/apptainer).
 # Each asserts the swaps, the verdict and events.jsonl.
 # shellcheck disable=SC2016  # single-quoted job lines expand in the job, not here
 load helpers
@@ -101,5 +102,40 @@ submit() {
   run grep -vP '\tblind$' "$RUN/hosts/bad"
   assert_output ""
   run grep -c n4 "$RUN/hosts/active"
+  assert_output 0
+}
+
+@test "cluster: in a container (apptainer's stand-in) a rank dies naming n3: n3 is swapped, every rank went through the wrapper" {
+  # SITE_CONTAINER=apptainer and job.container_image as a generated script exports it; the runtime is
+  # tests/fixtures/fake_bin/apptainer (no container runtime runs here): it checks its arguments and the image,
+  # records each call with its node, and runs the rank's command on that node as apptainer would.
+  mkdir -p "$BATS_TEST_TMPDIR/site/c" "$BATS_TEST_TMPDIR/rt"
+  sed -e 's/^SITE_NAME=generic/SITE_NAME=c/' -e 's/^SITE_CONTAINER=none/SITE_CONTAINER=apptainer/' \
+    "$AGPT_ROOT/site/generic/profile.sh" >"$BATS_TEST_TMPDIR/site/c/profile.sh"
+  ln -s "$AGPT_ROOT/tests/fixtures/fake_bin/apptainer" "$BATS_TEST_TMPDIR/rt/apptainer"
+  touch "$BATS_TEST_TMPDIR/pt.sif"
+  LAUNCH="agpt launch" write_job <<SH
+export LAUNCH_LAUNCHER=srun AGPT_SITE=c AGPT_SITE_DIR='$BATS_TEST_TMPDIR/site' PATH='$BATS_TEST_TMPDIR/rt':\$PATH
+export AGPT_CONTAINER_IMAGE='$BATS_TEST_TMPDIR/pt.sif' FAKE_APPTAINER_LOG='$BATS_TEST_TMPDIR/apptainer.log'
+export FAKE_TRAINER_FAULTS=die@3:n3
+SH
+  id="$(submit)"
+  rc="$(wait_job "$id")"
+  show_job
+  cat "$BATS_TEST_TMPDIR/apptainer.log" || true
+  assert_equal "$rc" 0
+  run grep -F "apptainer exec --bind $RUN,$AGPT_ROOT $BATS_TEST_TMPDIR/pt.sif env AGPT_PYTHON=python3 python3" \
+    "$RUN/attempts/$id.1.log"
+  assert_success
+  run ev attempt attempt class bad_hosts swapped hosts
+  assert_line --index 0 '1 "node" ["n3"] {"out":["n3"],"in":["n5"],"blind":false,"returned":[]} ["n1","n2","n3","n4"]'
+  assert_line --index 1 --regexp '^2 "success" .* \["n1","n2","n5","n4"\]$'
+  run ev stop verdict exit
+  assert_output '"done" 0'
+  # One call per rank of each attempt, each on its own node, each the trainer in the image with the run dir bound.
+  run cut -d' ' -f1 "$BATS_TEST_TMPDIR/apptainer.log"
+  assert_equal "$(sort <<<"$output" | paste -sd' ')" "host=n1 host=n1 host=n2 host=n2 host=n3 host=n4 host=n4 host=n5"
+  run grep -vc "image=$BATS_TEST_TMPDIR/pt.sif bind=$RUN,$AGPT_ROOT cmd=env AGPT_PYTHON=python3 python3 $AGPT_ROOT/tests/fixtures/fake_trainer.py" \
+    "$BATS_TEST_TMPDIR/apptainer.log"
   assert_output 0
 }
