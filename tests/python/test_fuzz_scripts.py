@@ -119,6 +119,7 @@ sched_job_id() { echo 1; }
 sched_export_deadline() { :; }
 env_site_load() { :; }
 env_setup() { :; }
+env_ckpt_layout() { :; }
 chain_start() { :; }
 chain_end() { :; }
 failover_init() { :; }
