@@ -463,3 +463,23 @@ def test_the_trainers_own_75_is_read_when_srun_returns_143_for_the_ranks_it_ende
     )
     p = run_plan(run, *flags, "--rc", "143", "--log", str(log))
     assert p.get("verdict") != "resubmit" or "rc 75" not in str(p.get("reason")), p
+
+
+def test_a_straggler_swap_is_read_as_one_when_srun_returns_143_for_the_ranks_it_ended(tmp_path: Path) -> None:
+    """The trainer stopped at a checkpoint to swap a straggler (every rank exits 75), and srun's --kill-on-bad-exit
+    returned 143: the classifier must see the 75 the log shows, or the heartbeats' swap request is never read and
+    the job hands over instead of swapping (a flake of cluster_heartbeat.bats (c) under load)."""
+    text = (
+        "0: step=10 loss=2.1\n0: fake_trainer: stopping after the checkpoint of step 10 to swap a straggler\n"
+        "srun: error: n2: task 1: Exited with exit code 75\nsrun: error: n1: task 0: Terminated\n"
+    )
+    run, log = run_with_attempt(tmp_path, ["n1", "n2"], ["n3"], text)
+    (run / "heartbeat").mkdir()
+    (run / "heartbeat" / "swap.json").write_text(
+        json.dumps({"attempt": "j.1", "host": "n2", "evidence": "straggler: n2 computes +199%"})
+    )
+    flags = ["--jobid", "j", "--attempt", "1", "--started", "10", "--ended", "20", "--backoff", "0"]
+    p = run_plan(
+        run, *flags, "--rc", "143", "--log", str(log), "--", "--heartbeat-dir", str(run / "heartbeat")
+    )
+    assert (p["action"], p["swap_out"], p["swap_in"]) == ("relaunch", ["n2"], ["n3"]), p

@@ -445,6 +445,10 @@ def _ended_attempt(
     started = rundir.epoch(args.started, "--started")
     ended = rundir.epoch(args.ended, "--ended")
     log = Path(args.log) if args.log else None
+    # 143/137: the launcher's, over the trainer's 75 (srun's --kill-on-bad-exit ends the ranks still exiting when
+    # the first 75 arrives): classified as the 75 it was, so a straggler swap the trainer stopped for is read as one
+    if rc in (128 + 15, 128 + 9) and asked_resubmit(log):
+        rc = EXIT_RESUBMIT
     if args.classification or log is None:
         c = load_classification(args.classification, rc=rc, now=now, deadline=deadline)
     else:
@@ -464,8 +468,6 @@ def _ended_attempt(
     else:
         first, last, _ = scan_steps(log, args.progress_re or DEFAULT_PROGRESS_RE) if log else (None, None, 0)
     ckpt = latest_checkpoint(run_dir)
-    if rc in (128 + 15, 128 + 9) and asked_resubmit(log):  # 143/137: the launcher's, over the trainer's 75
-        rc = EXIT_RESUBMIT
     evidence = [str(x) for x in (c.get("evidence") or [])][:5]
     att = Attempt(
         attempt=args.attempt,
