@@ -28,12 +28,33 @@ Heartbeats: the hung host is named as the classifier's heartbeat evidence names 
 agpt.failover.classify.apply_heartbeats does), and a hang is detected after `heartbeat_timeout_s` instead of the
 idle watchdog.
 
-Misreads: a share of each class's failures (`misread`, from the held-out score) gets a log the classifier cannot
-read: the loop sees a crash that names nobody, and what it does then is the real planner's decision: the health
-sweep (agpt.failover.sweep, run through `Sim._probe`, which sees what the model lets it see: a failed node with
-`probe.finds_node`, a host that hangs every attempt with `probe.finds_hung`, every host failing during a site
-outage; its cost on the clock as detection), a blind swap when the sweep is off, or the same hosts again.  A node
-left in the allocation fails the next launch (the launcher names it, read or misread the same way).
+Misreads: a share of each class's failures is misread, per what the reading costs (`misread[class][kind]`, the
+consequences `agpt failover score` measures on the held-out corpora, agpt.failover.consequence).  Each kind is
+written as the log the loop would be given, and what follows is the real classifier's and planner's decision:
+  recoverable  a log the classifier cannot read: the loop sees a crash that names nobody and sweeps
+               (agpt.failover.sweep, run through `Sim._probe`, which sees what the model lets it see: a failed
+               node with `probe.finds_node`, a host that hangs every attempt with `probe.finds_hung`, every host
+               failing during a site outage; its cost on the clock as detection), swaps blind when the sweep is
+               off, or relaunches on the same hosts.
+  stopped      an exception every rank raises (logs `app_error`): the loop reads an application error, sweeps,
+               relaunches on the same hosts, and stops for a person when the sweep passed every host and the same
+               signature reproduces; the stop waits `costs.person_response_h` as any stop does.  A site fault read
+               so is one outside what the probe checks (the measured cases: a DNS failure, an object store that
+               does not answer), so the sweep passes every host while it lasts, as agpt.failover.consequence
+               assumes.
+  evicted      the launcher's node-failure line naming a healthy active host: the planner swaps it out, and the
+               bad node stays (its next launch fails, and the log names the evicted host again, by then out of
+               the allocation: the planner sweeps).
+  unresolved   a log read as a site fault (logs `system`; one of the measured cases, an application fault read so):
+               the loop backs off and relaunches on the same hosts, sweeps once the signature recurs, and never
+               stops for a person on a site fault: a fault that keeps recurring (a deterministic bug) runs into
+               FAILOVER_MAX_ATTEMPTS and the chain's no-progress guard; one that does not is simply relaunched.
+A fault recurs (a node left in the allocation fails the next launch, a site outage every launch while it lasts, a
+hung host or a deterministic bug each attempt it is in); its kind is drawn (self.rng) at its first reading, and a
+recurrence is read the same way when the misread's consequence rests on that (stopped, evicted, unresolved: as
+agpt.failover.consequence replays a case's one reading attempt after attempt), else drawn again for
+`recoverable` alone, as before the kinds: the sim's unreadable log has no failing line, so read so on every
+recurrence a deterministic bug would never reproduce, where the measured recoverable cases did.
 """
 
 from __future__ import annotations
@@ -69,6 +90,8 @@ from agpt.sim.model import FaultModel
 from agpt.sim.result import BUCKETS, FaultRecord, Result
 from agpt.sim.training import INF, AttemptEnd, Training
 
+# the misreads a fault's recurrences are read as again (Sim._misread)
+STICKY = ("stopped", "evicted", "unresolved")
 EPOCH = 1_800_000_000.0  # the virtual clock's zero, as an epoch (events.jsonl and the planner want epochs)
 __all__ = ["BUCKETS", "FaultRecord", "Result", "Sim", "simulate"]
 
@@ -111,6 +134,9 @@ class Sim(Training):
         self.down_until: dict[str, float] = {}
         self.hung_until: dict[str, float] = {}  # hosts that hang every attempt they are in
         self.outage_until = 0.0
+        self.outage_unseen = False  # the site outage is one the health sweep's probe does not see (a misread)
+        # a fault's cause -> how its log is misread (None: read right) and the host the log names
+        self.misreads: dict[tuple[str, Any], tuple[str | None, str | None]] = {}
         self.app_bug_step: int | None = None
         self.slow = 1.0
         # FAILOVER_STRAGGLER=swap: the slow host, its fault, and when the trainer's monitor stops the attempt
@@ -308,6 +334,7 @@ class Sim(Training):
             self.down_until[h] = self.t + m.failures.repair_h * 3600.0
             del self.hung_until[h]
         self.app_bug_step = None
+        self.misreads.clear()
         chain_file = self.run_dir / "chain.jsonl"
         if chain_file.exists():
             chain_file.rename(self.run_dir / f"chain.{self.jobs}.jsonl")
@@ -425,11 +452,18 @@ class Sim(Training):
         m = self.m
         log = self.run_dir / "attempts" / f"{jobid}.{n}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        cls_of = {"node": "node", "hang": "hang", "system": "system", "app": "app"}.get(end.kind)
-        misread = cls_of is not None and self.rng.random() < m.misread.get(cls_of, 0.0)
+        misread, named = self._misread(end, active)
         # A straggler's swap stops the trainer as the deadline does: the same log.
-        kind = "unreadable" if misread else "deadline" if end.kind == "straggler" else end.kind
-        rc = logs.write(log, launcher=m.launcher, kind=kind, hosts=active, bad=end.bad, resumed=resumed or None,
+        kind = "deadline" if end.kind == "straggler" else end.kind
+        if misread == "recoverable":
+            kind = "unreadable"
+        elif misread == "unresolved":
+            kind = "system"
+        elif misread == "stopped":
+            kind = "app_error"
+        elif misread == "evicted":
+            kind = "node"
+        rc = logs.write(log, launcher=m.launcher, kind=kind, hosts=active, bad=named, resumed=resumed or None,
                         first=end.first, last=end.last)  # fmt: skip
         found = classifylib.classify(
             log, rc, active, None, EPOCH + deadline, EPOCH + ended, None,
@@ -462,6 +496,38 @@ class Sim(Training):
         self.shrinks += plan.shrink is not None
         return rc, plan
 
+    def _misread(self, end: AttemptEnd, active: list[str]) -> tuple[str | None, str | None]:
+        """How this attempt's failure is misread (a kind of FaultModel.misread, None when it is read right), and
+        the host its log names.  Drawn at the fault's first reading; its recurrences (the same cause failing the
+        attempts after it) are read the same way when that reading was `stopped`, `evicted` (the log names the same
+        healthy host, by then out of the allocation) or `unresolved`, and drawn again for `recoverable` alone
+        otherwise, as before the kinds (a relaunch's log is another look)."""
+        if end.kind not in ("node", "hang", "system", "app"):
+            return None, end.bad
+        cause = (end.kind, self.outage_until if end.kind == "system" else
+                 self.app_bug_step if end.kind == "app" else end.bad)  # fmt: skip
+        x = self.rng.random()  # one draw per attempt read, as before the kinds: no misreads, the same run
+        shares = self.m.misread.get(end.kind, {})
+        kind, named = self.misreads.get(cause, (None, end.bad)) if end.fault is None else (None, end.bad)
+        if kind in STICKY:
+            return kind, named
+        if end.fault is None and cause in self.misreads:  # a recurrence of a fault read right or recoverably
+            return ("recoverable" if x < shares.get("recoverable", 0.0) else None), end.bad
+        acc, kind = 0.0, None
+        for k, share in shares.items():
+            acc += share
+            if x < acc:
+                kind = k
+                break
+        healthy = [h for h in active if h != end.bad]
+        if kind == "evicted" and not healthy:
+            kind = "recoverable"
+        named = self.rng.choice(healthy) if kind == "evicted" else end.bad
+        self.misreads[cause] = (kind, named)
+        if end.kind == "system":
+            self.outage_unseen = kind == "stopped"
+        return kind, named
+
     def _probe(self, hosts: Sequence[str], settings: sweeplib.SweepSettings) -> sweeplib.SweepResult:
         """The health sweep as the model sees it: a failed node fails its probe with `finds_node`, a host that
         hangs every attempt fails the probe or the collective with `finds_hung`, every host fails during a site
@@ -474,7 +540,8 @@ class Sim(Training):
         self.sweeps += 1
         res = sweeplib.SweepResult(ran=True, mode=settings.mode, hosts=list(hosts), rounds=1)
         hung: list[str] = []
-        if now < self.outage_until:
+        outage = now < self.outage_until and not self.outage_unseen
+        if outage:
             res.failed = {h: "mount: the shared filesystem does not answer" for h in hosts}
         else:
             for h in hosts:
@@ -482,7 +549,7 @@ class Sim(Training):
                     res.failed[h] = "no sign of life: the host is gone"
                 elif self.hung_until.get(h, 0.0) > now and self.rng.random() < p.finds_hung:
                     hung.append(h)
-        if now < self.outage_until:  # a hung mount hangs every probe
+        if outage:  # a hung mount hangs every probe
             cost = p.timeout_s
         elif res.failed:
             cost = max(p.probe_s, self.m.costs.launcher_start_s + p.timeout_s * sweeplib.GRACE_SHARE)

@@ -42,7 +42,9 @@ def write(
     kind: node (a crash that names its host), hang (silence, then the watchdog), crash (a rank killed, no host
     named), system (the filesystem fails), app (NaN loss on every rank), deadline (the trainer saved before the
     deadline and asked to be resubmitted), done, unreadable (a failure whose lines the classifier does not know:
-    only the launcher tearing the others down is legible, so it reads as a crash that names nobody).
+    only the launcher tearing the others down is legible, so it reads as a crash that names nobody), app_error
+    (a Python exception every rank raises, as a fault outside the job can make it, a data service that answers
+    nothing: it reads as the application's).
     """
     srun = launcher == "srun"
     h0 = hosts[0]
@@ -63,14 +65,25 @@ def write(
     if kind not in ENDINGS:
         raise ValueError(f"unknown log kind {kind!r}")
     rc, rank = ENDINGS[kind], hosts.index(bad) if bad in hosts else 0
+    if kind == "app_error":
+        out += _app_error_lines(hosts, srun)
     out += (_srun_ending if srun else _pals_ending)(kind, h0, bad, rank, last)
     path.write_text("\n".join(out) + "\n")
     return rc
 
 
 # The exit status the launcher gives for each way an attempt ends.
-ENDINGS = {"node": 1, "hang": 124, "crash": 137, "system": 1, "app": 1, "unreadable": 1, "deadline": 75,
-           "done": 0}  # fmt: skip
+ENDINGS = {"node": 1, "hang": 124, "crash": 137, "system": 1, "app": 1, "unreadable": 1, "app_error": 1,
+           "deadline": 75, "done": 0}  # fmt: skip
+APP_ERROR = "ValueError: the data loader got an empty batch from shard 42 (0 of 4096 rows)"
+
+
+def _app_error_lines(hosts: Sequence[str], srun: bool) -> list[str]:
+    """The traceback's last lines on every rank (one rank per host here), rank 0's whole traceback first."""
+    labels = [f"{i}: " for i in range(len(hosts))] if srun else [f"{h}: " for h in hosts]
+    head = [f"{labels[0]}Traceback (most recent call last):",
+            f'{labels[0]}  File "agpt/train/data.py", line 212, in next_batch']  # fmt: skip
+    return head + [f"{lab}{APP_ERROR}" for lab in labels]
 
 
 def _app_lines(lab: str, last: int | None) -> list[str]:
@@ -103,6 +116,8 @@ def _srun_ending(kind: str, h0: str, bad: str, rank: int, last: int | None) -> l
         return [*_app_lines("0: ", last), f"srun: error: {h0}: task 0: Exited with exit code 1"]
     if kind == "unreadable":
         return [_unreadable_line("0: ", rank), f"srun: error: {h0}: task 0: Terminated"]
+    if kind == "app_error":
+        return [f"srun: error: {h0}: task 0: Exited with exit code 1"]
     return [_deadline_line("0: ", last)] if kind == "deadline" else []
 
 
@@ -123,4 +138,6 @@ def _pals_ending(kind: str, h0: str, bad: str, rank: int, last: int | None) -> l
         return [*_app_lines("", last), f"{h0}: rank 0 exited with code 1"]
     if kind == "unreadable":
         return [_unreadable_line("", rank), f"{h0}: rank 0 died from signal 15"]
+    if kind == "app_error":
+        return [f"{h0}: rank 0 exited with code 1"]
     return [_deadline_line("", last)] if kind == "deadline" else []

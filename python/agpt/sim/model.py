@@ -16,6 +16,7 @@ import yaml
 from agpt import numeric, rundir
 from agpt.chain import Limits
 from agpt.errors import BadInput, ConfigError
+from agpt.failover.consequence import CONSEQUENCES
 from agpt.failover.policy import Settings
 from agpt.failover.shrink import min_nodes as shrink_floor
 from agpt.failover.sweep import DEFAULT_TIMEOUT_S as SWEEP_TIMEOUT_S
@@ -28,6 +29,9 @@ CLASSES = ("node", "hang", "straggler", "system", "app")
 LAUNCHERS = ("pals", "srun")
 DISTRIBUTIONS = ("exponential", "weibull")
 STRAGGLER_MODES = ("report", "swap")  # FAILOVER_STRAGGLER (agpt.heartbeat.straggler)
+# What a misread costs (agpt.failover.consequence, as `agpt failover score` measures it): every consequence but
+# `right`. The old scalar form of a class's misread share is `recoverable` alone.
+MISREAD_KINDS = tuple(k for k in CONSEQUENCES if k != "right")
 # The failover loop's and the chain's own defaults: a model that does not set them simulates what ships.
 _LOOP = Settings()
 _CHAIN = Limits()
@@ -174,9 +178,9 @@ class FaultModel:
     mix: dict[str, float] = field(
         default_factory=lambda: {"node": 0.62, "hang": 0.1, "straggler": 0.04, "system": 0.1, "app": 0.14}
     )
-    # the share of each class's failures whose log the classifier cannot read (no class, no host): the loop then
-    # sees a crash that names nobody (its sweep, or a blind swap, decides)
-    misread: dict[str, float] = field(default_factory=lambda: dict.fromkeys(CLASSES, 0.0))
+    # per class, the share of its failures whose reading has each consequence (MISREAD_KINDS; agpt.sim.engine
+    # writes the log each kind is read from, and the real loop decides)
+    misread: dict[str, dict[str, float]] = field(default_factory=lambda: no_misread())
     behaviour: Behaviour = field(default_factory=Behaviour)
     probe: Probe = field(default_factory=Probe)
     costs: Costs = field(default_factory=Costs)
@@ -189,6 +193,11 @@ class FaultModel:
     @property
     def job_mtbf_h(self) -> float:
         return self.failures.node_mtbf_h / self.nodes
+
+
+def no_misread() -> dict[str, dict[str, float]]:
+    """Every class read right: every misread share 0 (the table's `reads every log`)."""
+    return {c: dict.fromkeys(MISREAD_KINDS, 0.0) for c in CLASSES}
 
 
 _SECTIONS: dict[str, type] = {
@@ -324,20 +333,20 @@ def from_dict(data: Any, *, source: str = "fault model") -> FaultModel:
                 raise ConfigError(f"{key}: must be true or false, got {data[key]!r}")
             setattr(m, key, data[key])
     if "misread" in data:
-        m.misread = _shares(data["misread"], "misread", total=False)
+        m.misread = misread_shares(data["misread"])
     for name, cls in _SECTIONS.items():
         if name in data:
             setattr(m, name, _section(cls, data[name], name))
     if "mix" in data:
-        m.mix = _shares(data["mix"], "mix", total=True)
+        m.mix = _shares(data["mix"], "mix")
     if "faults" in data:
         m.faults = _faults(data["faults"])
     validate(m)
     return m
 
 
-def _shares(raw: Any, key: str, *, total: bool) -> dict[str, float]:
-    """A class -> fraction mapping (`mix` sums to 1; `misread` holds probabilities); unknown classes are refused."""
+def _shares(raw: Any, key: str) -> dict[str, float]:
+    """A class -> fraction mapping that sums to 1 (`mix`); unknown classes are refused."""
     if not isinstance(raw, dict):
         raise ConfigError(f"{key}: must map classes ({', '.join(CLASSES)}) to fractions, got {raw!r}")
     out: dict[str, float] = {}
@@ -345,9 +354,31 @@ def _shares(raw: Any, key: str, *, total: bool) -> dict[str, float]:
         if k not in CLASSES:
             raise ConfigError(f"{key}.{k}: unknown class (known: {', '.join(CLASSES)})")
         out[k] = float(_num(v, f"{key}.{k}"))
-        if not total and out[k] > 1:
-            raise ConfigError(f"{key}.{k}: a probability must be between 0 and 1, got {v!r}")
     return {c: out.get(c, 0.0) for c in CLASSES}
+
+
+def misread_shares(raw: Any, key: str = "misread") -> dict[str, dict[str, float]]:
+    """`misread`: class -> {kind: share} (MISREAD_KINDS), or class -> share (the old form: `recoverable`); each
+    class's shares at most 1 in all.  Unknown classes and kinds are refused, naming the key."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{key}: must map classes ({', '.join(CLASSES)}) to shares per kind, got {raw!r}")
+    out = no_misread()
+    for cls, v in raw.items():
+        ck = f"{key}.{cls}"
+        if cls not in CLASSES:
+            raise ConfigError(f"{ck}: unknown class (known: {', '.join(CLASSES)})")
+        kinds = v if isinstance(v, dict) else {"recoverable": v}
+        for kind, share in kinds.items():
+            kk = ck if not isinstance(v, dict) else f"{ck}.{kind}"
+            if kind not in MISREAD_KINDS:
+                raise ConfigError(f"{kk}: unknown kind (known: {', '.join(MISREAD_KINDS)})")
+            out[cls][kind] = float(_num(share, kk))
+            if out[cls][kind] > 1:
+                raise ConfigError(f"{kk}: a probability must be between 0 and 1, got {share!r}")
+        total = sum(out[cls].values())
+        if total > 1 + 1e-9:
+            raise ConfigError(f"{ck}: the shares of its kinds sum to {total:g}, more than 1")
+    return out
 
 
 def _faults(raw: Any) -> list[ScriptedFault]:
@@ -437,6 +468,8 @@ def override(m: FaultModel, **kw: Any) -> FaultModel:
             out.train.local_interval, out.train.local_interval_s, out.train.local_daly = 0, 0.0, bool(v)
         elif k in ("shrink", "min_nodes", "straggler"):  # FAILOVER_SHRINK, _MIN_NODES, _STRAGGLER
             setattr(out.failover, k, v)
+        elif k == "misread":  # either form, as the YAML takes it
+            out.misread = misread_shares(v)
         else:
             setattr(out, k, v)
     validate(out)

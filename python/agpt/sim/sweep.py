@@ -23,7 +23,7 @@ VARIANTS: tuple[tuple[str, dict[str, object]], ...] = (
     ("+ local tier", {"heartbeats": True, "local_tier": True}),  # and heartbeats: the tier at Daly's interval
     ("blind rotation", {"sweep": False}),  # FAILOVER_SWEEP=off: a misread failure evicts a host blind
     # What the table showed before it charged for misreads: every log read (the gap is the classifier's misses).
-    ("reads every log", {"misread": dict.fromkeys(model.CLASSES, 0.0)}),
+    ("reads every log", {"misread": model.no_misread()}),
     # The shrink down to half the throughput (FAILOVER_MIN_NODES=0.5, the default until 2026-12-01): with today's
     # 0.9 this model never shrinks, which is the next row.
     ("no spares", {"spares": 0, "min_nodes": "0.5"}),
