@@ -65,3 +65,22 @@ def site_pattern_set(folder: Path, name: str, pid: str, cls: str, regex: str, po
                "negative": [negative]}  # fmt: skip
     (folder / f"{name}.json").write_text(json.dumps({"set": name, "patterns": [pattern]}))
     return folder
+
+
+def corpus_sources(corpus: Path) -> set[str]:
+    """Every `sources` URL of a classifier corpus's cases."""
+    return {s for p in corpus.glob("*/*.json") for s in json.loads(p.read_text()).get("sources", [])}
+
+
+def check_cases_listed(corpus: Path, listing: str, *, least: int = 40) -> None:
+    """An out-of-sample corpus holds at least `least` cases, each with public sources, each case and its URLs
+    listed in its SOURCES.md (`listing`)."""
+    from agpt.failover import score
+
+    cases = score.cases(corpus)
+    assert len(cases) >= least
+    for p in cases:
+        doc = json.loads(p.read_text())
+        assert doc["sources"] and all(s.startswith("https://") for s in doc["sources"]), p
+        assert f"`{p.parent.name}/{p.stem}`" in listing, p
+        assert all(s in listing for s in doc["sources"]), p

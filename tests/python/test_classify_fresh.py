@@ -6,33 +6,24 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 from agpt.failover import patterns as pat
 from agpt.failover import score
 from conftest import ROOT
+from failover_util import check_cases_listed, corpus_sources
 
 FRESH = ROOT / "tests" / "fixtures" / "logs_fresh"
 OTHERS = [ROOT / "tests" / "fixtures" / c for c in ("logs", "logs_public", "logs_heldout")]
 SOURCES = (FRESH / "SOURCES.md").read_text()
 
 
-def _sources(corpus: Path) -> set[str]:
-    return {s for p in corpus.glob("*/*.json") for s in json.loads(p.read_text()).get("sources", [])}
-
-
 def test_at_least_forty_cases_each_with_its_public_source_listed() -> None:
-    cases = score.cases(FRESH)
-    assert len(cases) >= 40
-    for p in cases:
-        doc = json.loads(p.read_text())
-        assert doc["sources"] and all(s.startswith("https://") for s in doc["sources"]), p
-        assert f"`{p.parent.name}/{p.stem}`" in SOURCES, p
+    check_cases_listed(FRESH, SOURCES)
 
 
 def test_no_fresh_source_wrote_a_pattern_or_another_corpus() -> None:
-    used = {p.source for p in pat.load(pat.DEFAULT_SETS)} | set().union(*(_sources(c) for c in OTHERS))
-    assert not _sources(FRESH) & used
+    used = {p.source for p in pat.load(pat.DEFAULT_SETS)} | set().union(*(corpus_sources(c) for c in OTHERS))
+    assert not corpus_sources(FRESH) & used
 
 
 def test_no_pattern_example_is_a_line_of_a_fresh_log() -> None:

@@ -13,30 +13,23 @@ from pathlib import Path
 
 from agpt.failover import patterns as pat
 from agpt.failover import score
-from conftest import ROOT, agpt_env
+from conftest import ROOT
+from failover_util import agpt_env, check_cases_listed, corpus_sources
 
 HELDOUT = ROOT / "tests" / "fixtures" / "logs_heldout"
 IN_SAMPLE = [ROOT / "tests" / "fixtures" / "logs", ROOT / "tests" / "fixtures" / "logs_public"]
 SOURCES = (HELDOUT / "SOURCES.md").read_text()
 
 
-def _sources(corpus: Path) -> set[str]:
-    return {s for p in corpus.glob("*/*.json") for s in json.loads(p.read_text()).get("sources", [])}
-
-
 def test_at_least_forty_cases_each_with_its_public_source_listed() -> None:
-    cases = score.cases(HELDOUT)
-    assert len(cases) >= 40
-    for p in cases:
-        doc = json.loads(p.read_text())
-        assert doc["sources"] and all(s.startswith("https://") for s in doc["sources"]), p
-        assert f"`{p.parent.name}/{p.stem}`" in SOURCES, p
-        assert all(s in SOURCES for s in doc["sources"]), p
+    check_cases_listed(HELDOUT, SOURCES)
 
 
 def test_no_held_out_source_wrote_a_pattern_or_an_in_sample_case() -> None:
-    held = _sources(HELDOUT)
-    used = {p.source for p in pat.load(pat.DEFAULT_SETS)} | set().union(*(_sources(c) for c in IN_SAMPLE))
+    held = corpus_sources(HELDOUT)
+    used = {p.source for p in pat.load(pat.DEFAULT_SETS)} | set().union(
+        *(corpus_sources(c) for c in IN_SAMPLE)
+    )
     assert not held & used
 
 
