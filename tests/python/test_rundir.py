@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agpt import chain, rundir, runplot
+from agpt import chain, rundir, runplot, site
 from agpt.errors import BadInput
 from agpt.failover import hostmatch, hosts, plan
 from agpt.yeet import report as yeet_report
@@ -157,11 +157,18 @@ def test_the_job_asks_for_the_spares_the_loop_keeps(active: int, percent: int, m
     assert (len(split.active), len(split.spare)) == (active, spares)
 
 
+def _case_arms(text: str, word: str) -> tuple[str, ...]:
+    """The arms of lib/launch.sh's `case "$WORD" in ... esac`."""
+    block = text.split(f'case "${word}" in', 1)[1].split("esac", 1)[0]
+    return tuple(re.findall(r"^ {4}([a-z-]+)\)$", block, re.M))
+
+
 def test_the_launcher_names_a_site_may_give_are_the_ones_lib_launch_starts() -> None:
     text = (ROOT / "lib" / "launch.sh").read_text()
-    arms = re.findall(r"^ {4}([a-z]+)\)$", text, re.M)
-    assert tuple(arms) == rundir.LAUNCH_NAMES
+    assert _case_arms(text, "launcher") == rundir.LAUNCH_NAMES
     assert f"({', '.join(rundir.LAUNCH_NAMES)})" in text  # the refusal names them
+    # and the container runtimes a site may give (SITE_CONTAINER) are the ones it wraps a rank's command in
+    assert _case_arms(text, "how") == tuple(c for c in site.CONTAINERS if c != "none")
 
 
 def test_split_inverts_spares_for_every_size() -> None:
