@@ -91,7 +91,7 @@ def replay(
     want: dict[str, Any], got: dict[str, Any], hosts: list[str], *, label_right: bool, line: str | None = None
 ) -> Replay:
     """Drive the loop's decisions on this case until it recovers, stops, or harms (see the module's docstring).
-    `line`: the attempt's first failing line (agpt.failover.plan.failing_line), whose signature a recurrence
+    `line`: the attempt's first failing line (agpt.failover.policy.failing_line), whose signature a recurrence
     repeats; None when it has none."""
     truth = str(want.get("class"))
     bad = set(want.get("bad_hosts") or []) if truth == "node" else set()

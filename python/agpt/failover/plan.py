@@ -480,7 +480,7 @@ def _ended_attempt(
         last_step=last,
         ckpt_step=ckpt,
     )
-    att.signature = policy.signature(failing_line(evidence), hosts=hosts, where=att.where)
+    att.signature = policy.signature(policy.failing_line(evidence), hosts=hosts, where=att.where)
     record = {
         "started": started,
         "ended": ended if ended is not None else round(now, 3),
@@ -488,13 +488,6 @@ def _ended_attempt(
         **(rundir.times_of(log) if log else {}),  # the watch's last progress line and first sign of the end
     }
     return att, record
-
-
-def failing_line(evidence: Sequence[str]) -> str | None:
-    """The attempt's first failing line, for its signature: the classifier's first evidence that is not one of its
-    own notes.  None when it read no failure line (an empty log, a log it cannot read): a failure nobody can name
-    is never taken as reproduced, so it never stops the loop for a person (FAILOVER_MAX_ATTEMPTS bounds it)."""
-    return next((e for e in evidence if e.strip() and not e.startswith("(")), None)
 
 
 def _act(run_dir: Path, jobid: str, att: Attempt, plan: Plan) -> dict[str, Any]:

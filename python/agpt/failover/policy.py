@@ -366,10 +366,17 @@ def _reproduced(att: Attempt, cls: str, history: Sequence[dict[str, Any]]) -> Pl
     )
 
 
+def failing_line(evidence: Sequence[str]) -> str | None:
+    """The attempt's first failing line, for its signature: the classifier's first evidence that is not one of its
+    own notes.  None when it read no failure line (an empty log, a log it cannot read): a failure nobody can name
+    is never taken as reproduced, so it never stops the loop for a person (FAILOVER_MAX_ATTEMPTS bounds it)."""
+    return next((e for e in evidence if e.strip() and not e.startswith("(")), None)
+
+
 def shown(att: Attempt) -> str:
-    """The failure's line as a person reads it in a stop line: its first evidence, else its signature."""
-    line = next((e for e in att.evidence if e and not e.startswith(("(", "sweep: "))), "")
-    line = " ".join(line.split()) or (att.signature or "").partition(" ")[2] or "no failure line"
+    """The failure's line as a person reads it in a stop line: its first failing line, else its signature."""
+    line = " ".join((failing_line(att.evidence) or "").split())
+    line = line or (att.signature or "").partition(" ")[2] or "no failure line"
     return line if len(line) <= SHOWN_CHARS else line[: SHOWN_CHARS - 3] + "..."
 
 

@@ -29,8 +29,8 @@ from agpt.errors import BadInput
 from agpt.failover import classify as cl
 from agpt.failover import consequence as cq
 from agpt.failover import patterns as pat
+from agpt.failover import policy
 from agpt.failover.hostmatch import read_hostfile, read_ipmap
-from agpt.failover.plan import failing_line
 
 
 @dataclass(kw_only=True, slots=True)
@@ -106,7 +106,7 @@ def score_case(path: Path, sets: list[str] | None = None) -> Outcome:
     got = result.to_json()
     want = doc["expect"]
     wrong = judge(want, got)
-    line = failing_line([str(e) for e in got.get("evidence") or []])
+    line = policy.failing_line([str(e) for e in got.get("evidence") or []])
     then = cq.replay(want, got, hosts, label_right=not wrong, line=line)
     return Outcome(case=f"{path.parent.name}/{path.stem}", want=want, got=got, wrong=wrong, consequence=then)
 
