@@ -120,6 +120,10 @@ class TrainConfig:
     rollback_window: int = 1000
     frozen_threshold: float = 1e-7  # |Δw|/|w| of a group below this for frozen_logs logs: warning; 0: off
     frozen_logs: int = 50
+    # Silent data corruption (agpt.train.sdc, docs/recovery.md): wrong numbers attributed to the rank computing them.
+    rerun: bool = True  # on a NaN or a spike, recompute the step first: a rank whose numbers change is named
+    canary_interval: int = 100  # every K steps a fixed canary forward compared across ranks; 0: off
+    canary_rtol: float = 0.0  # 0: the canary must agree to the bit; else within this relative tolerance
 
     def validate(self) -> None:
         _positive(
@@ -161,6 +165,9 @@ class TrainConfig:
             raise ConfigError(f"train.rollback_lr_factor: must be in (0, 1] (got {self.rollback_lr_factor})")
         _at_least("train", self, 0, "rollback_lr_steps", "frozen_threshold")
         _at_least("train", self, 1, "max_rollbacks", "rollback_window", "frozen_logs")
+        _at_least("train", self, 0, "canary_interval")
+        if not (math.isfinite(self.canary_rtol) and 0 <= self.canary_rtol < 1):
+            raise ConfigError(f"train.canary_rtol: must be in [0, 1) (got {self.canary_rtol})")
 
 
 @dataclass(kw_only=True, slots=True)

@@ -23,8 +23,14 @@ class NonFinite(AgptError):
     """A NaN/Inf loss or gradient: every rank would hit it again (the `app` failure class)."""
 
 
+class SilentCorruption(AgptError):
+    """A rank computed wrong numbers without an error (agpt.train.sdc): its host is named on an `sdc:` line, which
+    the failover classifier reads as a node fault (pattern app.sdc), so the loop evicts it."""
+
+
 # Raised alike on every rank (same config, same shared checkpoint, globally reduced numbers).
-_COLLECTIVE_ERRORS: tuple[type[BaseException], ...] = (ConfigError, CheckpointError, NonFinite)
+_COLLECTIVE_ERRORS: tuple[type[BaseException], ...] = (ConfigError, CheckpointError, NonFinite,
+                                                       SilentCorruption)  # fmt: skip
 
 
 def run_and_exit(

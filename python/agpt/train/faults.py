@@ -16,6 +16,13 @@ The trainer calls each hook where its fault would strike; each is a no-op unless
                                          ranks in the middle of a save)
   AGPT_TEST_LOCAL_FULL=STEP[:HOST]       the local tier's write of STEP (on HOST) fails as a full node-local
                                          folder does (ENOSPC)
+  AGPT_FAULT_BITFLIP=STEP:RANK:WHERE     one bit of RANK's numbers flips at STEP (once per run directory): WHERE is
+                                         `matmul` (an element of the output projection's result in the step's first
+                                         forward), `grad` (an element of its gradient shard after the backward) or
+                                         `canary` (an element of its canary forward's result after STEP).  Refused
+                                         (exit 2) unless AGPT_TEST_FAULTS=1 and the run reads synthetic data: a
+                                         production run never flips its own numbers
+  AGPT_FAULT_RERUN_OOM=STEP              the rerun of STEP (agpt.train.sdc) fails as an out-of-memory error does
   AGPT_TEST_SAMPLE_LOG=PATH              every micro batch appends `ATTEMPT STEP DP_RANK MICRO FIRST COUNT WEIGHT`
                                          to PATH (tp rank 0 only): the samples a run consumed, in order (the
                                          shrink drill compares them with an unfaulted run's)
@@ -30,6 +37,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from agpt.errors import ConfigError
 from agpt.nodelocal import host_name
 
 NAN_AT = "AGPT_FAULT_NAN_AT"
@@ -41,6 +49,10 @@ STEP_PACE = "AGPT_TEST_STEP_PACE"
 CKPT_WRITE_DELAY = "AGPT_TEST_CKPT_WRITE_DELAY"
 LOCAL_FULL = "AGPT_TEST_LOCAL_FULL"
 SAMPLE_LOG = "AGPT_TEST_SAMPLE_LOG"
+BITFLIP = "AGPT_FAULT_BITFLIP"
+RERUN_OOM = "AGPT_FAULT_RERUN_OOM"
+TEST_FAULTS = "AGPT_TEST_FAULTS"  # =1: the number faults may run (tests only)
+FLIP_WHERE = ("matmul", "grad", "canary")
 SPIKE_SCALE = 1000.0  # an injected spike multiplies the step's loss by this
 
 
@@ -100,6 +112,39 @@ class Faults:
             finally:
                 os.close(fd)
 
+    # -- numbers (agpt.train.sdc's tests) ------------------------------------------------------------------
+    def bitflip_plan(self, synthetic: bool) -> tuple[int, int, str] | None:
+        """(STEP, RANK, WHERE) of AGPT_FAULT_BITFLIP, None when unset; ConfigError naming it when malformed or
+        when this is not a test run (AGPT_TEST_FAULTS=1 and synthetic data, both)."""
+        raw = self.env.get(BITFLIP, "").strip()
+        if not raw:
+            return None
+        parts = raw.split(":")
+        if len(parts) != 3 or not parts[0].isdigit() or not parts[1].isdigit() or parts[2] not in FLIP_WHERE:
+            raise ConfigError(f"{BITFLIP}: expected STEP:RANK:WHERE with WHERE one of {', '.join(FLIP_WHERE)} "
+                              f"(got {raw!r})")  # fmt: skip
+        if self.env.get(TEST_FAULTS) != "1" or not synthetic:
+            raise ConfigError(f"{BITFLIP}: the number fault injector runs only in tests ({TEST_FAULTS}=1 and "
+                              "data.synthetic: true); unset it")  # fmt: skip
+        return int(parts[0]), int(parts[1]), parts[2]
+
+    def flips(self, step: int, where: str, plan: tuple[int, int, str] | None) -> bool:
+        """Whether this rank's WHERE flips a bit at STEP: once per run directory, on the planned rank."""
+        if plan is None or plan != (step, self.rank, where) or where in self._fired:
+            return False
+        marker = None if self.run_dir is None else self.run_dir / f".fault-flip-{where}-{step}"
+        if marker is not None and marker.exists():
+            return False
+        self._fired.add(where)
+        if marker is not None:
+            marker.touch()
+        return True
+
+    def rerun_fails(self, step: int) -> None:
+        """Raise as an out-of-memory error does when AGPT_FAULT_RERUN_OOM names STEP (every rank)."""
+        if _env_step(self.env, RERUN_OOM) == step:
+            raise MemoryError(f"fault drill: out of memory in the rerun of step {step}")
+
     def forward(self, step: int, compute_s: float) -> None:
         """Right after the forward pass of STEP, which took COMPUTE_S: hang alive, or be the slow host."""
         forward(step, compute_s, self.env)
@@ -126,6 +171,20 @@ def forward(step: int, compute_s: float, env: Mapping[str, str] | None = None) -
             time.sleep(max(0.0, (float(factor or 3) - 1) * compute_s))
         except ValueError:
             pass
+
+
+def flip_bit(t: Any) -> None:
+    """Flip the top exponent bit of one element of T in place: a small positive number (0 < x < 2, the most
+    common) becomes about 2**128 times larger, as a stuck or flipped bit in a device's arithmetic makes it."""
+    import torch
+
+    flat = t.detach().view(-1)
+    small = ((flat > 0) & (flat < 2)).nonzero()
+    i = int(small[0]) if len(small) else 0
+    ints = {2: torch.int16, 4: torch.int32, 8: torch.int64}[flat.element_size()]
+    bit = 8 * flat.element_size() - 2  # the sign is the top bit, the exponent's top bit the next
+    view = flat[i : i + 1].view(ints)
+    view ^= 1 << bit
 
 
 def ckpt_write_delay(step: int, env: Mapping[str, str] | None = None) -> float:

@@ -148,7 +148,11 @@ class Health:
         if self.rank != 0:
             return
         print(f"agpt: {line}", flush=True)
-        if self.run_dir is None:
+        self.record(kind, **fields)
+
+    def record(self, kind: str, **fields: Any) -> None:
+        """A JSON line in RUN_DIR/health.jsonl without a line on stdout (rank 0 only)."""
+        if self.rank != 0 or self.run_dir is None:
             return
         rec = {"event": kind, "time": round(time.time(), 3), **fields}
         with open(self.run_dir / EVENTS, "a") as fh:

@@ -41,6 +41,7 @@ from agpt.train import health as thealth
 from agpt.train import metrics as tmetrics
 from agpt.train import optim as toptim
 from agpt.train import parallel as tpar
+from agpt.train import sdc as tsdc
 from agpt.train import stages as tstages
 from agpt.train.config import Config
 from agpt.train.entry import NonFinite
@@ -127,6 +128,9 @@ class Trainer:
         self.restored: dict[str, Any] = {}  # the tier the state came from, for the recovery clock
         self.health = thealth.Health(cfg, run_dir, self.rank)
         self.faults = faults.Faults(self.rank, run_dir)  # the tests' fault hooks: no-ops unless asked
+        self.sdc = tsdc.Guard(self)  # the rerun and the canary: wrong numbers named by rank (sdc.py)
+        if self.sdc.flip is not None:
+            self.model.get_submodule("output").register_forward_hook(self.sdc.output_hook(self))
         self._signal: int | None = None
         self._stage: int | None = None
         self._pending_stall = 0.0
@@ -267,6 +271,7 @@ class Trainer:
         self.consumed = self.health.skip_to(self.consumed, tc.global_batch)  # past skipped batches
         lr = self._set_lr()
         loss_sum, wait = self._forward_backward()
+        self.sdc.record(self.step + 1, loss_sum, self.model)
         norm = self._clip_gradients()
         t_wait = time.perf_counter()  # what follows waits for the other ranks
         compute_s = t_wait - t0
@@ -275,6 +280,12 @@ class Trainer:
         wait += time.perf_counter() - t_wait
         try:
             self.health.check(self.step + 1, loss, grad_norm)  # NonFinite (stop) or Fault (roll back)
+        except (thealth.Fault, NonFinite) as exc:
+            # Before either: the same step again, to tell a device (SilentCorruption) from the data or the model.
+            self.sdc.attribute(self, self.step + 1, exc.kind if isinstance(exc, thealth.Fault) else
+                                "spike" if isinstance(exc, thealth.SpikeStop) else "not finite")  # fmt: skip
+            self.optim.zero_grad(set_to_none=True)
+            raise
         except BaseException:
             self.optim.zero_grad(set_to_none=True)
             raise
@@ -470,6 +481,9 @@ class Trainer:
                     self._rollback(fault)
                     continue
                 self._after_step(rec)
+                if self.sdc.canary_due(self.step):
+                    self._phase("forward")
+                    self.sdc.check_canary(self)  # SilentCorruption naming a rank outside the majority
                 if agreed.ends_run:
                     return self._stop(agreed, emit, rec)
                 if self.evals is not None and self.step % self.cfg.eval.interval == 0:

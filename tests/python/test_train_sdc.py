@@ -1,0 +1,111 @@
+"""Wrong numbers are failures too: a bit flipped on one rank is named with its host and evicted, a reproducible
+spike is rolled back with nobody named, a rerun that fails falls back to the rollback, and the canary catches a
+flip the loss never shows.
+
+Real gloo ranks under the real mpiexec (three ranks as three nodes, n1-n3, then n2 swapped for the spare n4),
+faults injected with AGPT_FAULT_BITFLIP (tests only: refused without AGPT_TEST_FAULTS=1 and synthetic data).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from agpt.errors import ConfigError
+from agpt.failover.classify import classify
+from agpt.train import faults
+from train_util import run_nodes, step_lines
+
+ARGS = ("--steps", "12", "--ckpt-interval", "2", "--set", "train.global_batch=6", "--set", "train.on_nonfinite=rollback",
+        "--set", "train.spike={factor: 3, window: 2}", "--set", "heartbeat.enabled=false")  # fmt: skip
+FIRST = {"AGPT_TEST_FAULTS": "1", "AGPT_FAULT_NAN_AT": "3", "AGPT_FAULT_RERUN_OOM": "3",
+         "AGPT_FAULT_SPIKE_AT": "5", "AGPT_FAULT_BITFLIP": "8:1:matmul"}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def attempts(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[subprocess.CompletedProcess[str]]]:
+    """Attempt 1 on n1-n3 (canary every step): a NaN whose rerun runs out of memory, a reproducible spike, then a
+    flip in rank 1's output matmul at step 8.  Attempt 2 on n1, n4, n3 (n2 evicted): resumes, and the canary (every
+    2 steps) finds a flip in rank 1's canary forward after step 10."""
+    run = tmp_path_factory.mktemp("sdc")
+    first = run_nodes(["n1", "n2", "n3"], run, *ARGS, "--set", "train.canary_interval=1", env=FIRST)
+    second = run_nodes(["n1", "n4", "n3"], run, *ARGS, "--set", "train.canary_interval=2",
+                       env={"AGPT_TEST_FAULTS": "1", "AGPT_FAULT_BITFLIP": "10:1:canary"})  # fmt: skip
+    return run, [first, second]
+
+
+@pytest.mark.slow
+def test_a_flip_is_named_with_its_host_and_the_loop_evicts_it_a_reproducible_spike_is_rolled_back(
+    attempts: tuple[Path, list[subprocess.CompletedProcess[str]]], tmp_path: Path
+) -> None:
+    run, (first, second) = attempts
+    out = first.stdout
+    assert first.returncode == 1, out + first.stderr
+    # The NaN at 3: its rerun fails (out of memory) and today's rollback runs, saying so.
+    assert (
+        "event: rerun: step 3 (nonfinite_loss) could not be recomputed on rank(s) 0, 1, 2 (MemoryError" in out
+    )
+    # The spike at 5 (a bad batch: rank 0's loss x1000 after the fingerprint) reproduces: rolled back, nobody named.
+    assert "event: rerun: step 5 (spike) reproduced bit for bit on all 3 ranks" in out
+    assert out.count("agpt: event: rollback:") == 2, out
+    # The flip at step 8 on rank 1: caught at that step, n2 named, nobody else; no canary alarm on a clean step.
+    sdc = [ln for ln in out.splitlines() if ln.startswith("sdc: ")]
+    assert len(sdc) == 1 and sdc[0].startswith("sdc: n2 rank 1: step 8 (spike) recomputed"), out
+    assert "canary" not in out and max(step_lines(out)) == 7
+    assert "agpt: error: silent data corruption found by the rerun at step 8 on n2" in first.stderr
+    records = [json.loads(x) for x in (run / "health.jsonl").read_text().splitlines()]
+    assert [(r["event"], r.get("outcome") or r.get("detector")) for r in records if r["event"] in ("rerun", "sdc")] == [
+        ("rerun", "failed"), ("rerun", "reproduced"), ("sdc", "rerun"), ("sdc", "canary")]  # fmt: skip
+    # The failover classifier reads the line as n2's node fault: the loop swaps n2 for a spare.
+    log = tmp_path / "77.1.log"
+    log.write_text(out + first.stderr)
+    c = classify(log, 1, ["n1", "n2", "n3"])
+    assert (c.cls, c.bad_hosts) == ("node", ["n2"]) and c.evidence[0].startswith("sdc: n2 rank 1"), (
+        c.to_json()
+    )
+    # Attempt 2 on the spare resumes from the newest checkpoint (step 6) and the canary names n4 within K steps.
+    out2 = second.stdout
+    assert second.returncode == 1, out2 + second.stderr
+    assert "resumed from" in out2 and "(step 6," in out2
+    assert sorted(step_lines(out2)) == [7, 8, 9]  # step 10 is not logged: its canary failed
+    sdc2 = [ln for ln in out2.splitlines() if ln.startswith("sdc: ")]
+    assert len(sdc2) == 1 and sdc2[0].startswith("sdc: n4 rank 1: the canary forward after step 10"), out2
+    log2 = tmp_path / "77.2.log"
+    log2.write_text(out2 + second.stderr)
+    assert classify(log2, 1, ["n1", "n4", "n3"]).bad_hosts == ["n4"]
+
+
+class _Source:
+    def __init__(self, tokens: np.ndarray | None) -> None:
+        self.tokens = tokens
+
+    def sample(self, index: int) -> np.ndarray:
+        if self.tokens is None:
+            raise OSError("shard 0: no such file")
+        return self.tokens
+
+
+def test_a_canary_batch_that_cannot_be_built_is_a_configuration_error_naming_the_key() -> None:
+    from agpt.train.sdc import build_canary
+
+    assert build_canary(_Source(np.arange(9)), 16, 8).shape == (1, 9)
+    for source, why in ((_Source(None), "no such file"), (_Source(np.arange(9) + 10), "token 18, outside"),
+                        (_Source(np.arange(5)), "4 tokens")):  # fmt: skip
+        with pytest.raises(ConfigError, match=f"^train.canary_interval: .*{why}"):
+            build_canary(source, 16, 8)
+
+
+def test_the_number_fault_injector_is_refused_outside_tests() -> None:
+    plan = {faults.BITFLIP: "8:1:matmul"}
+    assert faults.Faults(0, None, {}).bitflip_plan(True) is None
+    with pytest.raises(ConfigError, match="AGPT_FAULT_BITFLIP: the number fault injector runs only in tests"):
+        faults.Faults(0, None, plan).bitflip_plan(True)
+    with pytest.raises(ConfigError, match="only in tests"):  # a real blend: never, whatever the variable
+        faults.Faults(0, None, {**plan, faults.TEST_FAULTS: "1"}).bitflip_plan(False)
+    with pytest.raises(ConfigError, match="STEP:RANK:WHERE"):
+        faults.Faults(0, None, {faults.BITFLIP: "8:1:memory", faults.TEST_FAULTS: "1"}).bitflip_plan(True)
+    assert faults.Faults(0, None, {**plan, faults.TEST_FAULTS: "1"}).bitflip_plan(True) == (8, 1, "matmul")
