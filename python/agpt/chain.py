@@ -130,7 +130,11 @@ def _fmt_time(t: Any) -> str:
 def read_lock(run_dir: Path) -> tuple[str, str]:
     """chain.lock: `SUCCESSOR SUBMITTER EPOCH`, written by lib/chain.sh; ('', '') when absent."""
     try:
-        words = (run_dir / rundir.CHAIN_LOCK).read_bytes().decode("utf-8", errors="replace").split()
+        words = (
+            rundir.read_bytes(run_dir / rundir.CHAIN_LOCK, limit=rundir.TEXT_MAX)
+            .decode("utf-8", errors="replace")
+            .split()
+        )
     except FileNotFoundError:
         return ("", "")
     except OSError as e:

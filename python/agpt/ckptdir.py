@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agpt.rundir import CKPT, COMPLETE, num
+from agpt.rundir import CKPT, COMPLETE, num, read_record
 
 STEP_PREFIX = "step-"
 
@@ -44,7 +44,7 @@ def read_marker(path: Path) -> dict[str, Any] | None:
     """The `.complete` record of step directory PATH: a JSON object with a whole `step`; None when the marker
     is missing or does not parse."""
     try:
-        data = json.loads((path / COMPLETE).read_bytes())
+        data = read_record(path / COMPLETE)
     except (OSError, ValueError, RecursionError):
         return None
     if not isinstance(data, dict) or type(data.get("step")) is not int:

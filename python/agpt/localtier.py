@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agpt import nodelocal
+from agpt import nodelocal, rundir
 from agpt.ckptdir import step_of
 
 KIND = "ckpt"  # the folder's kind: agpt-UID/ckpt.TAG.HOST
@@ -105,7 +105,7 @@ def marker_record(step: int, *, host: str, pinned: dict[str, Any], shards: dict[
 def read_marker(path: Path) -> dict[str, Any] | None:
     """The marker of step directory PATH, None when missing or malformed (then the step is not held)."""
     try:
-        rec = json.loads((path / NODE_MARKER).read_bytes())
+        rec = rundir.read_record(path / NODE_MARKER)
     except (OSError, ValueError, RecursionError):
         return None
     if (

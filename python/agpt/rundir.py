@@ -110,7 +110,7 @@ def times_of(log: Path) -> dict[str, float]:
     """The wall-clock marks `agpt watch --times` left beside attempt log LOG (last_progress, detected), as far as
     they are numbers; none when the file is missing or unreadable (an older loop, a killed watch)."""
     try:
-        raw = parse_json_line(log.with_name(log.name.removesuffix(".log") + TIMES_SUFFIX).read_text())
+        raw = read_record(log.with_name(log.name.removesuffix(".log") + TIMES_SUFFIX))
     except (OSError, ValueError, RecursionError):
         return {}
     if not isinstance(raw, dict):
@@ -260,15 +260,68 @@ def _finite_float(text: str) -> float:
     return f
 
 
+def _float_or_none(text: str) -> float | None:
+    f = float(text)
+    return f if math.isfinite(f) else None
+
+
 def _no_constant(text: str) -> Any:
     raise ValueError(f"not a JSON number: {text}")
 
 
-def parse_json_line(line: str) -> Any:
-    """One JSON value with only finite numbers and encodable strings; ValueError otherwise."""
+# The bounds of every read of a run-directory file (docs/trust.md): past them a file is refused naming it, so a
+# link to a huge file or a runaway writer cannot take a reader's memory.  By kind:
+# RECORD_MAX: one JSON object: .complete (a digest per file), layout.json, heartbeat/*.json, due.json
+RECORD_MAX = 16 << 20
+TEXT_MAX = 16 << 20  # hostfiles, chain.lock, a site pattern file, a score case's JSON
+JSONL_MAX = 1 << 30  # events.jsonl, chain.jsonl, metrics.jsonl, health.jsonl, eval.jsonl (whole-file reads)
+JSON_DEPTH = 64  # nesting: deeper is refused before the parser recurses
+INT_DIGITS = 300  # a JSON integer of more digits is refused: every one accepted is a float without overflow
+
+
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > INT_DIGITS:
+        raise ValueError(f"integer out of range: {text[:24]}...")
+    return int(text)
+
+
+def _check_depth(line: str) -> None:
+    """ValueError when LINE nests arrays and objects deeper than JSON_DEPTH (the count of brackets is a cheap
+    bound; only a line with more of them is scanned, skipping strings)."""
+    if line.count("[") + line.count("{") <= JSON_DEPTH:
+        return
+    depth, in_str, esc = 0, False, False
+    for ch in line:
+        if in_str:
+            if esc:
+                esc = False
+            elif ch == "\\":
+                esc = True
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch in "[{":
+            depth += 1
+            if depth > JSON_DEPTH:
+                raise ValueError(f"nested deeper than {JSON_DEPTH}")
+        elif ch in "]}":
+            depth -= 1
+
+
+def _null_constant(text: str) -> None:
+    return None
+
+
+def parse_json_line(line: str, *, nonfinite: bool = False) -> Any:
+    """One JSON value with only finite numbers, integers of at most INT_DIGITS digits, nesting at most
+    JSON_DEPTH deep and encodable strings; ValueError otherwise.  NONFINITE: NaN and the infinities, which the
+    trainer writes for a diverged loss, read as null instead of refusing the line."""
     import json  # here: `agpt watch` imports this module and never reads JSON
 
-    obj = json.loads(line, parse_float=_finite_float, parse_constant=_no_constant)
+    _check_depth(line)
+    obj = json.loads(line, parse_float=_finite_float if not nonfinite else _float_or_none, parse_int=_bounded_int,
+                     parse_constant=_null_constant if nonfinite else _no_constant)  # fmt: skip
     json.dumps(obj, ensure_ascii=False).encode("utf-8")  # a lone surrogate fails here, not when printed
     return obj
 
@@ -292,10 +345,51 @@ def open_regular(path: Path | str) -> BinaryIO:
         raise
 
 
-def read_bytes(path: Path | str) -> bytes:
-    """A regular file's bytes (open_regular)."""
+def read_bytes(path: Path | str, *, limit: int = JSONL_MAX) -> bytes:
+    """A regular file's bytes (open_regular), at most LIMIT of them: a longer file raises OSError EFBIG naming
+    the bound.  The one way agpt reads a file of the run directory (docs/trust.md)."""
     with open_regular(path) as f:
-        return f.read()
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise OSError(errno.EFBIG, f"larger than {limit} bytes, the bound for this file", str(path))
+    return data
+
+
+def read_record(path: Path | str, *, limit: int = RECORD_MAX) -> Any:
+    """The one JSON value of a small record file (read_bytes, then parse_json_line): OSError when it cannot be
+    read (FileNotFoundError when missing), ValueError when it is not bounded, finite JSON."""
+    return parse_json_line(read_bytes(path, limit=limit).decode("utf-8", errors="replace"))
+
+
+# The schema of a metrics.jsonl record (written by agpt.train.metrics): a whole `step` (not a bool), numbers that
+# are finite or null, `update` a string.  Anything else in a field is dropped; a record without a step is skipped.
+METRICS_NUMBERS = ("time", "tokens", "target_steps", "target_tokens", "loss", "grad_norm", "lr",
+                   "tokens_per_s_per_device", "mfu", "peak_mem_bytes", "devices", "steps", "step_s", "compute_s",
+                   "wait_s", "ckpt_stall_s")  # fmt: skip
+STEP_MAX = 2**53
+
+
+def metrics_record(line: str) -> dict[str, Any] | None:
+    """One line of metrics.jsonl as its schema allows (METRICS_NUMBERS), or None when it is not a record."""
+    try:
+        rec = parse_json_line(line, nonfinite=True)
+    except (ValueError, RecursionError, UnicodeError):
+        return None
+    if not isinstance(rec, dict):
+        return None
+    step = rec.get("step")
+    if type(step) is not int or not 0 <= step <= STEP_MAX:
+        return None
+    out: dict[str, Any] = {"step": step}
+    for k in METRICS_NUMBERS:
+        v = rec.get(k)
+        if k in rec and (
+            v is None or (not isinstance(v, bool) and isinstance(v, (int, float)) and abs(v) < 1e300)
+        ):
+            out[k] = v
+    if isinstance(rec.get("update"), str):
+        out["update"] = rec["update"]
+    return out
 
 
 def read_lines(path: Path) -> list[str]:
@@ -458,11 +552,11 @@ def parse_hostfile(lines: Iterable[str], *, where: str = "hostfile") -> list[str
     return out
 
 
-def read_text(path: Path, *, what: str, missing_ok: bool = False) -> str:
-    """A small text file, decoded leniently; missing or unreadable: BadInput naming `what` (or "" with
-    missing_ok when it is missing)."""
+def read_text(path: Path, *, what: str, missing_ok: bool = False, limit: int = TEXT_MAX) -> str:
+    """A small text file, decoded leniently; missing or unreadable (a FIFO, a device, past LIMIT bytes): BadInput
+    naming `what` (or "" with missing_ok when it is missing)."""
     try:
-        return read_bytes(path).decode("utf-8", errors="replace")
+        return read_bytes(path, limit=limit).decode("utf-8", errors="replace")
     except FileNotFoundError:
         if missing_ok:
             return ""

@@ -44,13 +44,25 @@ def _attempt_order(path: Path) -> tuple[str, int]:
     return (job, int(n) if n.isdigit() else 0)
 
 
+def _mtime(p: Path) -> float:
+    try:
+        return p.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
 def read_run(run_dir: Path) -> RunCurve:
     if not run_dir.is_dir():
         raise BadInput(f"{run_dir}: no such run directory")
     curve = RunCurve()
-    logs = sorted((run_dir / "attempts").glob("*.log"), key=lambda p: (p.stat().st_mtime, _attempt_order(p)))
+    logs = sorted((run_dir / "attempts").glob("*.log"), key=lambda p: (_mtime(p), _attempt_order(p)))
     for log in logs:
-        with log.open("rb") as fh:
+        try:
+            fh = rundir.open_regular(log)
+        except OSError as e:  # a FIFO, a device, a dangling link: a note, never a block or a traceback
+            rundir.note(f"{log}: skipped ({e.strerror or e})")
+            continue
+        with fh:
             for line in fh:
                 m = _STEP_RE.search(line)
                 if not m:

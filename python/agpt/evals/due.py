@@ -25,7 +25,7 @@ def _state_path(run_dir: Path) -> Path:
 
 def _load(run_dir: Path) -> dict[str, int]:
     try:
-        data = json.loads(_state_path(run_dir).read_text())
+        data = rundir.read_record(_state_path(run_dir))
     except (OSError, ValueError):
         return {"last": -1, "count": 0}
     ok = isinstance(data, dict) and all(isinstance(data.get(k), int) for k in ("last", "count"))

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agpt import rundir
 from agpt.errors import BadInput, ConfigError
 
 FORMATS = ("plain", "hellaswag", "arc", "piqa")
@@ -135,8 +136,8 @@ def _strings(value: Any, where: str, field: str) -> tuple[str, ...]:
 
 
 def _index(value: Any, n: int, where: str, field: str) -> int:
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        value = int(value)
+    if isinstance(value, str) and re.fullmatch(r"-?[0-9]{1,9}", value.strip()):
+        value = int(value)  # "2" as a label; "--1", "²" or 400 digits are not an index
     if not isinstance(value, int) or isinstance(value, bool):
         raise BadInput(f"{where}: {field}: must be a choice index, got {_short(value)}")
     if not 0 <= value < n:
@@ -214,7 +215,7 @@ def read_items(spec: TaskSpec, limit: int = 0) -> tuple[TaskSpec, list[Item]]:
     format resolved."""
     path = Path(spec.path)
     try:
-        fh = path.open("rb")
+        fh = rundir.open_regular(path)
     except FileNotFoundError:
         raise BadInput(f"{spec.path}: task {spec.name!r}: no such file") from None
     except OSError as exc:
@@ -229,7 +230,7 @@ def read_items(spec: TaskSpec, limit: int = 0) -> tuple[TaskSpec, list[Item]]:
                 continue
             where = f"{spec.path}:{n}"
             try:
-                rec = json.loads(raw)
+                rec = rundir.parse_json_line(raw.decode("utf-8", errors="replace"))
             except (ValueError, RecursionError):
                 raise BadInput(f"{where}: line: not one JSON object") from None
             if not isinstance(rec, dict):

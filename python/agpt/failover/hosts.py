@@ -479,7 +479,7 @@ def _read_allocation(args: argparse.Namespace) -> list[str]:
         text = sys.stdin.buffer.read().decode("utf-8", errors="replace")
         return clean_hosts(text.splitlines(), where="the allocation (standard input)")
     try:
-        text = Path(args.hostfile).read_bytes().decode("utf-8", errors="replace")
+        text = rundir.read_bytes(args.hostfile, limit=rundir.TEXT_MAX).decode("utf-8", errors="replace")
     except OSError as e:
         raise BadInput(f"failover hosts: --hostfile {args.hostfile}: {e.strerror or e}") from e
     return clean_hosts(text.splitlines(), where=args.hostfile)

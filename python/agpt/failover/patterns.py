@@ -45,7 +45,6 @@ set of the same name.  Standard library only.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Iterable
@@ -53,6 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agpt import rundir
 from agpt.errors import BadInput
 from agpt.failover.hostmatch import HostMatcher
 from agpt.failover.labels import split_labels
@@ -180,9 +180,11 @@ def _find(name: str) -> Path:
 def load_file(path: Path, name: str) -> list[Pattern]:
     """Parse and check one set file."""
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise PatternError(f"{path}: {e}") from None
+        doc = rundir.read_record(path, limit=rundir.TEXT_MAX)
+    except OSError as e:
+        raise PatternError(f"{path}: cannot read ({e.strerror or e})") from None
+    except ValueError as e:
+        raise PatternError(f"{path}: not JSON ({e})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("patterns"), list):
         raise PatternError(f"{path}: expected an object with a 'patterns' list")
     return [_pattern(path, name, i, raw) for i, raw in enumerate(doc["patterns"])]

@@ -152,7 +152,9 @@ def load_classification(path: str | None, *, rc: int, now: float, deadline: floa
     note = ""
     if path:
         try:
-            data = rundir.parse_json_line(Path(path).read_text(errors="replace") or "null")
+            data = rundir.parse_json_line(
+                rundir.read_bytes(path, limit=rundir.RECORD_MAX).decode("utf-8", errors="replace") or "null"
+            )
         except (OSError, ValueError, RecursionError) as e:
             note = f"classifier output unreadable ({e.__class__.__name__})"
     if isinstance(data, dict) and data.get("class") in CLASSES:
@@ -361,7 +363,7 @@ def asked_resubmit(log: Path | None) -> bool:
     if log is None:
         return False
     try:
-        with log.open("rb") as fh:
+        with rundir.open_regular(log) as fh:
             fh.seek(0, os.SEEK_END)
             fh.seek(max(0, fh.tell() - ASKED_TAIL_BYTES))
             return ASKED_RESUBMIT.search(fh.read()) is not None

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
+from agpt import rundir
 from agpt.errors import BadInput
 from agpt.failover import classify as cl
 from agpt.failover import consequence as cq
@@ -60,8 +61,10 @@ def cases(corpus: Path) -> list[Path]:
 
 def _load(path: Path) -> dict[str, Any]:
     try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
+        doc = rundir.read_record(path, limit=rundir.TEXT_MAX)
+    except OSError as e:
+        raise BadInput(f"failover score: {path}: not a case file ({e.strerror or e})") from None
+    except ValueError as e:
         raise BadInput(f"failover score: {path}: not a case file ({e})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("expect"), dict) or "rc" not in doc:
         raise BadInput(f"failover score: {path}: a case needs `rc`, `hosts` and `expect`")

@@ -106,7 +106,7 @@ def read_layout(run_dir: Path) -> Layout:
     """The job's layout; BadInput saying why there is none (missing, unreadable, a bad field)."""
     path = Path(run_dir) / rundir.LAYOUT
     try:
-        data = rundir.parse_json_line(path.read_text(errors="replace"))
+        data = rundir.read_record(path)
     except FileNotFoundError:
         raise BadInput(f"no {path} (`agpt check --run-dir` writes it when a job starts)") from None
     except (OSError, ValueError, RecursionError) as e:

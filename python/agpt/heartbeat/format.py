@@ -9,10 +9,11 @@ Standard library only (the recovery path).
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
+
+from agpt import rundir
 
 FORMAT = "agpt-heartbeat/1"
 
@@ -55,7 +56,7 @@ def stacks_dir(run_dir: Path, attempt: str) -> Path:
 def parse_node(text: str) -> dict[str, Any]:
     """A node record from its file's text.  ValueError, KeyError or TypeError when it is not one (torn, half
     written, another kind of file); its format and attempt are the caller's to check."""
-    rec = json.loads(text)
+    rec = rundir.parse_json_line(text)
     if not isinstance(rec, dict) or not isinstance(rec.get("ranks"), list):
         raise ValueError("not a node record")
     str(rec["host"])

@@ -20,13 +20,13 @@ straggler monitor (agpt.heartbeat.straggler) reads the same records.  Standard l
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agpt import rundir
 from agpt.heartbeat.format import FORMAT, PHASE_ORDER, SWAP_FILE, parse_node
 
 Records = dict[str, dict[str, Any]]  # host -> its node record
@@ -54,7 +54,7 @@ def read_records(
         if p.name.startswith(".") or p.name == SWAP_FILE:
             continue
         try:
-            rec = parse_node(p.read_text(errors="replace"))
+            rec = parse_node(rundir.read_bytes(p, limit=rundir.RECORD_MAX).decode("utf-8", errors="replace"))
             host = str(rec["host"])
         except (OSError, ValueError, KeyError, TypeError) as e:
             notes.append(f"heartbeat: {p.name}: unreadable or half-written ({type(e).__name__}): ignored")
@@ -243,7 +243,7 @@ def read_swap(hb_dir: str | Path, attempt: str | None) -> dict[str, Any] | None:
     """The straggler swap the trainer was asked for in `attempt`, or None."""
     p = Path(hb_dir) / SWAP_FILE
     try:
-        req = json.loads(p.read_text())
+        req = rundir.read_record(p)
     except (OSError, ValueError):
         return None
     if not isinstance(req, dict) or not req.get("host"):

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from agpt import nodelocal, numeric, rundir
+from agpt.errors import BadInput
 from agpt.heartbeat.format import DIR, FORMAT, node_file, stacks_dir, write_atomic
 from agpt.nodelocal import host_name
 from agpt.rundir import LOCAL_RANK_VARS, LOCAL_SIZE_VARS, RANK_VARS, SLURM_TASKS_PER_NODE
@@ -229,7 +230,7 @@ class Heartbeat:
         stacks: list[str] = []
         for p in sorted(self.local_dir.glob("rank*.json")):
             try:
-                rec = json.loads(p.read_text())
+                rec = rundir.read_record(p)
                 r = int(rec["rank"])
                 written = float(rec["mono"])
             except (OSError, ValueError, KeyError, TypeError):
@@ -251,8 +252,8 @@ class Heartbeat:
             ranks.append(rec)
         for p in sorted(self.local_dir.glob("stacks.rank*.txt")):
             try:
-                stacks.append(p.read_text())
-            except OSError:
+                stacks.append(rundir.read_text(p, what="stacks"))
+            except (OSError, BadInput):
                 continue
         node = {
             "format": FORMAT,

@@ -78,7 +78,7 @@ def from_run_dir(run_dir: Path, notes: list[str] | None = None) -> list[Marker]:
 
 def read_state(tb_dir: Path) -> dict[str, int]:
     try:
-        doc = json.loads((tb_dir / STATE).read_text())
+        doc = rundir.read_record(tb_dir / STATE)
         written = doc.get("written", {}) if isinstance(doc, dict) else {}
         return {str(k): int(v) for k, v in written.items()}
     except (OSError, ValueError, TypeError, AttributeError):

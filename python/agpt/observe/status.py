@@ -9,7 +9,6 @@ tail of metrics.jsonl, so a three-week run's file is never read whole.  Torn or 
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import time
@@ -44,7 +43,7 @@ def tail_records(
 ) -> list[dict[str, Any]]:
     """The records in the last `nbytes` of a metrics.jsonl, the last of each step, oldest first."""
     try:
-        with open(path, "rb") as f:
+        with rundir.open_regular(path) as f:
             f.seek(0, os.SEEK_END)
             size = f.tell()
             f.seek(max(0, size - nbytes))
@@ -60,11 +59,8 @@ def tail_records(
         lines = lines[1:]  # the first line of the window is cut
     by_step: dict[int, dict[str, Any]] = {}
     for line in lines:
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(rec, dict) and isinstance(rec.get("step"), int):
+        rec = rundir.metrics_record(line)
+        if rec is not None:
             by_step.pop(rec["step"], None)  # a replayed step moves to the end: it is the newest
             by_step[rec["step"]] = rec
     return sorted(by_step.values(), key=lambda r: r["step"])

@@ -136,14 +136,11 @@ def read(path: Path) -> list[dict[str, Any]]:
     """The records of a metrics.jsonl, skipping a torn or unreadable line; the last record of a step wins."""
     by_step: dict[int, dict[str, Any]] = {}
     try:
-        text = path.read_text(errors="replace")
+        text = rundir.read_bytes(path).decode("utf-8", errors="replace")
     except OSError:
         return []
     for line in text.splitlines():
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(rec, dict) and isinstance(rec.get("step"), int):
+        rec = rundir.metrics_record(line)
+        if rec is not None:
             by_step[rec["step"]] = rec
     return [by_step[s] for s in sorted(by_step)]

@@ -1,0 +1,207 @@
+"""Every reader of the run directory under a FIFO, a link to /dev/zero and records of the wrong shape (issue 37):
+it answers promptly with its documented note, fallback or one-line error (exit 2), never blocks, never reads
+without end, never a traceback.  Each test is one instance found from outside.  A regression must fail, not
+hang the suite: every command runs with a timeout, and in a process whose memory is bounded."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import BIN, ROOT, agpt_env
+from observe_util import loop_run
+
+TIMEOUT = int(
+    os.environ.get("T_TIMEOUT", 60)
+)  # a command that blocks on a FIFO fails here instead of hanging the suite
+MEMORY = 3 << 30  # a reader reading /dev/zero without end fails here instead of taking the machine
+
+
+def _bounded() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY, MEMORY))
+
+
+def run(argv: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, env=agpt_env(env), timeout=TIMEOUT,
+                              preexec_fn=_bounded)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{' '.join(argv)}: still running after {TIMEOUT}s (blocked on a FIFO?)")
+
+
+def agpt(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return run([str(BIN / "agpt"), *args], env)
+
+
+def plant(path: Path, kind: str) -> None:
+    """A FIFO (`fifo`) or a link to /dev/zero (`zero`) where a file of the run directory belongs."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_symlink() or path.exists():
+        path.unlink()
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/zero")
+
+
+def no_traceback(r: subprocess.CompletedProcess[str], *rcs: int) -> None:
+    assert "Traceback" not in r.stderr, r.stderr
+    assert r.returncode in rcs, (r.returncode, r.stdout, r.stderr)
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run directory the real failover loop wrote (a node failure, then success), with the files a trainer, the
+    heartbeats, `agpt check --run-dir` and the eval watcher add."""
+    tmp = tmp_path_factory.mktemp("base")
+    r = loop_run(tmp)
+    recs = [{"step": s, "loss": 5.0 - s / 10, "time": 1e9 + s, "tokens": 100 * s, "target_steps": 12,
+             "tokens_per_s_per_device": 10.0, "devices": 4, "step_s": 0.05} for s in range(1, 13)]  # fmt: skip
+    (r / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in recs))
+    hb = r / "heartbeat"
+    hb.mkdir(exist_ok=True)
+    (hb / "h1.json").write_text(json.dumps({"format": 1, "attempt": "j1.2", "host": "h1", "time": 1e9,
+                                            "ranks": [{"rank": 0, "step": 12, "step_s": 0.05, "phase_s": 0.1}]}))  # fmt: skip
+    (hb / "swap.json").write_text(json.dumps({"host": "h3", "attempt": "j1.2"}))
+    (r / "eval").mkdir()
+    (r / "eval/due.json").write_text(json.dumps({"last": -1, "count": 0}))
+    return r
+
+
+@pytest.fixture
+def rd(base: Path, tmp_path: Path) -> Path:
+    dst = tmp_path / "run"
+    shutil.copytree(base, dst, symlinks=True)
+    return dst
+
+
+KINDS = ["fifo", "zero"]
+COMPLETE = "ckpt/step-12/.complete"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_chain_step_skips_a_marker_that_is_not_a_regular_file(rd: Path, kind: str) -> None:
+    plant(rd / COMPLETE, kind)
+    r = run([sys.executable, "-m", "agpt.chain", "step", str(rd)])
+    no_traceback(r, 0)
+    assert r.stdout.strip() == "10"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_eval_watcher_takes_a_fifo_at_its_state_and_markers(rd: Path, kind: str) -> None:
+    plant(rd / "eval/due.json", kind)
+    plant(rd / COMPLETE, kind)
+    r = run([sys.executable, "-m", "agpt.chain", "eval-mark", str(rd), "--every", "1"])
+    no_traceback(r, 0, 2)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_monitor_shows_a_frame_whatever_sits_at_its_inputs(rd: Path, kind: str) -> None:
+    for rel in ("metrics.jsonl", "heartbeat/h1.json", "heartbeat/swap.json", "attempts/j1.2.log",
+                "attempts/j1.2.times.json", COMPLETE):  # fmt: skip
+        plant(rd / rel, kind)
+    no_traceback(agpt("monitor", str(rd), "--once"), 0)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_failover_report_takes_a_fifo_at_an_attempts_files(rd: Path, kind: str) -> None:
+    for rel in ("attempts/j1.2.log", "attempts/j1.1.times.json", "attempts/j1.2.class.json", COMPLETE):
+        plant(rd / rel, kind)
+    no_traceback(agpt("failover", "report", str(rd)), 0)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_plot_and_the_html_report_take_a_fifo_at_the_log_and_metrics(
+    rd: Path, tmp_path: Path, kind: str
+) -> None:
+    for rel in ("attempts/j1.2.log", "metrics.jsonl"):
+        plant(rd / rel, kind)
+    no_traceback(agpt("plot", str(rd), "-o", str(tmp_path / "p.png")), 0)
+    no_traceback(agpt("report", str(rd), "--html", str(tmp_path / "r.html")), 0)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_plan_decides_with_a_fifo_at_every_file_it_reads(rd: Path, kind: str) -> None:
+    (rd / "attempts/j9.1.log").write_text("step=12\n")
+    for rel in (
+        "heartbeat/h1.json",
+        "heartbeat/swap.json",
+        "layout.json",
+        COMPLETE,
+        "attempts/j9.1.times.json",
+    ):
+        plant(rd / rel, kind)
+    r = run([sys.executable, "-m", "agpt.failover", "plan", "--run-dir", str(rd), "--jobid", "j9", "--attempt", "1",
+             "--rc", "1", "--log", str(rd / "attempts/j9.1.log"), "--started", "1", "--ended", "2",
+             "--shrink", "1", "--min-nodes", "0.5", "--apply", "--shell", "--",
+             "--heartbeat-dir", str(rd / "heartbeat")])  # fmt: skip
+    no_traceback(r, 0)
+    assert r.stdout.split()[0] in ("relaunch", "stop"), r.stdout
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_classify_refuses_a_log_that_is_not_a_regular_file(rd: Path, kind: str) -> None:
+    plant(rd / "attempts/j1.2.log", kind)
+    r = agpt(
+        "failover",
+        "classify",
+        "--rc",
+        "1",
+        "--hostfile",
+        str(rd / "hosts/active"),
+        str(rd / "attempts/j1.2.log"),
+    )
+    no_traceback(r, 2)
+    assert "j1.2.log" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_failover_score_refuses_a_case_that_is_not_a_regular_file(tmp_path: Path, kind: str) -> None:
+    case = tmp_path / "corpus/site/c1"
+    case.parent.mkdir(parents=True)
+    case.with_suffix(".log").write_text("srun: error: Node failure on n3\n")
+    plant(case.with_suffix(".json"), kind)
+    r = agpt("failover", "score", str(tmp_path / "corpus"))
+    no_traceback(r, 2)
+    assert "c1.json" in r.stderr and "not a regular file" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_site_pattern_file_that_is_not_a_regular_file_is_refused(tmp_path: Path, kind: str) -> None:
+    plant(tmp_path / "pat/mysite.json", kind)
+    r = agpt(
+        "failover",
+        "patterns",
+        "--quiet",
+        "--sets",
+        "mysite",
+        env={"FAILOVER_PATTERN_PATH": str(tmp_path / "pat")},
+    )
+    no_traceback(r, 2)
+    assert "mysite" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_check_run_dir_refuses_nothing_it_cannot_read(rd: Path, kind: str) -> None:
+    plant(rd / COMPLETE, kind)
+    plant(rd / "layout.json", kind)
+    r = agpt("check", str(ROOT / "jobs/configs/smoke.yaml"), "--no-data", "--run-dir", str(rd))
+    no_traceback(r, 0, 2)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_task_file_that_is_not_a_regular_file_is_one_line(tmp_path: Path, kind: str) -> None:
+    plant(tmp_path / "t.jsonl", kind)
+    code = ("from agpt.evals import tasks; from agpt.errors import BadInput\n"
+            f"try: tasks.read_items(tasks.TaskSpec(name='t', path='{tmp_path / 't.jsonl'}', format=''))\n"
+            "except BadInput as e: print(e)\n")  # fmt: skip
+    r = run([sys.executable, "-c", code])
+    no_traceback(r, 0)
+    assert "t.jsonl" in r.stdout and "not a regular file" in r.stdout, r.stdout
