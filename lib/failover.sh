@@ -49,6 +49,10 @@
 #   FAILOVER_IDLE_TIMEOUT     `agpt watch --timeout`: seconds of silence that mean a hang (default 900)
 #   FAILOVER_STARTUP_TIMEOUT  silence allowed before the first progress line (default 1800)
 #   FAILOVER_GRACE            SIGTERM to SIGKILL when the watchdog fires (default 30)
+#   FAILOVER_KILL_ON_EVIDENCE 1: end the attempt at once (`agpt watch --kill-on`, --evidence-grace 2 s, not
+#                             the grace) on a launcher's node-failure or task-death line (the `ends` patterns)
+#                             or a host the heartbeats show stopped; the grace stays for walltime and
+#                             pre-emption saves; 0: wait for silence as before (default 1)
 #   FAILOVER_PROGRESS_RE      a progress line (default '\bstep[=:] ?[0-9]+')
 #   FAILOVER_PROGRESS_FILE    passed to `agpt watch --progress-file` when set (e.g. $AGPT_RUN_DIR/progress)
 #   FAILOVER_PATTERN_SETS     classifier pattern sets, comma list (default: SITE_FAILOVER_PATTERNS, else all)
@@ -95,6 +99,7 @@
 : "${FAILOVER_IDLE_TIMEOUT:=900}"
 : "${FAILOVER_STARTUP_TIMEOUT:=1800}"
 : "${FAILOVER_GRACE:=30}"
+: "${FAILOVER_KILL_ON_EVIDENCE:=1}"
 : "${FAILOVER_PROGRESS_RE:=\bstep[=:] ?[0-9]+}"
 : "${FAILOVER_PROGRESS_FILE:=}"
 : "${FAILOVER_PATTERN_SETS:=}"
@@ -303,6 +308,24 @@ _failover_setup() {
   fi
 }
 
+# Usage: _failover_ends OUTVAR_WATCH : kill on evidence (FAILOVER_KILL_ON_EVIDENCE=1): writes the pattern sets'
+# `ends` patterns to attempts/JOBID.ends.json once, before the first attempt, and appends `--kill-on FILE
+# --heartbeat-dir DIR` to the watch's arguments; a failure is said and the attempt waits for silence as before.
+_failover_ends() {
+  [[ "$FAILOVER_KILL_ON_EVIDENCE" == 1 ]] || return 0
+  local -n _failover_x="$1"
+  local ends="$AGPT_RUN_DIR/attempts/$FAILOVER_JOBID.ends.json" sets=()
+  [[ -n "$FAILOVER_PATTERN_SETS" ]] && sets=(--sets "$FAILOVER_PATTERN_SETS")
+  if declare -p SITE_FAILOVER_PATTERNS >/dev/null 2>&1 && [[ -z "$FAILOVER_PATTERN_SETS" ]]; then
+    sets=(--sets "$(IFS=,; printf '%s' "${SITE_FAILOVER_PATTERNS[*]}")")
+  fi
+  if _failover_py patterns --ends "${sets[@]}" >"$ends"; then
+    _failover_x+=(--kill-on "$ends" --heartbeat-dir "$AGPT_RUN_DIR/heartbeat")
+  else
+    _failover_say "cannot list the patterns that end an attempt; waiting for silence instead"
+  fi
+}
+
 # Usage: _failover_sweep_args OUTVAR : appends the health sweep's settings (FAILOVER_SWEEP*, else the site keys
 # SITE_SWEEP, SITE_SWEEP_CHECK, SITE_SWEEP_MOUNTS, SITE_LOCAL_DIR, SITE_GPUS_PER_NODE) to the array OUTVAR.
 _failover_sweep_args() {
@@ -378,6 +401,7 @@ failover_run() {
   decision="$(_failover_py "${plan[@]}" --before)" || prc=$?
   _failover_metrics
   _failover_act "$decision" "$prc" "before the first attempt" || return "$_failover_rc"
+  _failover_ends watch
   n="$_failover_attempt"
   while :; do
     _failover_subst argv "$@"

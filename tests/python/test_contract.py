@@ -100,6 +100,7 @@ WATCHDOG = {
     "FAILOVER_IDLE_TIMEOUT": f"{rundir.IDLE_TIMEOUT_S:g}",
     "FAILOVER_STARTUP_TIMEOUT": f"{rundir.STARTUP_TIMEOUT_S:g}",
     "FAILOVER_GRACE": f"{rundir.GRACE_S:g}",
+    "FAILOVER_KILL_ON_EVIDENCE": str(int(watch.KILL_ON_EVIDENCE)),
 }
 SIM_MODELS = sorted((ROOT / "python" / "agpt" / "sim" / "models").glob("*.yaml"))
 # `key: value  # jobs/configs/X.yaml SECTION.KEY` or `# lib/failover.sh FAILOVER_X default`: a value a model cites.

@@ -34,6 +34,9 @@ A set file `NAME.json` holds `{"set": NAME, "description": ..., "patterns": [PAT
                  `root-cause` header is the first failure (a launcher's exit notice for that host)
     fallback     optional bool: counts only when no other pattern matches the line (a generic Python exception
                  line loses to the NCCL, CUDA or I/O pattern that explains it)
+    ends         optional bool: the launcher reports a node failure or a task's death: the ranks left cannot make
+                 progress, so the watch ends the attempt at once (`agpt failover patterns --ends`, `agpt watch
+                 --kill-on`); matched on the raw output line, labels included, so never anchored with `^`
     needles      optional lowercase substrings one of which every matching line holds (derived from the regex
                  when absent; they let a gigabyte log be scanned without running every regex on every line)
     description  why this line means what the class says
@@ -108,6 +111,7 @@ class Pattern:
     guess: bool = True
     death: bool = False
     task: bool = False  # the rank group is the launcher's task id (srun's `task N`), not a trainer's rank
+    ends: bool = False  # the launcher says a node failed or a task died: the watch ends the attempt at once
     needles: tuple[str, ...] | None = None
     positive: list[Example] = field(default_factory=list)
     negative: list[str] = field(default_factory=list)
@@ -267,6 +271,7 @@ def _pattern(path: Path, set_name: str, i: int, raw: Any) -> Pattern:
         guess=bool(raw.get("guess", True)),
         death=bool(raw.get("death", False)),
         task=bool(raw.get("task", False)),
+        ends=bool(raw.get("ends", False)),
         table=table,
         needles=needles,
         positive=positive,
@@ -359,10 +364,24 @@ def check(patterns: Iterable[Pattern]) -> list[str]:
                 problems.append(f"{p.id}: captured host {m.groupdict().get('host')!r}, expected {ex.host!r}")
             if ex.rank is not None and m.groupdict().get("rank") != str(ex.rank):
                 problems.append(f"{p.id}: captured rank {m.groupdict().get('rank')!r}, expected {ex.rank}")
+            if p.ends and p.regex.search(ex.line) is None:
+                problems.append(
+                    f"{p.id}: an ends pattern must match the raw line too (the watch reads it) {ex.line!r}"
+                )
         for line in p.negative:
             if p.regex.search(body(line)) is not None:
                 problems.append(f"{p.id}: matches its negative example {line!r}")
     return problems
+
+
+def ends(patterns: Iterable[Pattern]) -> list[dict[str, Any]]:
+    """The `ends` patterns as `agpt watch --kill-on` reads them (agpt.watch.evidence)."""
+    return [
+        {"id": p.id, "regex": p.regex.pattern, "flags": "i" if p.regex.flags & re.IGNORECASE else "",
+         "needles": list(p.needles) if p.needles else None}
+        for p in patterns
+        if p.ends
+    ]  # fmt: skip
 
 
 def public_source(p: Pattern) -> bool:
@@ -374,6 +393,7 @@ def main(argv: list[str] | None = None) -> int:
     """`agpt failover patterns [--sets a,b] [--quiet]`: every pattern with its class and source, then a check of
     every pattern's examples; exit 1 on a problem (a missing source is counted, not a problem)."""
     import argparse
+    import json
     import sys
 
     ap = argparse.ArgumentParser(prog="agpt failover patterns", description=main.__doc__)
@@ -381,6 +401,11 @@ def main(argv: list[str] | None = None) -> int:
         "--sets", help="sets to list and check (default: FAILOVER_PATTERN_SETS, else all on the search path)"
     )
     ap.add_argument("--quiet", action="store_true", help="print only the problems and the summary")
+    ap.add_argument(
+        "--ends",
+        action="store_true",
+        help="print the `ends` patterns as JSON for `agpt watch --kill-on` (the failover loop's kill on evidence)",
+    )
     args = ap.parse_args(argv)
     try:
         names = select_sets(args.sets, source="--sets")
@@ -388,6 +413,9 @@ def main(argv: list[str] | None = None) -> int:
     except (BadInput, PatternError) as e:
         sys.stderr.write(f"patterns: error: {e}\n")
         return 2
+    if args.ends:
+        sys.stdout.write(json.dumps(ends(found)) + "\n")
+        return 0
     if not args.quiet:
         width = max((len(p.id) for p in found), default=0)
         for p in found:

@@ -10,6 +10,8 @@ what broke (`python3 -m agpt.watch` works without the venv).  The modules, from 
   run       run_settings / watch: the retries and their backoff, AGPT_WATCH_ATTEMPT
   attempt   one run of CMD: the poll loop and its states (run, drain, term, killed)
   idle      the idle deadlines: no output, the progress file, the startup limit until the first progress line
+  evidence  kill on evidence: a launcher's node-failure or task-death line (--kill-on), a host the heartbeats
+            show stopped (--heartbeat-dir); SIGKILL after --evidence-grace, not --grace
   child     CMD in its own session and process group, on two pipes
   output    the pass-through to stdout/stderr and --log (splice(2) when nothing needs the bytes), the progress
             regex on what passes, and watch's own lines

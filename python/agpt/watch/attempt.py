@@ -16,6 +16,7 @@ import time
 
 from agpt.errors import EXIT_IDLE
 from agpt.watch.child import Child
+from agpt.watch.evidence import HeartbeatEvidence, LineEvidence
 from agpt.watch.idle import Idle
 from agpt.watch.output import Passthrough, Progress, Say
 from agpt.watch.settings import EXIT_CANNOT_RUN, EXIT_NOT_FOUND, Outcome, WatchSettings
@@ -71,6 +72,15 @@ class Attempt:
         self.progress = Progress(pattern, eager)
         self.out = Passthrough({1: out_fd, 2: err_fd}, log_fd, say, self.progress)
         self.idle = Idle(s, self.progress)
+        # Kill on evidence (agpt.watch.evidence): a launcher's node-failure or task-death line, a stopped host.
+        self.lines = LineEvidence.from_file(s.kill_on) if s.kill_on else None
+        if self.lines is not None:
+            self.out.zero_copy = False  # the bytes must pass through our memory to be read
+            self.out.tap = self._tap
+        self.hb = HeartbeatEvidence(s.heartbeat_dir, dict(env or os.environ)) if s.heartbeat_dir else None
+        self.evidence: str | None = None
+        self.evidence_at: float | None = None
+        self.hb_evidence = False  # a stopped host ended it: reported as the watchdog's hang (124)
         self.phase = RUN
         self.rc: int | None = None
         self.idle_reason: str | None = None
@@ -134,6 +144,8 @@ class Attempt:
             wake = now + TICK_S  # no SIGCHLD off the main thread: look at the child on a tick
         if self.phase == RUN:
             wake = min(wake, self.idle.wake())
+            if self.hb is not None:
+                wake = min(wake, self.hb.due(now, self.idle.last_output))
         elif self.phase == DRAIN or self.phase == KILLED:
             wake = min(wake, self.until)
         elif self.phase == TERM:
@@ -148,6 +160,15 @@ class Attempt:
                 self.phase, self.until = DRAIN, now + DRAIN_S
             else:
                 self._check_idle(now)
+                if (
+                    self.phase == RUN
+                    and self.hb is not None
+                    and now >= self.hb.due(now, self.idle.last_output)
+                ):
+                    found = self.hb.check(now)
+                    if found is not None:
+                        self.hb_evidence = True
+                        self._on_evidence(found, now)
         if self.phase == DRAIN and (not self.streams or now >= self.until):
             if self.child.group_alive():
                 self.child.signal_group(signal.SIGTERM)
@@ -173,6 +194,25 @@ class Attempt:
         self.say(f"{reason}; SIGTERM to process group {pgid}, SIGKILL after {self.s.grace:g} s")
         self.child.signal_group(signal.SIGTERM)
         self.phase, self.kill_at = TERM, now + self.s.grace
+
+    def _on_evidence(self, line: str, now: float) -> None:
+        """End the attempt now: the ranks left cannot make progress (no --grace: that is for saves)."""
+        if self.evidence is not None or self.stop_signal is not None or self.phase not in (RUN, DRAIN):
+            return
+        self.evidence, self.evidence_at = line, now
+        pgid = self.child.pgid
+        self.say(
+            f"evidence: {line}; SIGTERM to process group {pgid}, SIGKILL after {self.s.evidence_grace:g} s"
+        )
+        if self.rc is None or self.child.group_alive():  # else CMD and its group are gone: the pipes drain
+            self.child.signal_group(signal.SIGTERM)
+            self.phase, self.kill_at = TERM, now + min(self.s.evidence_grace, self.s.grace)
+
+    def _tap(self, fd: int, data: memoryview) -> None:
+        assert self.lines is not None
+        found = self.lines.feed(fd, data)
+        if found is not None:
+            self._on_evidence(found, time.monotonic())
 
     # ---- events ------------------------------------------------------------------------------------------
     def _read(self, fd: int) -> None:
@@ -223,17 +263,22 @@ class Attempt:
         if self.phase in (RUN, DRAIN):
             self.phase, self.kill_at = TERM, now + self.s.grace
 
-    def times(self) -> dict[str, float]:
+    def times(self) -> dict[str, float | str]:
         """The attempt's end on the wall clock (epochs): its last progress line, when the end first showed (the
-        first output after that line, the idle limit, a stop signal or CMD's exit) and now (torn down)."""
+        first output after that line, the idle limit, a stop signal, evidence or CMD's exit) and now (torn
+        down); `evidence`: the line that ended it at once, when one did."""
         shift = time.time() - time.monotonic()
         p = self.progress
         out = {"last_progress": p.at} if p.at is not None else {}
-        signs = [p.after_at if p.at is not None else None, self.idle_at, self.signal_at, self.exited_at]
+        signs = [p.after_at if p.at is not None else None, self.idle_at, self.signal_at, self.exited_at,
+                 self.evidence_at]  # fmt: skip
         if any(t is not None for t in signs):
             out["detected"] = min(t for t in signs if t is not None)
         out["ended"] = time.monotonic()
-        return {k: round(v + shift, 3) for k, v in out.items()}
+        rec: dict[str, float | str] = {k: round(v + shift, 3) for k, v in out.items()}
+        if self.evidence is not None:
+            rec["evidence"] = self.evidence
+        return rec
 
     def _outcome(self) -> Outcome:
         last = self.progress.line
@@ -247,6 +292,14 @@ class Attempt:
             )
         if self.idle_reason is not None:
             return Outcome(rc=EXIT_IDLE, reason=self.idle_reason, idle=True, last_progress=last)
+        if self.hb_evidence:  # a hang proven early: the watchdog's exit, so the heartbeats name the host
+            return Outcome(rc=EXIT_IDLE, reason=f"evidence: {self.evidence}", idle=True, last_progress=last,
+                           evidence=self.evidence)  # fmt: skip
+        if self.evidence is not None:
+            rc = 128 + signal.SIGKILL if self.rc is None else (128 - self.rc if self.rc < 0 else self.rc)
+            return Outcome(
+                rc=rc, reason=f"evidence: {self.evidence}", last_progress=last, evidence=self.evidence
+            )
         if self.rc is None:  # SIGKILLed yet never reaped (stuck in the kernel): report it as killed
             return Outcome(rc=128 + signal.SIGKILL, reason="did not exit after SIGKILL", last_progress=last)
         if self.rc < 0:

@@ -12,7 +12,13 @@ from agpt import numeric
 from agpt.errors import EXIT_USAGE, BadInput
 from agpt.watch.attempt import DRAIN_S
 from agpt.watch.run import run_settings
-from agpt.watch.settings import DEFAULT_BACKOFF, DEFAULT_GRACE, DEFAULT_TIMEOUT, WatchSettings
+from agpt.watch.settings import (
+    DEFAULT_BACKOFF,
+    DEFAULT_EVIDENCE_GRACE,
+    DEFAULT_GRACE,
+    DEFAULT_TIMEOUT,
+    WatchSettings,
+)
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs start-up time
 if TYPE_CHECKING:
@@ -91,6 +97,11 @@ def _parser() -> _Parser:
             "idle limit until the first progress line; 0 disables (default --timeout)",
         ),
         ("--grace", DEFAULT_GRACE, f"seconds between SIGTERM and SIGKILL (default {DEFAULT_GRACE:g})"),
+        (
+            "--evidence-grace",
+            DEFAULT_EVIDENCE_GRACE,
+            f"seconds between SIGTERM and SIGKILL after evidence (default {DEFAULT_EVIDENCE_GRACE:g})",
+        ),
     ]
     for flag, default, text in seconds:
         p.add_argument(flag, type=_seconds(flag), default=default, metavar="S", help=text)
@@ -121,6 +132,19 @@ def _parser() -> _Parser:
         "--progress-file",
         metavar="FILE",
         help="idle also when FILE's mtime has not advanced for the idle limit",
+    )
+    p.add_argument(
+        "--kill-on",
+        metavar="FILE",
+        help="end CMD at once (--evidence-grace, not --grace) on an output line matching one of FILE's patterns, "
+        "a JSON list of {id, regex, flags, needles} (`agpt failover patterns --ends`: a launcher's notice of a "
+        "node failure or a task's death)",
+    )
+    p.add_argument(
+        "--heartbeat-dir",
+        metavar="DIR",
+        help="end CMD at once when DIR's heartbeat records show a host stopped (two looks one publish interval "
+        "apart, after two intervals of silence); exit 124 as for idle ($AGPT_ATTEMPT_ID, $FAILOVER_HOSTS)",
     )
     p.add_argument(
         "--progress-re",

@@ -17,6 +17,10 @@ import time
 
 from agpt.errors import BadInput
 
+TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs start-up time
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 CHUNK = 1 << 20  # one read; the pipes are enlarged to this size where the kernel allows
 SCAN_EVERY = 0.05  # the progress regex runs at most this often on a chatty stream ...
 SCAN_TAIL = 16384  # ... over at most the last this many bytes of complete lines
@@ -141,6 +145,7 @@ class Passthrough:
         self.zero_copy = hasattr(os, "splice") and log_fd is None and not progress.eager
         self.buf = bytearray(CHUNK)
         self.view = memoryview(self.buf)
+        self.tap: Callable[[int, memoryview], None] | None = None  # also shown each chunk (kill on evidence)
 
     def pump(self, fd: int, stream: int) -> tuple[float | None, bool]:
         """Pass on what `fd` holds: (when output came, or None; whether `fd` is done and must be closed).
@@ -175,6 +180,8 @@ class Passthrough:
                 self.log_fd = None
                 self.say(f"--log: write failed ({e.strerror}); no longer logging")
         self.progress.feed(fd, self.buf, n, now)
+        if self.tap is not None:
+            self.tap(fd, data)
         return now, gone
 
     def _splice(self, fd: int, stream: int) -> tuple[float | None, bool] | None:

@@ -17,6 +17,11 @@ if TYPE_CHECKING:
 
 DEFAULT_TIMEOUT = 600.0
 DEFAULT_GRACE = 10.0
+# Kill on evidence (agpt.watch.evidence): SIGTERM, then this long for the launcher's own teardown, then SIGKILL.
+DEFAULT_EVIDENCE_GRACE = 2.0
+KILL_ON_EVIDENCE = (
+    True  # FAILOVER_KILL_ON_EVIDENCE: the failover loop hands the watch --kill-on/--heartbeat-dir
+)
 DEFAULT_BACKOFF: tuple[float, ...] = (5.0, 10.0, 20.0, 40.0, 60.0)
 DEFAULT_PROGRESS_RE = rundir.PROGRESS_RE
 EXIT_CANNOT_RUN = 126
@@ -34,7 +39,10 @@ class WatchSettings:
 
     __slots__ = (
         "backoff",
+        "evidence_grace",
         "grace",
+        "heartbeat_dir",
+        "kill_on",
         "progress_file",
         "progress_re",
         "retries",
@@ -52,6 +60,9 @@ class WatchSettings:
         backoff: Sequence[float] = DEFAULT_BACKOFF,  # before each retry; the last value repeats
         progress_re: str | None = None,  # None: $FAILOVER_PROGRESS_RE, else DEFAULT_PROGRESS_RE
         progress_file: str | os.PathLike[str] | None = None,
+        kill_on: str | os.PathLike[str] | None = None,  # JSON of the `ends` patterns (agpt.watch.evidence)
+        heartbeat_dir: str | os.PathLike[str] | None = None,  # a host stopped in its records ends the attempt
+        evidence_grace: float = DEFAULT_EVIDENCE_GRACE,  # SIGTERM to SIGKILL after evidence
     ) -> None:
         self.timeout = _check_seconds("--timeout", timeout)
         self.startup_timeout = (
@@ -72,6 +83,9 @@ class WatchSettings:
             raise BadInput(f"FAILOVER_PROGRESS_RE / --progress-re {progress_re!r}: {e}") from None
         self.progress_re = progress_re
         self.progress_file = os.fspath(progress_file) if progress_file is not None else None
+        self.kill_on = os.fspath(kill_on) if kill_on else None
+        self.heartbeat_dir = os.fspath(heartbeat_dir) if heartbeat_dir else None
+        self.evidence_grace = _check_seconds("--evidence-grace", evidence_grace)
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in sorted(self.__slots__))
@@ -93,7 +107,7 @@ class WatchSettings:
 class Outcome:
     """How one attempt ended; `rc` is what `agpt watch` exits with."""
 
-    __slots__ = ("idle", "last_progress", "rc", "reason", "spawn_failed", "stop_signal")
+    __slots__ = ("evidence", "idle", "last_progress", "rc", "reason", "spawn_failed", "stop_signal")
 
     def __init__(
         self,
@@ -104,6 +118,7 @@ class Outcome:
         stop_signal: int | None = None,  # a SIGTERM/SIGINT sent to watch itself: never retried
         spawn_failed: bool = False,  # command not found / not executable: never retried
         last_progress: str | None = None,
+        evidence: str | None = None,  # the line that ended the attempt (kill on evidence)
     ) -> None:
         self.rc = rc
         self.reason = reason
@@ -111,6 +126,7 @@ class Outcome:
         self.stop_signal = stop_signal
         self.spawn_failed = spawn_failed
         self.last_progress = last_progress
+        self.evidence = evidence
 
     def __repr__(self) -> str:
         return f"Outcome(rc={self.rc!r}, reason={self.reason!r})"
