@@ -210,6 +210,7 @@ def figures(
         "interval_steps": None,
     }
     out["recovery"] = recovery(attempts, events)
+    out["cold_start"] = cold_starts(attempts, events)
     stall = _stall_s(run_dir, logs)
     out["save_stall_s"] = round(stall, 3) if stall is not None else None
     if failures and stall and nodes:
@@ -224,8 +225,12 @@ def figures(
 # attempt's last progress line (`agpt watch --times`: the last sign it trained), else at its end; the watch and
 # the failover loop stamp the first three on the batch host, the trainer's rank 0 the rest (agpt.train.clock).
 STAGES = (("detection", "detected"), ("teardown", "ended"), ("relaunch", "relaunched"),
-          ("process start", "started"), ("model build", "built"), ("state restore", "loaded"),
-          ("first step", "first_step"))  # fmt: skip
+          ("process start", "started"), ("imports", "imported"), ("process group", "pg_init"),
+          ("model build", "built"), ("state restore", "loaded"), ("first step", "first_step"))  # fmt: skip
+# Stages a trainer before issue 39 did not mark: left out of a clock that lacks them, not shown as unknown.
+SPLIT_STAGES = ("imports", "process group")
+# The trainer's marks (agpt.train.clock's `clock` event): a first attempt's cold start runs through them.
+TRAINER_MARKS = ("started", "imported", "pg_init", "built", "loaded", "first_step")
 CLOCK_RES_S = (
     0.05  # a stage this much below zero is the clocks' resolution (a process start is known to 10 ms)
 )
@@ -237,6 +242,8 @@ def _stages(zero: float | None, marks: dict[str, float | None]) -> dict[str, flo
     prev = zero
     for name, key in STAGES:
         v = marks.get(key)
+        if v is None and name in SPLIT_STAGES:
+            continue  # an older trainer's clock: its model build runs from the process start
         d = None if v is None or prev is None else v - prev
         out[name] = None if d is None else round(0.0 if -CLOCK_RES_S < d < 0 else d, 1)
         prev = v if v is not None else prev
@@ -260,7 +267,7 @@ def recovery(attempts: list[Any], events: list[dict[str, Any]]) -> list[dict[str
         c = clocks.get((b.jobid, b.attempt)) or {}
         marks: dict[str, float | None] = {"detected": _num(ev.get("detected")), "ended": a.ended,
                                           "relaunched": b.started}  # fmt: skip
-        marks.update({k: _num(c.get(k)) for k in ("started", "built", "loaded", "first_step")})
+        marks.update({k: _num(c.get(k)) for k in TRAINER_MARKS})
         zero = _num(ev.get("last_progress"))
         row: dict[str, Any] = {"failed": f"{a.jobid}.{a.attempt}", "class": a.cls,
                                "relaunched_s": round(b.started - a.ended, 1)}  # fmt: skip
@@ -283,6 +290,29 @@ def recovery(attempts: list[Any], events: list[dict[str, Any]]) -> list[dict[str
     return out
 
 
+def cold_starts(attempts: list[Any], events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The cold start of each job's first attempt, stage by stage from its launch (no failure before it): what
+    every job of a chain pays, from the trainer's clock event (process start, imports, process group, model
+    build, state restore and its tier, first step)."""
+    clocks = {(str(e.get("jobid")), e.get("attempt")): e for e in events if e.get("event") == "clock"}
+    seen: set[str] = set()
+    out = []
+    for a in attempts:
+        if a.jobid in seen or a.started is None:
+            continue
+        seen.add(a.jobid)
+        c = clocks.get((a.jobid, a.attempt))
+        if not c:
+            continue
+        marks: dict[str, float | None] = {k: _num(c.get(k)) for k in TRAINER_MARKS}
+        stages = {k: v for k, v in _stages(a.started, marks).items() if k not in ("detection", "teardown")}
+        stages.pop("relaunch", None)
+        first = marks["first_step"]
+        out.append({"attempt": f"{a.jobid}.{a.attempt}", "tier": c.get("tier"), "stages": stages,
+                    "total_s": round(first - a.started, 1) if first is not None else None})  # fmt: skip
+    return out
+
+
 def recovery_means(rows: list[dict[str, Any]]) -> dict[str, float | None]:
     """The mean of each stage (and of the total) over the failures that measured it."""
 
@@ -291,6 +321,9 @@ def recovery_means(rows: list[dict[str, Any]]) -> dict[str, float | None]:
         return round(sum(v) / len(v), 1) if v else None
 
     out = {name: mean([(r.get("stages") or {}).get(name) for r in rows]) for name, _ in STAGES}
+    for name in SPLIT_STAGES:
+        if out[name] is None:
+            del out[name]
     out["total"] = mean([r.get("total_s") for r in rows])
     return out
 
@@ -340,4 +373,7 @@ def render_figures(g: dict[str, Any]) -> list[str]:
         since = {str(r.get("since")) for r in rows}
         lines.append(f"recovery clock, mean of {len(rows)} failures: " + _clock_line(
             {"stages": m, "total_s": m["total"], "since": since.pop() if len(since) == 1 else "last sign"}))  # fmt: skip
+    for r in g.get("cold_start") or []:
+        first = f"; first step {r['total_s']} s after the launch" if r.get("total_s") is not None else ""
+        lines.append(f"cold start of {r['attempt']}: " + _clock_line({**r, "total_s": None}) + first)
     return lines

@@ -1,6 +1,7 @@
-"""The recovery clock's trainer side: when this process started, built the model, restored its state (and from
-which tier) and finished its first step, appended to RUN_DIR/events.jsonl as one `{"event": "clock", ...}` line by
-rank 0.
+"""The recovery clock's trainer side: when this process started, finished its imports, initialised the process
+group, built the model, restored its state (and from which tier) and finished its first step, appended to
+RUN_DIR/events.jsonl as one `{"event": "clock", ...}` line by rank 0 (every attempt: a job's first is its cold
+start).
 
 `agpt failover report` joins it with the attempt events (agpt.goodput.recovery), so the time from a failure to the
 first step back is split into detection, teardown, relaunch, process start, model build, state restore and the

@@ -39,8 +39,9 @@ def train(
 
     clock.attempt()  # FAILOVER_ATTEMPT and AGPT_DEADLINE_EPOCH: refused here, not after the first step
     stop.deadline()
-    marks = {"started": clock.process_start(), "configured": time.time()}
+    marks = {"started": clock.process_start(), "imported": time.time()}  # torch and the trainer's modules
     trainer = Trainer(cfg, rd)
+    marks.update(trainer.init_marks)  # the process group's init
     marks["built"] = time.time()
     if trainer.ckpt is not None and trainer.rank == 0:
         trainer.ckpt.meta = provenance.build(cfg.to_dict())

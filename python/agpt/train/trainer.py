@@ -89,6 +89,7 @@ class Trainer:
             # Ranks sharing a node's cores: oversubscribed OpenMP threads spin and slow everyone.
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, self.info.local_world_size)))
         tdist.init(self.info, backend, self.device_str, tc.dist_timeout_s)
+        self.init_marks = {"pg_init": time.time()}  # the recovery clock's process group stage (train/clock.py)
         self.source: tdata.Source
         if cfg.data.stages:
             self.source = tstages.Staged(cfg.data.stages, cfg.model.vocab_size, tc.seq_len)
