@@ -367,6 +367,7 @@ METRICS_NUMBERS = ("time", "tokens", "target_steps", "target_tokens", "loss", "g
                    "tokens_per_s_per_device", "mfu", "peak_mem_bytes", "devices", "steps", "step_s", "compute_s",
                    "wait_s", "ckpt_stall_s")  # fmt: skip
 STEP_MAX = 2**53
+METRICS_MAX = 1e18  # past it a figure is no measurement (a count of tokens, bytes or seconds): dropped
 
 
 def metrics_record(line: str) -> dict[str, Any] | None:
@@ -384,7 +385,7 @@ def metrics_record(line: str) -> dict[str, Any] | None:
     for k in METRICS_NUMBERS:
         v = rec.get(k)
         if k in rec and (
-            v is None or (not isinstance(v, bool) and isinstance(v, (int, float)) and abs(v) < 1e300)
+            v is None or (not isinstance(v, bool) and isinstance(v, (int, float)) and abs(v) < METRICS_MAX)
         ):
             out[k] = v
     if isinstance(rec.get("update"), str):

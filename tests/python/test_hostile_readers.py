@@ -205,3 +205,108 @@ def test_a_task_file_that_is_not_a_regular_file_is_one_line(tmp_path: Path, kind
     r = run([sys.executable, "-c", code])
     no_traceback(r, 0)
     assert "t.jsonl" in r.stdout and "not a regular file" in r.stdout, r.stdout
+
+
+# ----------------------------------------------------------------------------------------------- record schemas
+HOSTILE_METRICS = [
+    '{"step": true, "loss": 1.0}',
+    '{"step": ' + "9" * 400 + ', "loss": 1.0}',
+    '{"step": 13, "loss": 1e308, "tokens": ' + "9" * 30 + "}",
+    '{"step": 14, "loss": "--1", "devices": true, "step_s": [1], "target_steps": 1e308}',
+    '{"step": 15, "loss": NaN}',
+    '{"step": 17, "update": "\\ud800"}',
+    '{"step": 16, "x": ' + "[" * 5000 + "]" * 5000 + "}",
+    "[" * 100000,
+]
+
+
+def test_metrics_records_are_read_by_their_schema() -> None:
+    from agpt import rundir
+
+    got = [rundir.metrics_record(line) for line in HOSTILE_METRICS]
+    assert got[0] is None and got[1] is None and got[5] is None and got[6] is None and got[7] is None
+    assert got[2] == {"step": 13}  # 1e308 is no loss, a 30-digit count no count: dropped, the step kept
+    assert got[3] == {"step": 14}
+    assert got[4] == {"step": 15, "loss": None}  # a diverged loss as the trainer writes it
+
+
+def test_the_views_take_metrics_records_of_any_shape(rd: Path, tmp_path: Path) -> None:
+    with (rd / "metrics.jsonl").open("a") as f:
+        f.write("\n".join(HOSTILE_METRICS) + "\n")
+    no_traceback(agpt("monitor", str(rd), "--once"), 0)
+    no_traceback(agpt("report", str(rd), "--html", str(tmp_path / "r.html")), 0)
+    no_traceback(agpt("plot", str(rd), "-o", str(tmp_path / "p.png")), 0)
+
+
+BAD_CASES = [
+    ({"rc": True}, "rc"),
+    ({"rc": 1e308}, "rc"),
+    ({"rc": "--1"}, "rc"),
+    ({"hosts": [["n3"]]}, "hosts"),
+    ({"deadline": True, "now": "x"}, "deadline"),
+    ({"ipmap": 5}, "ipmap"),
+    ({"hostfile_text": 5}, "hostfile_text"),
+    ({"expect": {"class": "node", "bad_hosts": [1]}}, "expect.bad_hosts"),
+]
+
+
+@pytest.mark.parametrize(("bad", "field"), BAD_CASES, ids=[f for _, f in BAD_CASES])
+def test_a_score_case_of_the_wrong_shape_is_one_line_naming_the_field(
+    tmp_path: Path, bad: dict[str, object], field: str
+) -> None:
+    case = tmp_path / "corpus/site/c1.json"
+    case.parent.mkdir(parents=True)
+    case.with_suffix(".log").write_text("srun: error: Node failure on n3\n")
+    case.write_text(json.dumps({"rc": 1, "hosts": ["n3"], "expect": {"class": "node"}, **bad}))
+    code = (
+        "import sys; from pathlib import Path; from agpt.failover import score; from agpt.errors import BadInput\n"
+        f"try: score.score_case(Path('{case}'))\n"
+        "except BadInput as e: print(e); sys.exit(2)\n"
+    )
+    r = run([sys.executable, "-c", code])
+    no_traceback(r, 2)
+    assert f"c1.json: {field}: " in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("answer", ["--1", "²", "9" * 400, True, 1e308])
+def test_a_task_answer_that_is_not_a_choice_index_is_one_line(tmp_path: Path, answer: object) -> None:
+    from agpt.errors import BadInput
+    from agpt.evals import tasks
+
+    (tmp_path / "t.jsonl").write_text(
+        json.dumps({"context": "c", "choices": ["a", "b"], "answer": answer}) + "\n"
+    )
+    with pytest.raises(BadInput, match=r"t.jsonl:1: answer: must be a choice index"):
+        tasks.read_items(tasks.TaskSpec(name="t", path=str(tmp_path / "t.jsonl"), format=""))
+
+
+# ----------------------------------------------------------------------------------------------- bounded matching
+def _site_set(folder: Path, regex: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    pattern = {"id": "mysite.slow", "class": "node", "regex": regex, "description": "x", "positive": ["aaaa"],
+               "negative": ["b"]}  # fmt: skip
+    (folder / "mysite.json").write_text(json.dumps({"set": "mysite", "patterns": [pattern]}))
+    return folder
+
+
+@pytest.mark.parametrize("regex", ["^(a+)+$", "^(a*)*b", r"^(\w+\s?)*$", "^(aa|a+a+)+$"])
+def test_a_catastrophic_site_pattern_does_not_stop_classify(tmp_path: Path, regex: str) -> None:
+    folder = _site_set(tmp_path / "pat", regex)
+    log = tmp_path / "log"
+    log.write_text("a" * 60 + "!\n")
+    (tmp_path / "hosts").write_text("n1\n")
+    env = {"FAILOVER_PATTERN_PATH": str(folder)}
+    r = agpt("failover", "classify", "--rc", "1", "--hostfile", str(tmp_path / "hosts"), "--patterns", "mysite",
+             str(log), env=env)  # fmt: skip
+    no_traceback(r, 0)
+    assert json.loads(r.stdout)["class"] == "crash"
+    r = agpt("failover", "patterns", "--quiet", "--sets", "mysite", env=env)
+    no_traceback(r, 2)
+    assert "mysite.json: mysite.slow: regex" in r.stderr and "a repeat inside a repeat" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("regex", [r"^(?:[A-Za-z_]\w*\.)*Error", r"(?:\d+\.)+\d+", r"(?:ab|cd)+"])
+def test_a_repeat_whose_repetitions_are_separated_is_allowed(regex: str) -> None:
+    from agpt.failover import patterns
+
+    assert not patterns.nested_quantifier(regex)

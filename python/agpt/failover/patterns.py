@@ -194,6 +194,9 @@ def load_file(path: Path, name: str) -> list[Pattern]:
     return [_pattern(path, name, i, raw) for i, raw in enumerate(doc["patterns"])]
 
 
+BOOL_FIELDS = ("weak", "rank_hosts", "fallback", "peer", "guess", "death", "task", "ends")
+
+
 def _pattern(path: Path, set_name: str, i: int, raw: Any) -> Pattern:
     where = f"{path}: patterns[{i}]"
     if not isinstance(raw, dict):
@@ -215,6 +218,11 @@ def _pattern(path: Path, set_name: str, i: int, raw: Any) -> Pattern:
         rx = re.compile(src, flags)
     except re.error as e:
         raise PatternError(f"{where}: bad regex: {e}") from None
+    if nested_quantifier(src, flags):
+        raise PatternError(
+            f"{where}: regex {src!r}: a repeat inside a repeat, such as (a+)+, can backtrack for ever on one line "
+            "(write the inner part so that each repetition ends in a character it cannot match, as (\\w+\\.)*)"
+        )
     unknown = set(rx.groupindex) - {"host", "rank", "code", "signal"}
     if unknown:
         raise PatternError(
@@ -245,15 +253,23 @@ def _pattern(path: Path, set_name: str, i: int, raw: Any) -> Pattern:
         if isinstance(ex, str):
             positive.append(Example(line=ex))
         elif isinstance(ex, dict) and isinstance(ex.get("line"), str):
-            rank = ex.get("rank")
-            positive.append(
-                Example(line=ex["line"], host=ex.get("host"), rank=int(rank) if rank is not None else None)
-            )
+            rank, host = ex.get("rank"), ex.get("host")
+            if rank is not None and (type(rank) is not int or not 0 <= rank < 2**31):
+                raise PatternError(f"{where}: positive example rank must be a whole number, got {rank!r:.40}")
+            if host is not None and not isinstance(host, str):
+                raise PatternError(f"{where}: positive example host must be a string, got {host!r:.40}")
+            positive.append(Example(line=ex["line"], host=host, rank=rank))
         else:
             raise PatternError(f"{where}: bad positive example {ex!r}")
     negative = raw.get("negative", [])
     if not isinstance(negative, list) or not all(isinstance(n, str) for n in negative):
         raise PatternError(f"{where}: negative must be a list of strings")
+    for key in BOOL_FIELDS:
+        if not isinstance(raw.get(key, False), bool):
+            raise PatternError(f"{where}: {key} must be true or false, got {raw[key]!r:.40}")
+    min_reporters = raw.get("min_reporters", 1)
+    if type(min_reporters) is not int or not 1 <= min_reporters <= 10**6:
+        raise PatternError(f"{where}: min_reporters must be a whole number from 1, got {min_reporters!r:.40}")
     return Pattern(
         id=pid,
         set_name=set_name,
@@ -264,7 +280,7 @@ def _pattern(path: Path, set_name: str, i: int, raw: Any) -> Pattern:
         description=str(raw.get("description", "")),
         blame=blame,
         weak=bool(raw.get("weak", False)),
-        min_reporters=int(raw.get("min_reporters", 1)),
+        min_reporters=min_reporters,
         rank_hosts=bool(raw.get("rank_hosts", False)),
         fallback=bool(raw.get("fallback", False)),
         peer=bool(raw.get("peer", False)),
@@ -277,6 +293,102 @@ def _pattern(path: Path, set_name: str, i: int, raw: Any) -> Pattern:
         positive=positive,
         negative=list(negative),
     )
+
+
+# --- bounded matching: no pattern that backtracks without end ------------------------------------------------
+def nested_quantifier(src: str, flags: int = 0) -> bool:
+    """Whether regex SRC repeats a part that itself holds a repeat, where the repetitions are not separated:
+    (a+)+, (a*)*, (\\w+\\s?)*, (x+x+)+ backtrack exponentially on a line that almost matches (one short log line
+    stops the classifier, and the plan with it).  A part that ends in a literal character none of its inner
+    repeats can match, as (\\w+\\.)*, splits the line one way only and is allowed."""
+    import re._parser as sre  # type: ignore[import-not-found,unused-ignore]
+
+    try:
+        items = list(sre.parse(src, flags))
+    except re.error:
+        return False
+    return _nested(sre, items)
+
+
+def _repeat_ops(sre: Any) -> tuple[Any, ...]:
+    return tuple(x for x in (sre.MAX_REPEAT, sre.MIN_REPEAT, getattr(sre, "POSSESSIVE_REPEAT", None)) if x)
+
+
+def _children(sre: Any, op: Any, av: Any) -> list[list[Any]]:
+    if op in _repeat_ops(sre):
+        return [list(av[2])]
+    if op is sre.SUBPATTERN:
+        return [list(av[-1])]
+    if op is sre.BRANCH:
+        return [list(b) for b in av[1]]
+    if op in (sre.ASSERT, sre.ASSERT_NOT):
+        return [list(av[1])]
+    return []
+
+
+def _inner_repeats(sre: Any, items: list[Any]) -> list[Any]:
+    """Every repeat of more than one in ITEMS, at any depth."""
+    out: list[Any] = []
+    for op, av in items:
+        if op in _repeat_ops(sre) and av[1] > 1:
+            out.append(av)
+        for child in _children(sre, op, av):
+            out += _inner_repeats(sre, child)
+    return out
+
+
+def _may_match(sre: Any, items: list[Any], ch: str) -> bool:
+    """Whether any single-character item in ITEMS may match CH (anything else: yes, to be safe)."""
+    for op, av in items:
+        if op is sre.LITERAL:
+            if chr(av).lower() == ch.lower():
+                return True
+        elif op is sre.NOT_LITERAL or op is sre.ANY:
+            return True
+        elif op is sre.IN:
+            if any(o is sre.NEGATE for o, _ in av):
+                return True
+            for o, a in av:
+                if o is sre.LITERAL and chr(a).lower() == ch.lower():
+                    return True
+                if o is sre.RANGE and a[0] <= ord(ch) <= a[1]:
+                    return True
+                if o is sre.CATEGORY and _category_matches(sre, a, ch):
+                    return True
+        elif op in _repeat_ops(sre):
+            if _may_match(sre, list(av[2]), ch):
+                return True
+        elif op is sre.SUBPATTERN:
+            if _may_match(sre, list(av[-1]), ch):
+                return True
+        else:
+            return True
+    return False
+
+
+def _category_matches(sre: Any, cat: Any, ch: str) -> bool:
+    names = {sre.CATEGORY_DIGIT: r"\d", sre.CATEGORY_NOT_DIGIT: r"\D", sre.CATEGORY_SPACE: r"\s",
+             sre.CATEGORY_NOT_SPACE: r"\S", sre.CATEGORY_WORD: r"\w", sre.CATEGORY_NOT_WORD: r"\W"}  # fmt: skip
+    return cat not in names or re.fullmatch(names[cat], ch) is not None
+
+
+def _nested(sre: Any, items: list[Any]) -> bool:
+    for op, av in items:
+        if op in _repeat_ops(sre) and av[1] > 1:
+            body = list(av[2])
+            while len(body) == 1 and body[0][0] is sre.SUBPATTERN:
+                body = list(body[0][1][-1])
+            inner = _inner_repeats(sre, body)
+            if inner:
+                last_op, last_av = body[-1] if body else (None, None)
+                separated = last_op is sre.LITERAL and not any(
+                    _may_match(sre, list(r[2]), chr(last_av)) for r in inner
+                )
+                if not separated:
+                    return True
+        if any(_nested(sre, child) for child in _children(sre, op, av)):
+            return True
+    return False
 
 
 # --- needles: literal substrings a match must contain -------------------------------------------------------

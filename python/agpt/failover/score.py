@@ -68,7 +68,44 @@ def _load(path: Path) -> dict[str, Any]:
         raise BadInput(f"failover score: {path}: not a case file ({e})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("expect"), dict) or "rc" not in doc:
         raise BadInput(f"failover score: {path}: a case needs `rc`, `hosts` and `expect`")
+    _check_case(doc, f"failover score: {path}")
     return doc
+
+
+def _strings(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+
+def _number(v: Any) -> bool:
+    return v is None or (not isinstance(v, bool) and isinstance(v, (int, float)) and abs(v) < 1e18)
+
+
+# A case's schema: field -> (its check, what it must be).  Anything else is one line naming the file and field.
+CASE_FIELDS: dict[str, tuple[Any, str]] = {
+    "rc": (lambda v: type(v) is int or isinstance(v, str), "an exit status"),
+    "hosts": (_strings, "a list of host names"),
+    "hostfile_text": (lambda v: isinstance(v, str), "a string"),
+    "ipmap": (_strings, "a list of `IP HOST` lines"),
+    "deadline": (_number, "an epoch time or null"),
+    "now": (_number, "an epoch time or null"),
+}
+EXPECT_FIELDS: dict[str, tuple[Any, str]] = {
+    "class": (lambda v: isinstance(v, str), "a class name"),
+    "bad_hosts": (_strings, "a list of host names"),
+    "suspect_first": (lambda v: isinstance(v, str), "a host name"),
+    "not_suspect": (lambda v: isinstance(v, str), "a host name"),
+}
+
+
+def _check_case(doc: dict[str, Any], where: str) -> None:
+    for fields, rec, prefix in ((CASE_FIELDS, doc, ""), (EXPECT_FIELDS, doc["expect"], "expect.")):
+        for key, (ok, what) in fields.items():
+            if key in rec and not ok(rec[key]):
+                raise BadInput(f"{where}: {prefix}{key}: must be {what}, got {json.dumps(rec[key])[:40]}")
+    try:
+        cl.parse_rc(str(doc["rc"]))
+    except BadInput as e:
+        raise BadInput(f"{where}: rc: {str(e).removeprefix('--rc: ')}") from None
 
 
 def judge(want: dict[str, Any], got: dict[str, Any]) -> list[str]:
