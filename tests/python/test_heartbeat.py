@@ -193,7 +193,7 @@ def test_straggler_monitor_needs_windows_in_a_row_then_asks_for_a_swap(tmp_path:
     torn = '{"event": "attempt", "jobid": "77", "att'  # a writer killed mid-line
     (tmp_path / "events.jsonl").write_text(torn)
     for seq in range(1, 6):
-        recs = [node(h, [rank(2 * i, compute_s=0.1), rank(2 * i + 1, compute_s=0.11)], seq=seq)
+        recs = [node(h, [rank(2 * i, compute_s=0.1, step=seq), rank(2 * i + 1, compute_s=0.11, step=seq)], seq=seq)
                 for i, h in enumerate(HOSTS)]  # fmt: skip
         if seq != 2:  # one window where n3 caught up breaks the streak
             for r in recs[2]["ranks"]:
@@ -208,6 +208,24 @@ def test_straggler_monitor_needs_windows_in_a_row_then_asks_for_a_swap(tmp_path:
     ]
     assert hbs.read_swap(hb_dir, ATT)["evidence"].startswith("straggler: n3 computes 0.300 s/step")
     assert hbs.read_swap(hb_dir, "77.2") is None
+
+
+def test_a_host_waiting_behind_a_stopped_one_is_never_named_a_straggler(tmp_path: Path) -> None:
+    """n1 stops at step 5 (its record no longer moves); n2-n4 wait in its collective: their records are republished
+    (new seq) at the same step with a growing wait and their last compute.  Only windows in which steps complete
+    count: n3's two slow steps before the stop are two windows, not the three that would name it."""
+    hb_dir = tmp_path / "heartbeat"
+    mon = StragglerMonitor(run_dir=tmp_path, attempt=ATT, pct=20, windows=3, swap=False)
+    for seq in range(1, 9):
+        step = min(seq, 5)
+        recs = [node(h, [rank(2 * i, compute_s=0.1, step=step), rank(2 * i + 1, compute_s=0.1, step=step)],
+                     seq=seq if h != "n1" or seq <= 5 else 5) for i, h in enumerate(HOSTS)]  # fmt: skip
+        for r in recs[2]["ranks"]:  # n3 waits longest; its last two steps computed 30% slower
+            r["step_s"] = 30.0 * seq
+            r["compute_s"] = 0.13 if seq >= 4 else 0.1
+        write(hb_dir, recs)
+        assert mon.poll() is None
+    assert not (tmp_path / "events.jsonl").exists()
 
 
 # --- end to end: real processes --------------------------------------------------------------------------

@@ -41,7 +41,8 @@ NODE_FIELDS = (
     "ranks",
 )
 NODE_OPTIONAL = ("unreadable",)  # rank records the publisher could not read
-RANK_FIELDS = ("rank", "local_rank", "pid", "step", "phase", "phase_s", "step_s", "compute_s", "tick")
+RANK_FIELDS = ("rank", "local_rank", "pid", "step", "phase", "phase_s", "step_s", "compute_s", "wait_s",
+               "tick")  # fmt: skip
 RANK_PUBLISHED = ("stalled_s", "age_s", "state")  # added by the node's publisher
 
 

@@ -1,10 +1,14 @@
 """The straggler monitor: rank 0 of the trainer reads the node records each publish interval.
 
-Per host, the median over its ranks of the recent compute time per step; a host slower than its peers' median by
-more than FAILOVER_STRAGGLER_PCT (20) percent for FAILOVER_STRAGGLER_WINDOWS (3) publish windows in a row is a
-straggler: an event in events.jsonl, and with FAILOVER_STRAGGLER=swap a request (heartbeat/swap.json) on which
-the trainer saves a checkpoint and exits 75; `agpt failover classify --heartbeat-dir` then names it, class `node`
-(agpt.heartbeat.reader.apply).
+Per host, the median over its ranks of the recent compute time per step (`compute_s`: the time the rank computed,
+its waits for the others taken out, agpt.train.compute); a host slower than its peers' median by more than
+FAILOVER_STRAGGLER_PCT (20) percent for FAILOVER_STRAGGLER_WINDOWS (3) publish windows in a row is a straggler:
+an event in events.jsonl, and with FAILOVER_STRAGGLER=swap a request (heartbeat/swap.json) on which the trainer
+stops with exit 75 at its next local checkpoint (at once, with a global one, without the node-local tier);
+`agpt failover classify --heartbeat-dir` then names it, class `node` (agpt.heartbeat.reader.apply).  A window
+counts for a host only when its ranks completed steps since the last one: a host whose ranks wait (behind a
+stopped or slow host) computes nothing new and is never named for it; the step time, which the collectives make
+the same on every rank, is never compared.
 
 Standard library only (it runs inside any trainer, through agpt.heartbeat.writer's on_publish).
 """
@@ -45,6 +49,7 @@ class StragglerMonitor:
     swap: bool = False
     streak: dict[str, int] = field(default_factory=dict)
     last_seq: dict[str, int] = field(default_factory=dict)
+    last_step: dict[str, int] = field(default_factory=dict)
     reported: set[str] = field(default_factory=set)
     swap_host: str | None = None
 
@@ -80,16 +85,20 @@ class StragglerMonitor:
         return found
 
     def _fresh_compute_times(self) -> dict[str, float]:
-        """host -> the median compute time per step of its ranks, for the hosts whose record is new."""
+        """host -> the median compute time per step of its ranks, for the hosts whose record is new and whose ranks
+        completed steps since the last window."""
         recs, _ = read_records(self.run_dir / DIR, None, self.attempt)
         per_host: dict[str, float] = {}
         for h, rec in recs.items():
             vals = [as_float(r.get("compute_s"), -1) for r in rec["ranks"]]
             vals = [v for v in vals if v > 0]
             seq = int(rec.get("seq") or 0)
-            if vals and seq != self.last_seq.get(h):  # a fresh record: one window
+            step = min(int(r["step"]) for r in rec["ranks"])  # parse_node checked that each is a whole number
+            # A fresh record whose ranks completed steps since the last window: one window.
+            if vals and seq != self.last_seq.get(h) and step > self.last_step.get(h, -1):
                 per_host[h] = statistics.median(vals)
             self.last_seq[h] = seq
+            self.last_step[h] = max(step, self.last_step.get(h, -1))
         return per_host
 
     def _report(self, h: str, v: float, peers: float) -> None:

@@ -125,6 +125,7 @@ class Heartbeat:
         self._t_phase = now
         self._t_step = now
         self._compute: deque[float] = deque(maxlen=RECENT_STEPS)
+        self._wait: deque[float] = deque(maxlen=RECENT_STEPS)
         self._dumped_step = -1
         self._seen: dict[int, tuple[int, float]] = {}  # rank -> (tick, monotonic time it last changed)
         self._stop = threading.Event()
@@ -136,13 +137,16 @@ class Heartbeat:
         self._phase = name
         self._t_phase = time.monotonic()
 
-    def step(self, n: int, compute_s: float | None = None) -> None:
-        """Step n is complete; compute_s: its compute time without waiting (what a straggler inflates)."""
+    def step(self, n: int, compute_s: float | None = None, wait_s: float | None = None) -> None:
+        """Step n is complete; compute_s: its compute time without waiting (what a straggler inflates), wait_s: its
+        time in collectives that wait for the others (what a rank behind a slow or stopped host inflates)."""
         now = time.monotonic()
         self._step = n
         self._t_step = now
         if compute_s is not None and compute_s >= 0:
             self._compute.append(float(compute_s))
+        if wait_s is not None and wait_s >= 0:
+            self._wait.append(float(wait_s))
 
     def start(self) -> Heartbeat:
         self.local_base.mkdir(parents=True, exist_ok=True)  # what is under it, make_private makes private
@@ -178,7 +182,7 @@ class Heartbeat:
     # -- the thread -------------------------------------------------------------------------------------------
     def record(self) -> dict[str, Any]:
         now = time.monotonic()
-        recent = list(self._compute)
+        recent, waits = list(self._compute), list(self._wait)
         return {
             "rank": self.rank,
             "local_rank": self.local_rank,
@@ -188,6 +192,7 @@ class Heartbeat:
             "phase_s": round(now - self._t_phase, 3),
             "step_s": round(now - self._t_step, 3),
             "compute_s": round(sum(recent) / len(recent), 4) if recent else None,
+            "wait_s": round(sum(waits) / len(waits), 4) if waits else None,
             "tick": self.tick,
             "mono": now,
         }

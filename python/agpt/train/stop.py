@@ -27,16 +27,17 @@ class Stop:
     resubmit: bool = False  # SIGUSR1, a straggler swap or the deadline: save, exit 75 (the chain resubmits)
     save: bool = False  # a time-based save is due: save and go on
     local: bool = False  # a time-based save of the local tier is due (checkpoint.local_interval_s)
+    swap: bool = False  # a straggler swap: exit 75 at the next local checkpoint (the tier is on)
 
     def encode(self) -> list[float]:
         """The request as numbers to sum over the ranks (in the step's all-reduce)."""
-        return [float(self.term), float(self.resubmit), float(self.save), float(self.local)]
+        return [float(self.term), float(self.resubmit), float(self.save), float(self.local), float(self.swap)]
 
     @classmethod
     def decode(cls, sums: Sequence[float]) -> Stop:
         """The agreed request from the summed numbers: any rank's request counts."""
-        term, resubmit, save, local = (float(x) > 0 for x in sums)
-        return cls(term=term, resubmit=resubmit, save=save, local=local)
+        term, resubmit, save, local, swap = (float(x) > 0 for x in sums)
+        return cls(term=term, resubmit=resubmit, save=save, local=local, swap=swap)
 
     @property
     def ends_run(self) -> bool:

@@ -28,12 +28,13 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
 from agpt import ckptdir, localtier, rundir
-from agpt.errors import AgptError, CheckpointError
+from agpt.errors import EXIT_RESUBMIT, AgptError, CheckpointError
 from agpt.heartbeat import writer as heartbeat
 from agpt.heartbeat.straggler import StragglerMonitor
 from agpt.observe import writers as owriters
 from agpt.train import checkpoint as ck
 from agpt.train import ckpt_policy, clock, faults, localckpt
+from agpt.train import compute as tcompute
 from agpt.train import data as tdata
 from agpt.train import dist as tdist
 from agpt.train import evaluate as tevaluate
@@ -101,6 +102,7 @@ class Trainer:
         # Held-out loss and tasks, checked (exit 2 on a bad task file) before anything trains.
         self.evals = tevaluate.InLoop(cfg, run_dir, self.rank) if cfg.eval.interval else None
         self.model = self._build_model()
+        self.compute = tcompute.ComputeClock(self.model)  # compute apart from waiting: what names a straggler
         self.optim = toptim.build(self.model, cfg.optim)
         self.updates: thealth.UpdateMonitor | None = None
         if tc.frozen_threshold > 0:
@@ -133,6 +135,7 @@ class Trainer:
         if self.sdc.flip is not None:
             self.model.get_submodule("output").register_forward_hook(self.sdc.output_hook(self))
         self._signal: int | None = None
+        self._swap = False  # the straggler monitor asked for a swap (rank 0)
         self._stage: int | None = None
         self._pending_stall = 0.0
         self._window = tmetrics.Window()
@@ -269,13 +272,13 @@ class Trainer:
         tc = self.cfg.train
         t0 = time.perf_counter()
         self._phase("data")
+        self.compute.new_step()
         self.consumed = self.health.skip_to(self.consumed, tc.global_batch)  # past skipped batches
         lr = self._set_lr()
         loss_sum, wait = self._forward_backward()
         self.sdc.record(self.step + 1, loss_sum, self.model)
         norm = self._clip_gradients()
         t_wait = time.perf_counter()  # what follows waits for the other ranks
-        compute_s = t_wait - t0
         loss, agreed = self._all_reduce(loss_sum, stop)
         grad_norm = float(norm)
         wait += time.perf_counter() - t_wait
@@ -294,7 +297,7 @@ class Trainer:
         self.step += 1
         self.consumed += tc.global_batch
         if self.hb is not None:
-            self.hb.step(self.step, compute_s)
+            self.hb.step(self.step, self.compute.compute_s, wait_s=self.compute.gather_s)
             self.hb.phase("data")
         seconds = time.perf_counter() - t0
         rec = StepRecord(step=self.step, loss=loss, grad_norm=grad_norm, lr=lr, tokens=tc.global_batch * tc.seq_len,
@@ -334,11 +337,13 @@ class Trainer:
             self.model.set_requires_gradient_sync(micro == self.accum - 1)  # type: ignore[operator]
             self._phase("forward")
             t_fwd = time.perf_counter()
+            self.compute.start()
             logits = self.model(inputs)
             self.faults.forward(self.step + 1, time.perf_counter() - t_fwd)
             loss_sum = F.cross_entropy(
                 logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="sum"
             )
+            self.compute.stop()
             self._phase("backward")
             (loss_sum * (scale * weight)).backward()
             local_sum += loss_sum.detach() * weight
@@ -430,7 +435,7 @@ class Trainer:
 
         def poll(_hb: heartbeat.Heartbeat) -> None:
             if monitor is not None and monitor.poll() and monitor.swap_host:
-                self._signal = signal.SIGUSR1
+                self._swap = True  # at the next local checkpoint (_stop_request)
 
         self.hb = heartbeat.start(self.run_dir, interval_s=hc.interval_s, on_publish=poll, tick_s=hc.tick_s,
                                   dump_s=hc.dump_s, host=hc.host, local_dir=hc.local_dir)  # fmt: skip
@@ -445,8 +450,12 @@ class Trainer:
         due = ckpt_policy.due_by_time(since_save_s, self.cfg.checkpoint.interval_s) and self.rank == 0
         near = deadline_near(self.cfg.train.deadline_margin_s)
         local = self.local is not None and self.rank == 0 and self.local.due_by_time()
-        return Stop(term=self._signal == signal.SIGTERM, resubmit=self._signal == signal.SIGUSR1 or near, save=due,
-                    local=local)  # fmt: skip
+        # A straggler's swap waits for the next local checkpoint, the cheap one to resume from; without the tier, a
+        # global save now.
+        swap = self._swap and self.local is not None and self.local.on
+        resubmit = self._signal == signal.SIGUSR1 or near or (self._swap and not swap)
+        return Stop(term=self._signal == signal.SIGTERM, resubmit=resubmit, save=due, local=local,
+                    swap=swap)  # fmt: skip
 
     def save(self, *, block: bool) -> None:
         if self.ckpt is None or self.ckpt.last_saved_step == self.step:
@@ -502,6 +511,8 @@ class Trainer:
                 if self.local is not None and self.local.due(self.step, local_due):
                     self._phase("checkpoint")
                     self._pending_stall += self.local.save(self.step)
+                    if agreed.swap:
+                        return self._swap_stop(emit, rec)
                 if (
                     self.step % self.cfg.train.log_interval == 0
                     or self.step == self.cfg.train.steps
@@ -560,6 +571,20 @@ class Trainer:
         if self.rank == 0:
             print(rundir.STOP_LINE.format(step=self.step, reason=agreed.reason), flush=True)
         return agreed.exit_code
+
+    def _swap_stop(self, emit: Callable[[str], None], rec: StepRecord) -> int:
+        """The straggler's swap at this step's local checkpoint: its save to the end (the partner's copy too), its
+        line, exit 75; the failover loop swaps the host the monitor named (heartbeat/swap.json) and the relaunch
+        restores from node memory."""
+        self._log(emit, rec)
+        self._wait_saves()
+        if self.rank == 0:
+            print(
+                f"agpt: event: straggler swap: stopping at the local checkpoint of step {self.step}",
+                flush=True,
+            )
+            print(rundir.STOP_LINE.format(step=self.step, reason=rundir.RESUBMIT_REASON), flush=True)
+        return EXIT_RESUBMIT
 
     def _note_stage(self) -> None:
         """An event when the next step's batch reaches another data stage than the last one."""
