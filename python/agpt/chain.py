@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agpt import ckptdir, numeric, rundir
+from agpt import ckptdir, numeric, rundir, shown
 from agpt.errors import BadInput
 from agpt.evals import due
 from agpt.failover import shrink as shrinklib
@@ -200,13 +200,13 @@ def cmd_status(args: argparse.Namespace) -> int:
                    "nodes": {j: n.as_dict() for j, n in nodes.items()}}, sys.stdout, indent=2)  # fmt: skip
         sys.stdout.write("\n")
         return 0
-    rows = status_rows(run_dir)
+    rows = [[shown.terminal(cell) for cell in row] for row in status_rows(run_dir)]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         sys.stdout.write(
             "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() + "\n"
         )
-    last = str(records[-1].get("verdict", "?")) if records else "none yet"
+    last = shown.terminal(records[-1].get("verdict", "?")) if records else "none yet"
     tail = (
         f", successor {pending} pending" if pending and (not records or records[-1].get("next_jobid")) else ""
     )

@@ -40,6 +40,7 @@ from agpt.errors import (
     EXIT_USAGE,
     BadInput,
 )
+from agpt.shown import terminal
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: `agpt watch` imports this module and starts fast
 if TYPE_CHECKING:
@@ -249,7 +250,7 @@ def integer(v: Any) -> int | None:
 def note(msg: str) -> None:
     """A note on standard error (the torn-line policy's "skipped" line)."""
     with contextlib.suppress(OSError, ValueError):
-        sys.stderr.write(f"agpt: note: {msg}\n")
+        sys.stderr.write(f"agpt: note: {terminal(msg)}\n")
         sys.stderr.flush()
 
 

@@ -310,3 +310,60 @@ def test_a_repeat_whose_repetitions_are_separated_is_allowed(regex: str) -> None
     from agpt.failover import patterns
 
     assert not patterns.nested_quantifier(regex)
+
+
+# ----------------------------------------------------------------------------------------------- text for people
+ESC = "\x1b]52;c;cm0gLXJmIH4K\x07\x1b[2J\x9b31m\u202e"  # a clipboard write, a screen clear, C1 CSI, a bidi override
+
+
+def _hostile_text(rd: Path) -> None:
+    """Control characters in every field a person is shown: evidence, hosts' records, an attempt log's name."""
+    ev = {"event": "attempt", "jobid": "j1" + ESC, "attempt": 3, "rc": 1, "class": "node", "bad_hosts": ["h3"],
+          "evidence": [f"h3: {ESC} NCCL error"], "reason": f"'node': {ESC}", "started": 1e9, "ended": 1e9 + 5,
+          "log": f"attempts/j1{ESC}.3.log", "swapped": {"out": ["h3"], "in": ["h6"]}, "hosts": ["h1", "h3"]}  # fmt: skip
+    with (rd / "events.jsonl").open("a") as f:
+        f.write(json.dumps(ev) + "\n")
+    (rd / f"attempts/j1{ESC}.3.log").write_text(f"step=13 loss=1.0 {ESC}\n")
+    (rd / "heartbeat/h1.json").write_text(json.dumps({"format": 1, "attempt": ESC, "host": "h1", "time": 1e9,
+                                                      "ranks": [{"rank": 0, "step": 12, "step_s": 0.05,
+                                                                 "phase_s": 0.1, "phase": ESC}]}))  # fmt: skip
+    with (rd / "chain.jsonl").open("a") as f:
+        f.write(
+            json.dumps({"job": "j1" + ESC, "verdict": ESC, "reason": ESC, "start": 1e9, "end": 1e9 + 9})
+            + "\n"
+        )
+
+
+def _clean(out: str) -> None:
+    for c in ("\x1b", "\x07", "\x9b", "\u202e"):
+        assert c not in out, repr(out)
+
+
+def test_monitor_escapes_control_characters_from_the_run_directory(rd: Path) -> None:
+    _hostile_text(rd)
+    r = agpt("monitor", str(rd), "--once")
+    no_traceback(r, 0)
+    _clean(r.stdout + r.stderr)
+    assert "\\x1b]52;c;" in r.stdout, r.stdout  # shown, escaped: the evidence keeps its meaning
+
+
+def test_failover_report_and_chain_status_escape_control_characters(rd: Path) -> None:
+    _hostile_text(rd)
+    for argv in (["failover", "report", str(rd)], ["chain", "status", str(rd)]):
+        r = agpt(*argv)
+        no_traceback(r, 0)
+        _clean(r.stdout + r.stderr)
+
+
+MATH = "$\\frac{$"
+
+
+def test_text_drawn_in_a_figure_is_never_parsed_as_mathematics(rd: Path, tmp_path: Path) -> None:
+    ev = {"event": "attempt", "jobid": MATH, "attempt": 1, "rc": 1, "class": MATH, "first_step": 3, "last_step": 5,
+          "started": 1e9, "ended": 1e9 + 5, "swapped": {"out": [MATH], "in": ["h6"]}}  # fmt: skip
+    with (rd / "events.jsonl").open("a") as f:
+        f.write(json.dumps(ev) + "\n")
+    (rd / "eval.jsonl").write_text(json.dumps({"step": 6, "source": "loop", "bpb": {MATH: 1.2},
+                                               "tasks": {MATH: {"acc_norm": 0.3, "chance": 0.25}}}) + "\n")  # fmt: skip
+    no_traceback(agpt("plot", str(rd), "-o", str(tmp_path / "p.png"), "--title", MATH), 0)
+    no_traceback(agpt("report", str(rd), "--html", str(tmp_path / "r.html")), 0)

@@ -380,9 +380,9 @@ def _nested(sre: Any, items: list[Any]) -> bool:
                 body = list(body[0][1][-1])
             inner = _inner_repeats(sre, body)
             if inner:
-                last_op, last_av = body[-1] if body else (None, None)
+                last_op, last_av = body[-1] if body else (None, 0)
                 separated = last_op is sre.LITERAL and not any(
-                    _may_match(sre, list(r[2]), chr(last_av)) for r in inner
+                    _may_match(sre, list(r[2]), chr(int(last_av))) for r in inner
                 )
                 if not separated:
                     return True

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
-from agpt import ckptdir, rundir
+from agpt import ckptdir, rundir, shown
 from agpt import goodput as gp
 from agpt.errors import BadInput
 from agpt.evals import records
@@ -397,7 +397,7 @@ def render(rep: Report) -> str:
     lines += ["", *summary_lines(rep)]
     for n in rep.notes:
         lines.append(f"note: {n}")
-    return "\n".join(lines) + "\n"
+    return shown.lines("\n".join(lines)) + "\n"  # evidence, hosts and names are data: no control character
 
 
 HEADER = ("JOB", "#", "START (UTC)", "DURATION", "NODES", "RC", "CLASS", "STEPS", "LOST", "SWAP")

@@ -15,7 +15,7 @@ import io
 from pathlib import Path
 from typing import Any
 
-from agpt import rundir, runplot
+from agpt import rundir, runplot, shown
 from agpt.errors import BadInput
 from agpt.failover import report as freport
 from agpt.observe import status as ostatus
@@ -43,12 +43,7 @@ def _png(fig: Any) -> str:
 
 
 def _pyplot() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+    return shown.pyplot()
 
 
 def timeline_png(rep: freport.Report) -> str | None:

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agpt import shown
 from agpt.failover.report import fmt_duration, fmt_time, summary_lines
 from agpt.observe import status as ostatus
 
@@ -112,15 +113,15 @@ def frame(st: ostatus.Status, *, boxes: bool = True) -> Any:
         grid.add_column(style="bold", no_wrap=True)
         grid.add_column(overflow="fold")
         for k, v in rows:
-            grid.add_row(Text(k), Text(v))
+            grid.add_row(Text(shown.terminal(k)), Text(shown.terminal(v)))
         if not boxes:
             return Group(Text(f"{title}:", style="bold"), Padding(grid, (0, 0, 0, 2), expand=False))
         return Panel(grid, title=title, title_align="left")
 
-    title = Text.assemble(("agpt monitor ", "bold"), f"{st.run_dir}   {fmt_time(st.now)} UTC")
+    title = Text.assemble(("agpt monitor ", "bold"), shown.terminal(f"{st.run_dir}   {fmt_time(st.now)} UTC"))
     parts: list[Any] = [title, panel("training", training_rows(st)), panel("attempts", attempt_rows(st)),
                         panel("hosts", host_rows(st))]  # fmt: skip
-    parts += [Text(f"note: {n}", style="dim") for n in st.notes[:5]]
+    parts += [Text(shown.terminal(f"note: {n}"), style="dim") for n in st.notes[:5]]
     return Group(*parts)
 
 

@@ -1,0 +1,45 @@
+"""Text for people: one home for how a value read from data is shown on a terminal and in a figure.
+
+A log line, a host name from a record, an attempt log's name are data: they may hold ESC and the other control
+characters that a terminal obeys (clear the screen, set the title, write the clipboard: OSC 52), or `$...$` that
+matplotlib would parse as mathematics (`$\\frac{$` ends the plot in a traceback).  Everything agpt prints for a
+person goes through `terminal` (each control character shown as an escape such as `\\x1b`, so the line keeps
+its meaning and does nothing), and every figure is drawn by the pyplot of `pyplot`, where no text is parsed as
+mathematics.  Standard library only (matplotlib is imported when a figure is drawn).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+# C0 controls (newline and tab included: a field is one line), DEL, C1 controls (a terminal reads 0x9b as CSI),
+# and the bidirectional overrides that reorder what is shown.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape(m: re.Match[str]) -> str:
+    c = ord(m.group())
+    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+
+
+def terminal(text: object) -> str:
+    """TEXT as one line that is safe on a terminal: every control character escaped."""
+    return _CONTROL.sub(_escape, str(text))
+
+
+def lines(text: str) -> str:
+    """A block of lines (a report) safe on a terminal: each line cleaned, the newlines kept."""
+    return "\n".join(terminal(line) for line in text.split("\n"))
+
+
+def pyplot() -> Any:
+    """matplotlib's pyplot, headless (Agg), with no text parsed as mathematics: a title, a class, a corpus name or a
+    job id with `$` in it is drawn as written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    matplotlib.rcParams["text.parse_math"] = False
+    import matplotlib.pyplot as plt
+
+    return plt
