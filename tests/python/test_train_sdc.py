@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,7 @@ import pytest
 from agpt.errors import ConfigError
 from agpt.failover.classify import classify
 from agpt.train import faults
+from conftest import ROOT
 from train_util import run_nodes, step_lines
 
 ARGS = ("--steps", "12", "--ckpt-interval", "2", "--set", "train.global_batch=6", "--set", "train.on_nonfinite=rollback",
@@ -99,6 +101,27 @@ def test_a_canary_batch_that_cannot_be_built_is_a_configuration_error_naming_the
             build_canary(source, 16, 8)
 
 
+def test_a_gradient_norm_spike_is_a_fault_the_rerun_then_attributes() -> None:
+    from agpt.train.config import Config
+    from agpt.train.health import Fault, Health
+
+    cfg = Config()
+    cfg.train.on_nonfinite = "rollback"
+    cfg.train.spike = {"factor": 3, "window": 2, "grad_factor": 10}
+    cfg.train.validate()
+    h = Health(cfg, None, 0)
+    for step, (loss, norm) in enumerate([(5.0, 1.0), (5.1, 1.2)], start=1):
+        h.check(step, loss, norm)
+        h.logged(step, loss, norm)
+    h.check(3, 5.0, 9.0)  # below 10 x the median 1.1
+    with pytest.raises(Fault, match=r"gradient norm spike at step 3: 12 > 10 x the median 1\.1") as got:
+        h.check(3, 5.0, 12.0)
+    assert got.value.kind == "grad_spike"
+    cfg.train.spike = {"factor": 3, "grad_factor": 1}
+    with pytest.raises(ConfigError, match=r"^train.spike.grad_factor: must be a number > 1"):
+        cfg.train.validate()
+
+
 def test_the_number_fault_injector_is_refused_outside_tests() -> None:
     plan = {faults.BITFLIP: "8:1:matmul"}
     assert faults.Faults(0, None, {}).bitflip_plan(True) is None
@@ -109,3 +132,12 @@ def test_the_number_fault_injector_is_refused_outside_tests() -> None:
     with pytest.raises(ConfigError, match="STEP:RANK:WHERE"):
         faults.Faults(0, None, {faults.BITFLIP: "8:1:memory", faults.TEST_FAULTS: "1"}).bitflip_plan(True)
     assert faults.Faults(0, None, {**plan, faults.TEST_FAULTS: "1"}).bitflip_plan(True) == (8, 1, "matmul")
+
+
+@pytest.mark.slow
+def test_bench_sdc_runs_and_prints_the_overhead_as_a_ratio_of_step_time() -> None:
+    out = subprocess.run([sys.executable, str(ROOT / "tests/bench/bench_sdc.py"), "--steps", "2", "--warmup", "1",
+                          "--checks", "2"], capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "overhead at K=100" in out.stdout and "ratio" in out.stdout
+    assert "2 canary checks on 3 ranks with nothing injected: 0 named a rank" in out.stdout

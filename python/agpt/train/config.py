@@ -112,7 +112,7 @@ class TrainConfig:
     compile: bool = False  # torch.compile each block (sites turn it on with AGPT_TRAIN_COMPILE=true)
     # Health (agpt.train.health, docs/contract.md): what a NaN or a loss spike does.
     on_nonfinite: str = "stop"  # stop (exit 1) | rollback (reload the newest checkpoint, skip, go on)
-    spike: dict[str, Any] = field(default_factory=dict)  # {factor: >1, window: N}; empty: no spike rule
+    spike: dict[str, Any] = field(default_factory=dict)  # {factor: >1, window: N, grad_factor: >1}; {}: none
     skip: Any = field(default_factory=list)  # [[from_batch, to_batch], ...] or a skips.json path
     rollback_lr_factor: float = 1.0  # learning-rate factor for rollback_lr_steps steps after a skip
     rollback_lr_steps: int = 0
@@ -144,9 +144,11 @@ class TrainConfig:
         if self.on_nonfinite not in ("stop", "rollback"):
             raise ConfigError(f"train.on_nonfinite: must be stop or rollback (got {self.on_nonfinite!r})")
         if self.spike:
-            unknown = sorted(set(self.spike) - {"factor", "window"})
+            unknown = sorted(set(self.spike) - {"factor", "window", "grad_factor"})
             if unknown:
-                raise ConfigError(f"train.spike.{unknown[0]}: unknown key (keys: factor, window)")
+                raise ConfigError(
+                    f"train.spike.{unknown[0]}: unknown key (keys: factor, window, grad_factor)"
+                )
             factor, window = self.spike.get("factor"), self.spike.get("window", 20)
             if isinstance(factor, str):
                 try:
@@ -157,7 +159,16 @@ class TrainConfig:
                 raise ConfigError(f"train.spike.factor: must be a number > 1 (got {factor!r})")
             if not isinstance(window, int) or isinstance(window, bool) or window < 1:
                 raise ConfigError(f"train.spike.window: must be a positive integer (got {window!r})")
-            self.spike = {"factor": float(factor), "window": window}
+            grad = self.spike.get("grad_factor", 0)
+            if not isinstance(grad, int | float) or isinstance(grad, bool) or not (grad == 0 or grad > 1):
+                raise ConfigError(
+                    f"train.spike.grad_factor: must be a number > 1, or 0 for none (got {grad!r})"
+                )
+            self.spike = {
+                "factor": float(factor),
+                "window": window,
+                **({"grad_factor": float(grad)} if grad else {}),
+            }
         from agpt.train.health import parse_skip  # here: health imports the trainer entry module
 
         parse_skip(self.skip)

@@ -41,7 +41,7 @@ class Fault(Exception):
     def __init__(self, step: int, kind: str, detail: str) -> None:
         super().__init__(detail)
         self.step = step
-        self.kind = kind  # nonfinite_loss, nonfinite_grad, spike, eval_regression
+        self.kind = kind  # nonfinite_loss, nonfinite_grad, spike, grad_spike, eval_regression
         self.detail = detail
 
 
@@ -109,6 +109,8 @@ class Health:
         self.spike_factor = float(tc.spike.get("factor", 0.0)) if tc.spike else 0.0
         self.spike_window = int(tc.spike.get("window", 0)) if tc.spike else 0
         self.recent: deque[tuple[int, float]] = deque(maxlen=max(1, self.spike_window))
+        self.grad_factor = float(tc.spike.get("grad_factor", 0.0)) if tc.spike else 0.0
+        self.recent_grad: deque[tuple[int, float]] = deque(maxlen=max(1, self.spike_window))
         skips = parse_skip(tc.skip)
         self.rollbacks: list[dict[str, Any]] = []
         saved = self._read_saved()
@@ -203,9 +205,21 @@ class Health:
                 if self.rollback:
                     raise Fault(step, "spike", detail)
                 raise SpikeStop(f"{detail}: stopping (train.on_nonfinite: rollback would roll back)")
+        if self.grad_factor and len(self.recent_grad) >= self.spike_window:
+            median = statistics.median(v for _, v in self.recent_grad)
+            if grad_norm > self.grad_factor * median:
+                detail = (
+                    f"gradient norm spike at step {step}: {grad_norm:.6g} > {self.grad_factor:g} x the median "
+                    f"{median:.6g} of the last {self.spike_window} logged gradient norms"
+                )
+                if self.rollback:
+                    raise Fault(step, "grad_spike", detail)
+                raise SpikeStop(f"{detail}: stopping (train.on_nonfinite: rollback would roll back)")
 
-    def logged(self, step: int, loss: float) -> None:
+    def logged(self, step: int, loss: float, grad_norm: float | None = None) -> None:
         self.recent.append((step, loss))
+        if grad_norm is not None:
+            self.recent_grad.append((step, grad_norm))
 
     # -- rollback -------------------------------------------------------------------------------
     def begin_rollback(self, fault: Fault) -> None:
@@ -234,6 +248,8 @@ class Health:
         """Add [from_batch, to_batch] to the skip list, save it, and record the event."""
         self.skips = merge([*self.skips, (from_batch, to_batch)])
         self.recent = deque(((s, v) for s, v in self.recent if s <= ckpt_step), maxlen=self.recent.maxlen)
+        self.recent_grad = deque(((s, v) for s, v in self.recent_grad if s <= ckpt_step),
+                                 maxlen=self.recent_grad.maxlen)  # fmt: skip
         rec = {
             "step": fault.step,
             "reason": fault.kind,

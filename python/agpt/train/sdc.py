@@ -204,19 +204,17 @@ class Guard:
         digest = (
             flat.contiguous().view(torch.int32).long() * self._weights
         ).sum()  # position-sensitive, exact
-        row = torch.stack([digest.double(), flat.double().sum(), flat.double().abs().sum()])
-        exact = digest.reshape(1)  # the digest itself, where a float64 could round it
+        # The digest's low 52 bits travel exactly in a float64, beside the sum for the tolerance: one all-gather.
+        row = torch.stack([(digest % (1 << 52)).double(), flat.double().sum(), flat.double().abs().sum()])
         rows = [torch.empty_like(row) for _ in range(self.world)]
-        digests = [torch.empty_like(exact) for _ in range(self.world)]
         dist.all_gather(rows, row)
-        dist.all_gather(digests, exact)
         if self.rtol:
             mid = sorted(float(x[2]) for x in rows)[self.world // 2]
             odd = [r for r, x in enumerate(rows)
                    if not math.isfinite(float(x[2])) or abs(float(x[2]) - mid) > self.rtol * abs(mid)]  # fmt: skip
             how = f"sum |logits| {{v:.9g}}, the majority's {mid:.9g} (train.canary_rtol {self.rtol:g})"
         else:
-            keys = [int(d[0]) for d in digests]
+            keys = [int(x[0]) for x in rows]
             top, count = collections.Counter(keys).most_common(1)[0]
             odd = (
                 [r for r, k in enumerate(keys) if k != top]
@@ -235,7 +233,7 @@ class Guard:
         hosts = self._hosts()
         lines = []
         for r in named:
-            detail = how.format(v=float(rows[r][2]), k=int(digests[r][0]))
+            detail = how.format(v=float(rows[r][2]), k=int(rows[r][0]))
             lines.append(LINE.format(host=hosts[r], rank=r, what=(
                 f"the canary forward after step {step} (the same weights and batch on every rank) differs on this "
                 f"rank: {detail}: silent data corruption on its device")))  # fmt: skip

@@ -641,7 +641,7 @@ class Trainer:
 
     def _log(self, emit: Callable[[str], None], rec: StepRecord) -> None:
         """The progress line, the progress file, frozen-group warnings and metrics.jsonl (rank 0); a new window."""
-        self.health.logged(rec.step, rec.loss)
+        self.health.logged(rec.step, rec.loss, rec.grad_norm)
         stall_s = self._pending_stall
         stall_ms = stall_s * 1000
         self._pending_stall = 0.0
