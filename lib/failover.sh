@@ -53,6 +53,11 @@
 #                             the grace) on a launcher's node-failure or task-death line (the `ends` patterns)
 #                             or a host the heartbeats show stopped; the grace stays for walltime and
 #                             pre-emption saves; 0: wait for silence as before (default 1)
+#   FAILOVER_WARM             warm ranks (agpt.warm, docs/recovery.md): the launcher words that run one task on
+#                             every host, {hosts} {nhosts} {hostfile} being all the job's hosts (spares too), e.g.
+#                             `srun --overlap --no-kill -N {nhosts} --nodelist {hosts} --ntasks-per-node=1`;
+#                             `{warm}` in CMD, before the rank's command, becomes `agpt warm claim --`; empty: off,
+#                             {warm} is dropped and every attempt starts interpreters as before (default "")
 #   FAILOVER_PROGRESS_RE      a progress line (default '\bstep[=:] ?[0-9]+')
 #   FAILOVER_PROGRESS_FILE    passed to `agpt watch --progress-file` when set (e.g. $AGPT_RUN_DIR/progress)
 #   FAILOVER_PATTERN_SETS     classifier pattern sets, comma list (default: SITE_FAILOVER_PATTERNS, else all)
@@ -100,6 +105,7 @@
 : "${FAILOVER_STARTUP_TIMEOUT:=1800}"
 : "${FAILOVER_GRACE:=30}"
 : "${FAILOVER_KILL_ON_EVIDENCE:=1}"
+: "${FAILOVER_WARM:=}"
 : "${FAILOVER_PROGRESS_RE:=\bstep[=:] ?[0-9]+}"
 : "${FAILOVER_PROGRESS_FILE:=}"
 : "${FAILOVER_PATTERN_SETS:=}"
@@ -123,6 +129,7 @@ _failover_inited=""
 _failover_attempt=""
 _failover_rc=""
 _failover_full=""
+_failover_warm_pid=""
 
 # Usage: _failover_logged CMD... : runs CMD with its standard error (and its output, with --all) in FAILOVER_LOG.
 # Appending to /dev/stderr would reopen a redirected batch log and write over the job's own output.
@@ -188,16 +195,21 @@ _failover_allocation() {
   fi
 }
 
-# Usage: _failover_subst OUTVAR WORD... : OUTVAR=(WORD... with {hostfile} {hosts} {nhosts} replaced)
+# Usage: _failover_subst OUTVAR WORD... : OUTVAR=(WORD... with {hostfile} {hosts} {nhosts} replaced, and {warm}
+# by `agpt warm claim --` when FAILOVER_WARM is set, else dropped)
 # (argument words, never command text: a hook's command text is built by `agpt failover hosts each`)
 _failover_subst() {
-  local hf="$AGPT_RUN_DIR/hosts/active" hosts n a
+  local hf="${_failover_hf:-$AGPT_RUN_DIR/hosts/active}" hosts n a
   local -n _failover_out="$1"
   shift
   hosts="$(paste -sd, "$hf")"
   n="$(grep -c . "$hf")" || n=0
   _failover_out=()
   for a in "$@"; do
+    if [[ "$a" == "{warm}" ]]; then
+      [[ -n "$FAILOVER_WARM" ]] && _failover_out+=("$_failover_root/bin/agpt-warm" claim --)
+      continue
+    fi
     a="${a//"{hostfile}"/"$hf"}"
     a="${a//"{hosts}"/"$hosts"}"
     a="${a//"{nhosts}"/"$n"}"
@@ -308,6 +320,41 @@ _failover_setup() {
   fi
 }
 
+# Usage: _failover_warm_start DEADLINE CMD... : with FAILOVER_WARM (launcher words for one task on each host, with
+# {hosts} {nhosts} {hostfile} of hosts/all: spares too), starts `agpt warm serve -- RANKCMD` on every host in the
+# background for the whole job (RANKCMD: the words after {warm} in CMD), its output in attempts/JOBID.warm.log.
+# Without {warm} in CMD it says so and starts nothing.  Globals written: _failover_warm_pid
+_failover_warm_start() {
+  _failover_warm_pid=""
+  [[ -n "$FAILOVER_WARM" ]] || return 0
+  local deadline="$1" a seen=0 _failover_hf="$AGPT_RUN_DIR/hosts/all"
+  shift
+  local -a rank=() words=() launch=() envs=()
+  for a in "$@"; do
+    ((seen)) && rank+=("$a")
+    [[ "$a" == "{warm}" ]] && seen=1
+  done
+  if ((!seen || ${#rank[@]} == 0)); then
+    _failover_say "FAILOVER_WARM is set but the command has no {warm} before the rank's command: no warm ranks"
+    return 0
+  fi
+  IFS=' ' read -r -a words <<<"$FAILOVER_WARM"
+  _failover_subst launch "${words[@]}"
+  _failover_env envs 0 "$deadline"
+  _failover_say "warm ranks: $(grep -c . "$_failover_hf") host(s): ${launch[*]} agpt warm serve -- ${rank[*]}"
+  env "${envs[@]}" "${launch[@]}" "$_failover_root/bin/agpt-warm" serve -- "${rank[@]}" \
+    >>"$AGPT_RUN_DIR/attempts/$FAILOVER_JOBID.warm.log" 2>&1 &
+  _failover_warm_pid=$!
+}
+
+# Ends the warm ranks' launcher (its parked processes with it) when the loop stops.
+_failover_warm_stop() {
+  [[ -n "${_failover_warm_pid:-}" ]] || return 0
+  kill -TERM "$_failover_warm_pid" 2>/dev/null || true
+  wait "$_failover_warm_pid" 2>/dev/null || true
+  _failover_warm_pid=""
+}
+
 # Usage: _failover_ends OUTVAR_WATCH : kill on evidence (FAILOVER_KILL_ON_EVIDENCE=1): writes the pattern sets'
 # `ends` patterns to attempts/JOBID.ends.json once, before the first attempt, and appends `--kill-on FILE
 # --heartbeat-dir DIR` to the watch's arguments; a failure is said and the attempt waits for silence as before.
@@ -402,7 +449,18 @@ failover_run() {
   _failover_metrics
   _failover_act "$decision" "$prc" "before the first attempt" || return "$_failover_rc"
   _failover_ends watch
-  n="$_failover_attempt"
+  _failover_warm_start "$deadline" "$@"
+  rc=0
+  _failover_attempts "$@" || rc=$?
+  _failover_warm_stop
+  return "$rc"
+}
+
+# Usage: _failover_attempts CMD... : failover_run's loop (its locals: plan watch cls deadline), until a stop.
+# Returns: the verdict's exit code
+_failover_attempts() {
+  local n="$_failover_attempt" log started ended rc prc decision
+  local -a argv envs
   while :; do
     _failover_subst argv "$@"
     _failover_env envs "$n" "$deadline"

@@ -26,6 +26,14 @@ def process_start() -> float:
     wall clock through CLOCK_BOOTTIME read now, not through /proc/stat's `btime`, which is whole seconds: a start
     computed from it came out up to a second early, a process "up" before the failover loop had relaunched it.
     What is left is the tick (10 ms on Linux): the start is known to within one."""
+    warm = os.environ.get(
+        "AGPT_WARM_STARTED"
+    )  # a parked process (agpt.warm): its claim's start is the launch's
+    if warm:
+        try:
+            return float(warm)
+        except ValueError:
+            pass
     try:
         fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
         started = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # starttime, after boot
@@ -53,6 +61,8 @@ def record(run_dir: Path, marks: dict[str, float], step: int, **fields: Any) -> 
         "step": step,
         **fields,
     }
+    if os.environ.get("AGPT_WARM_STARTED"):
+        rec["warm"] = True  # a parked process took this rank (agpt.warm): imports were paid before the launch
     try:
         fd = os.open(run_dir / "events.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:

@@ -1,0 +1,101 @@
+"""Warm ranks (agpt.warm) without a cluster: one real parked process (torch imported) on a pretend node, and the
+claims a launcher would start.  Each refusal is said with its reason and the command runs as without warm ranks;
+an accepted claim trains as the rank, in the parked process, and the recovery clock says it was warm.  The drill
+on the local Slurm cluster is tests/python/test_warm_cluster.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from agpt import nodelocal
+from agpt.warm import common
+from conftest import agpt_env
+from train_util import TINY
+
+HOST = "wh1"
+
+
+@pytest.fixture(scope="module")
+def parked(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    tmp = tmp_path_factory.mktemp("warm")
+    run = tmp / "run"
+    run.mkdir()
+    env = agpt_env({"AGPT_RUN_DIR": str(run), "AGPT_HEARTBEAT_HOST": HOST, "SITE_LOCAL_CKPT_DIR": str(tmp),
+                    "OMP_NUM_THREADS": "1", "AGPT_TEST_ZYGOTE": "0"})  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-m", "agpt.warm.parked", "--slot", "0", "--", "agpt", "train",
+                             "--config", str(TINY)], env=env, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    addr = common.address(str(run), HOST, 0)
+    deadline = time.monotonic() + 120
+    while True:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.connect(addr)  # a connection it then refuses as unreadable: it keeps waiting
+            s.close()
+            break
+        except OSError:
+            s.close()
+            assert proc.poll() is None and time.monotonic() < deadline, "the parked process never listened"
+            time.sleep(0.2)
+    yield tmp, run, env
+    proc.kill()
+    proc.wait()
+
+
+def claim(env: dict[str, str], *cmd: str, python: str | None = None, rank: str = "0") -> subprocess.CompletedProcess[str]:  # fmt: skip
+    rank_env = {"RANK": rank, "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29611", "AGPT_ATTEMPT_ID": "j.1"}  # fmt: skip
+    return subprocess.run([python or sys.executable, "-m", "agpt.warm", "claim", "--", *cmd],
+                          env={**env, **rank_env}, capture_output=True, text=True, timeout=300)  # fmt: skip
+
+
+def test_no_parked_process_is_the_normal_launch_said_once(parked) -> None:  # type: ignore[no-untyped-def]
+    _, _, env = parked
+    r = claim({**env, "AGPT_HEARTBEAT_HOST": "wh2"}, "sh", "-c", "echo cold $RANK")
+    assert r.returncode == 0 and r.stdout == "cold 0\n"
+    assert r.stderr == "agpt warm: no parked process for slot 0 on wh2: normal launch\n"
+
+
+def test_a_command_other_than_agpt_train_is_refused_and_run_as_it_is(parked) -> None:  # type: ignore[no-untyped-def]
+    _, _, env = parked
+    r = claim(env, "sh", "-c", "echo cold")
+    assert r.stdout == "cold\n"
+    assert "refused: only `agpt train` runs warm" in r.stderr and "normal launch" in r.stderr
+
+
+def test_another_venv_is_refused_with_both_digests(parked, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    _, _, env = parked
+    other = "/usr/bin/python3"
+    if not Path(other).exists() or os.path.realpath(other) == os.path.realpath(sys.executable):
+        pytest.skip("no second interpreter here")
+    r = claim(env, "agpt", "train", "--config", str(tmp_path / "missing.yaml"), python=other)
+    assert "refused: venv digest" in r.stderr and "differs from the parked process's" in r.stderr
+    assert r.returncode == 2 and "missing.yaml" in r.stderr  # the normal launch ran, and said its own error
+
+
+def test_a_rank_already_held_on_the_node_is_refused(parked) -> None:  # type: ignore[no-untyped-def]
+    tmp, run, env = parked
+    d = nodelocal.make_private(nodelocal.folder(tmp, "warm", str(run), HOST))
+    (d / "held.j.1.7").write_text(str(os.getpid()))  # rank 7 of attempt j.1, held by a live process
+    r = claim(env, "agpt", "train", "--config", str(tmp / "missing.yaml"), rank="7")
+    assert f"refused: rank 7 of attempt j.1 is already held on {HOST} by pid {os.getpid()}" in r.stderr
+    assert r.returncode == 2
+
+
+def test_an_accepted_claim_trains_as_the_rank_and_the_clock_says_warm(parked) -> None:  # type: ignore[no-untyped-def]
+    _, run, env = parked
+    r = claim(env, "agpt", "train", "--config", str(TINY), "--run-dir", str(run), "--steps", "2")
+    assert r.returncode == 0, r.stderr
+    assert "step=2 " in r.stdout and "normal launch" not in r.stderr
+    clock = [json.loads(x) for x in (run / "events.jsonl").read_text().splitlines() if '"clock"' in x][-1]
+    assert clock["warm"] is True and clock["started"] <= clock["imported"] <= clock["first_step"]
+    # A parked process serves one rank: the next claim of the slot finds none (here no agent parks another).
+    r = claim(env, "sh", "-c", "echo cold")
+    assert r.stdout == "cold\n" and "no parked process for slot 0" in r.stderr
