@@ -12,6 +12,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -20,6 +21,7 @@ from agpt.errors import ConfigError
 from agpt.failover.classify import classify
 from agpt.train import faults
 from conftest import ROOT
+from failover_util import plan_cli
 from train_util import run_nodes, step_lines
 
 ARGS = ("--steps", "12", "--ckpt-interval", "2", "--set", "train.global_batch=6", "--set", "train.on_nonfinite=rollback",
@@ -29,22 +31,34 @@ FIRST = {"AGPT_TEST_FAULTS": "1", "AGPT_FAULT_NAN_AT": "3", "AGPT_FAULT_RERUN_OO
 
 
 @pytest.fixture(scope="module")
-def attempts(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[subprocess.CompletedProcess[str]]]:
+def attempts(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Path, list[subprocess.CompletedProcess[str]], Any]:
     """Attempt 1 on n1-n3 (canary every step): a NaN whose rerun runs out of memory, a reproducible spike, then a
-    flip in rank 1's output matmul at step 8.  Attempt 2 on n1, n4, n3 (n2 evicted): resumes, and the canary (every
-    2 steps) finds a flip in rank 1's canary forward after step 10."""
+    flip in rank 1's output matmul at step 8.  `agpt failover plan` reads its log as the loop does and swaps the named
+    host for the spare n4.  Attempt 2 on the hosts it leaves: resumes, and the canary (every 2 steps) finds a flip in
+    rank 1's canary forward after step 10."""
     run = tmp_path_factory.mktemp("sdc")
     first = run_nodes(["n1", "n2", "n3"], run, *ARGS, "--set", "train.canary_interval=1", env=FIRST)
-    second = run_nodes(["n1", "n4", "n3"], run, *ARGS, "--set", "train.canary_interval=2",
+    (run / "hosts").mkdir()
+    (run / "hosts/active").write_text("n1\nn2\nn3\n")
+    (run / "hosts/spare").write_text("n4\n")
+    (run / "attempts").mkdir()
+    (run / "attempts/j.1.log").write_text(first.stdout + first.stderr)
+    out = plan_cli(run, "--jobid", "j", "--attempt", "1", "--rc", str(first.returncode), "--started", "10",
+                   "--ended", "20", "--apply", "--backoff", "0", "--log", str(run / "attempts/j.1.log"))  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    hosts = (run / "hosts/active").read_text().split()
+    second = run_nodes(hosts, run, *ARGS, "--set", "train.canary_interval=2",
                        env={"AGPT_TEST_FAULTS": "1", "AGPT_FAULT_BITFLIP": "10:1:canary"})  # fmt: skip
-    return run, [first, second]
+    return run, [first, second], json.loads(out.stdout)
 
 
 @pytest.mark.slow
 def test_a_flip_is_named_with_its_host_and_the_loop_evicts_it_a_reproducible_spike_is_rolled_back(
-    attempts: tuple[Path, list[subprocess.CompletedProcess[str]]], tmp_path: Path
+    attempts: tuple[Path, list[subprocess.CompletedProcess[str]], Any], tmp_path: Path
 ) -> None:
-    run, (first, second) = attempts
+    run, (first, second), plan = attempts
     out = first.stdout
     assert first.returncode == 1, out + first.stderr
     # The NaN at 3: its rerun fails (out of memory) and today's rollback runs, saying so.
@@ -62,13 +76,10 @@ def test_a_flip_is_named_with_its_host_and_the_loop_evicts_it_a_reproducible_spi
     records = [json.loads(x) for x in (run / "health.jsonl").read_text().splitlines()]
     assert [(r["event"], r.get("outcome") or r.get("detector")) for r in records if r["event"] in ("rerun", "sdc")] == [
         ("rerun", "failed"), ("rerun", "reproduced"), ("sdc", "rerun"), ("sdc", "canary")]  # fmt: skip
-    # The failover classifier reads the line as n2's node fault: the loop swaps n2 for a spare.
-    log = tmp_path / "77.1.log"
-    log.write_text(out + first.stderr)
-    c = classify(log, 1, ["n1", "n2", "n3"])
-    assert (c.cls, c.bad_hosts) == ("node", ["n2"]) and c.evidence[0].startswith("sdc: n2 rank 1"), (
-        c.to_json()
-    )
+    # The failover loop's plan reads the line as n2's node fault and swaps n2 for the spare n4.
+    assert (plan["action"], plan["swap_out"]) == ("relaunch", ["n2"]), plan
+    assert (run / "hosts/active").read_text().split() == ["n1", "n4", "n3"]
+    assert (run / "hosts/bad").read_text().split("\t")[3].startswith("sdc: n2 rank 1")
     # Attempt 2 on the spare resumes from the newest checkpoint (step 6) and the canary names n4 within K steps.
     out2 = second.stdout
     assert second.returncode == 1, out2 + second.stderr
