@@ -413,6 +413,12 @@ _failover_check_settings() {
     "count:FAILOVER_MAX_REPEAT=$FAILOVER_MAX_REPEAT" "count:FAILOVER_MAX_BLIND=$FAILOVER_MAX_BLIND" \
     "count:FAILOVER_SPARES=$FAILOVER_SPARES" "count:FAILOVER_ACTIVE=$FAILOVER_ACTIVE" \
     "epoch:AGPT_DEADLINE_EPOCH=${AGPT_DEADLINE_EPOCH:-}" || return 2
+  # ... and every other setting read late (after the first failure, or by the trainer and the eval watcher), by
+  # the parsers that read it then (`agpt failover settings`): a bad one is exit 2 before the first attempt.
+  local -a s=(settings --walltime-margin "${FAILOVER_WALLTIME_MARGIN:-}" --straggler "${FAILOVER_STRAGGLER:-}"
+    --min-nodes "$FAILOVER_MIN_NODES" --eval-poll "${CHAIN_EVAL_POLL_S:-}" --sweep-program "${AGPT_SWEEP_PROGRAM:-}")
+  _failover_sweep_args s
+  _failover_py "${s[@]}" || return 2
 }
 
 # Usage: failover_run CMD [ARGS...]

@@ -611,16 +611,17 @@ def split_counts(usable: int, *, percent: float, minimum: int) -> tuple[int, int
     return usable - spares, spares
 
 
-def spares_percent(text: str) -> float:
-    """SITE_SPARES_PERCENT as a flag or setting gives it: 0 to 100; '' is SPARES_PERCENT."""
+def spares_percent(text: str, where: str = "SITE_SPARES_PERCENT") -> float:
+    """SITE_SPARES_PERCENT as a flag or setting gives it: 0 to 100; '' is SPARES_PERCENT.  WHERE: what a refusal
+    names (the flag, when the value came from one)."""
     if not text.strip():
         return SPARES_PERCENT
-    return float(numeric.number(text, "SITE_SPARES_PERCENT", lo=0, hi=100))
+    return float(numeric.number(text, where, lo=0, hi=100))
 
 
-def spares_min(text: str) -> int:
+def spares_min(text: str, where: str = "SITE_SPARES_MIN") -> int:
     """SITE_SPARES_MIN as a flag or setting gives it: a whole number; '' is SPARES_MIN."""
-    return whole(text, "SITE_SPARES_MIN", maximum=10**7) if text.strip() else SPARES_MIN
+    return whole(text, where, maximum=10**7) if text.strip() else SPARES_MIN
 
 
 def _spares_main(argv: list[str]) -> int:

@@ -83,7 +83,7 @@ def cli() -> None:
 @click.option(
     "--min-nodes", help="FAILOVER_MIN_NODES: a count, or a fraction of the nodes (default: the model's)"
 )
-@click.option("--straggler", type=click.Choice(model.STRAGGLER_MODES),
+@click.option("--straggler", type=click.Choice(model.STRAGGLER_MODES, case_sensitive=False),
               help="FAILOVER_STRAGGLER: swap stops the trainer at a checkpoint and swaps a straggler the heartbeats "
               "find (needs --heartbeats); report only names it (default: the model's)")  # fmt: skip
 @click.option("--seed", type=params.SEED, default=1, show_default=True)
@@ -174,6 +174,19 @@ def _show(m: model.FaultModel, r: engine.Result, seed: int) -> None:
     click.echo(f"stops that needed a person: {stops}")
 
 
+def _variants(values: tuple[str, ...]) -> list[tuple[str, dict[str, object]]]:
+    """The variants of --variants: each value split on ';' when it has one, else taken whole when it is a name
+    (`no spares, no shrink` holds a comma), else split on ','; none named is ConfigError."""
+    known = [n for n, _ in sweep.VARIANTS]
+    names: list[str] = []
+    for v in values:
+        parts = v.split(";") if ";" in v else [v] if v.strip() in known else v.split(",")
+        names += [p.strip() for p in parts if p.strip()]
+    if not names:
+        raise ConfigError(f"--variants: names no variant ({'; '.join(known)})")
+    return sweep.pick(names)
+
+
 @cli.command(name="table")
 @click.option("--model", "spec", default="aurora-20b", show_default=True, help=MODEL_HELP)
 @click.option("--nodes", default="512,1024,2048,4096", show_default=True, help="comma list of node counts")
@@ -185,8 +198,11 @@ def _show(m: model.FaultModel, r: engine.Result, seed: int) -> None:
 @click.option("--seeds", default="1", show_default=True, help="comma list of seeds, averaged")
 @click.option(
     "--variants",
-    default="",
-    help="comma list of the variants to run (default all: " + ", ".join(n for n, _ in sweep.VARIANTS) + ")",
+    multiple=True,
+    help="the variants to run, separated by ';' or ',' or the flag repeated; a name holding a comma ('no spares, "
+    "no shrink') is taken whole, or give it with ';' or its own flag (default all: "
+    + "; ".join(n for n, _ in sweep.VARIANTS)
+    + ")",
 )
 @click.option(
     "--out",
@@ -195,7 +211,9 @@ def _show(m: model.FaultModel, r: engine.Result, seed: int) -> None:
     show_default=True,
     help="folder for goodput.md and goodput.png",
 )
-def table_cmd(spec: str, nodes: str, days: float | None, seeds: str, variants: str, out: Path) -> None:
+def table_cmd(
+    spec: str, nodes: str, days: float | None, seeds: str, variants: tuple[str, ...], out: Path
+) -> None:
     """The goodput table and figure (docs/sim/): every node count as shipped, with heartbeats, with the local
     checkpoint tier, the health sweep against the blind rotation, without spares and with synchronous saves."""
     m = _load(spec, None, None, days)
@@ -205,11 +223,7 @@ def table_cmd(spec: str, nodes: str, days: float | None, seeds: str, variants: s
         raise ConfigError(
             f"--out: {out} exists and is not a folder (goodput.md and goodput.png go in a folder)"
         )
-    chosen = (
-        sweep.pick([v.strip() for v in variants.split(",") if v.strip()])
-        if variants.strip()
-        else sweep.VARIANTS
-    )
+    chosen = _variants(variants) if variants else sweep.VARIANTS
     from agpt.progress import Progress
 
     with Progress(len(ns) * len(chosen) * len(ss), "sim table", unit="runs") as bar:

@@ -22,6 +22,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "agpt.failover.patterns",
         "List every pattern with its class and source; check their examples (site sets included).",
     ),
+    "settings": (
+        "agpt.failover.settings",
+        "Check the settings the loop reads late (sweep, margin, straggler, floor, eval poll): exit 0 or 2.",
+    ),
 }
 
 

@@ -510,9 +510,11 @@ def _parser() -> argparse.ArgumentParser:
     src.add_argument("--hosts", help="comma-separated hosts")
     p.add_argument("--active", help="active hosts wanted (default: all but the spares)")
     p.add_argument("--spares", help="spare hosts (default: ~PERCENT%% of active, at least MIN when allowed)")
-    p.add_argument("--spares-percent", type=rundir.spares_percent, default=rundir.SPARES_PERCENT,
+    p.add_argument("--spares-percent", type=lambda v: rundir.spares_percent(v, "--spares-percent (SITE_SPARES_PERCENT)"),
+                   default=rundir.SPARES_PERCENT,
                    help=f"SITE_SPARES_PERCENT ('' or absent: {rundir.SPARES_PERCENT:g})")  # fmt: skip
-    p.add_argument("--spares-min", type=rundir.spares_min, default=rundir.SPARES_MIN,
+    p.add_argument("--spares-min", type=lambda v: rundir.spares_min(v, "--spares-min (SITE_SPARES_MIN)"),
+                   default=rundir.SPARES_MIN,
                    help=f"SITE_SPARES_MIN ('' or absent: {rundir.SPARES_MIN})")  # fmt: skip
     p.add_argument("--degrade", action="store_true", help="run on fewer hosts than asked instead of refusing")
     p.add_argument(

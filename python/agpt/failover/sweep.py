@@ -631,11 +631,12 @@ def settings_from(args: argparse.Namespace, run_dir: Path) -> SweepSettings:
             d.min_free_mib,
         ),
         gpus=_opt(getattr(args, "sweep_gpus", None), lambda v: rundir.whole(v, "SITE_GPUS_PER_NODE"), d.gpus),
-        launch=tuple(_words(getattr(args, "sweep_launch", "") or "", "FAILOVER_SWEEP_LAUNCH")),
+        launch=tuple(words(getattr(args, "sweep_launch", "") or "", "FAILOVER_SWEEP_LAUNCH")),
     )
 
 
-def _words(text: str, name: str) -> list[str]:
+def words(text: str, name: str) -> list[str]:
+    """TEXT as shell words (FAILOVER_SWEEP_LAUNCH, AGPT_SWEEP_PROGRAM); an unclosed quote is BadInput naming NAME."""
     try:
         return shlex.split(text)
     except ValueError as e:

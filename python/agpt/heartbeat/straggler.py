@@ -23,12 +23,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agpt import numeric, rundir
+from agpt.errors import BadInput
 from agpt.heartbeat.format import DIR, SWAP_FILE, write_atomic
 from agpt.heartbeat.reader import as_float, read_records
 
 DEFAULT_PCT = 20.0  # FAILOVER_STRAGGLER_PCT
 DEFAULT_WINDOWS = 3  # FAILOVER_STRAGGLER_WINDOWS
 DEFAULT_MODE = "report"  # FAILOVER_STRAGGLER: report, or swap
+# What FAILOVER_STRAGGLER may be: the trainer, the loop's check and `agpt sim` read these.
+MODES = ("report", "swap")
+
+
+def mode(text: str | None, name: str = "FAILOVER_STRAGGLER") -> str:
+    """FAILOVER_STRAGGLER as every reader takes it: one of MODES (any case, spaces around); '' or unset is
+    DEFAULT_MODE; anything else BadInput naming it (never read as `report`)."""
+    value = (text or "").strip().lower()
+    if not value:
+        return DEFAULT_MODE
+    if value not in MODES:
+        raise BadInput(f"{name}: {(text or '')[:40]!r} is not one of {' | '.join(MODES)}")
+    return value
 
 
 def request_swap(run_dir: str | Path, attempt: str, host: str, evidence: str, when: float) -> None:
@@ -63,7 +77,7 @@ class StragglerMonitor:
             windows=numeric.env_number(
                 env, "FAILOVER_STRAGGLER_WINDOWS", DEFAULT_WINDOWS, lo=1, hi=10_000, integer=True
             ),
-            swap=os.environ.get("FAILOVER_STRAGGLER", DEFAULT_MODE).strip().lower() == "swap",
+            swap=mode(os.environ.get("FAILOVER_STRAGGLER")) == "swap",
         )
 
     def poll(self) -> str | None:

@@ -22,13 +22,13 @@ from agpt.failover.shrink import min_nodes as shrink_floor
 from agpt.failover.sweep import DEFAULT_TIMEOUT_S as SWEEP_TIMEOUT_S
 from agpt.heartbeat.straggler import DEFAULT_MODE as STRAGGLER_MODE
 from agpt.heartbeat.straggler import DEFAULT_WINDOWS as STRAGGLER_WINDOWS
+from agpt.heartbeat.straggler import MODES as STRAGGLER_MODES  # FAILOVER_STRAGGLER: the trainer's values
 from agpt.heartbeat.writer import DEFAULT_INTERVAL_S as HEARTBEAT_INTERVAL_S
 
 MODELS_DIR = Path(__file__).resolve().parent / "models"
 CLASSES = ("node", "hang", "straggler", "system", "app")
 LAUNCHERS = ("pals", "srun")
 DISTRIBUTIONS = ("exponential", "weibull")
-STRAGGLER_MODES = ("report", "swap")  # FAILOVER_STRAGGLER (agpt.heartbeat.straggler)
 # What a misread costs (agpt.failover.consequence, as `agpt failover score` measures it): every consequence but
 # `right`. The old scalar form of a class's misread share is `recoverable` alone.
 MISREAD_KINDS = tuple(k for k in CONSEQUENCES if k != "right")
