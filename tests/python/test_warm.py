@@ -18,7 +18,7 @@ import pytest
 from agpt import nodelocal
 from agpt.warm import common
 from conftest import agpt_env
-from train_util import TINY
+from train_util import MPIEXEC, TINY
 
 HOST = "wh1"
 
@@ -89,9 +89,13 @@ def test_a_rank_already_held_on_the_node_is_refused(parked) -> None:  # type: ig
     assert r.returncode == 2
 
 
-def test_an_accepted_claim_trains_as_the_rank_and_the_clock_says_warm(parked) -> None:  # type: ignore[no-untyped-def]
+def test_an_accepted_claim_under_hydra_trains_as_the_rank_and_the_clock_says_warm(parked) -> None:  # type: ignore[no-untyped-def]
     _, run, env = parked
-    r = claim(env, "agpt", "train", "--config", str(TINY), "--run-dir", str(run), "--steps", "2")
+    # The claim as hydra's mpiexec starts it: its rank and local rank are hydra's (PMI_RANK, MPI_LOCALRANKID).
+    env = {**env, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29612", "AGPT_ATTEMPT_ID": "j.2"}
+    r = subprocess.run([str(MPIEXEC), "-n", "1", sys.executable, "-m", "agpt.warm", "claim", "--", "agpt", "train",
+                        "--config", str(TINY), "--run-dir", str(run), "--steps", "2"], env=env, capture_output=True,
+                       text=True, timeout=300)  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert "step=2 " in r.stdout and "normal launch" not in r.stderr
     clock = [json.loads(x) for x in (run / "events.jsonl").read_text().splitlines() if '"clock"' in x][-1]
