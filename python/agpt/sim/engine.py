@@ -378,7 +378,7 @@ class Sim(Training):
                 f.relaunched_s = launch - f.time_s
             f.attempts += 1
         resumed, restore, tier = self._resume_point(launch)
-        ready = launch + c.launcher_start_s + c.model_build_s + restore
+        ready = launch + c.start_s(first=n == 1, ranks=len(active) * self.layout.ranks_per_node) + restore
         for f in self.open:
             if f.back_s is None:  # what this attempt would cost, if it comes back
                 f.tier, f.stages = tier, simlocal.stages(self.m, f, launch, restore)

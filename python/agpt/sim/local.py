@@ -71,7 +71,9 @@ def stages(m: FaultModel, fault: Any, launch: float, restore_s: float) -> dict[s
     """The recovery clock of FAULT when the attempt launched at LAUNCH comes back (restoring in RESTORE_S)."""
     detected = fault.detected_s or 0.0
     return {"detection": detected, "relaunch": launch - fault.time_s - detected,
-            "process start": m.costs.launcher_start_s, "model build": m.costs.model_build_s,
+            "process start": m.costs.launcher_start_s,
+            "model build": m.costs.start_s(first=False, ranks=m.nodes * m.layout.ranks_per_node)
+            - m.costs.launcher_start_s,
             "state restore": restore_s, "first step": m.train.step_s}  # fmt: skip
 
 

@@ -53,6 +53,10 @@ class Behaviour:
     straggler_slowdown: float = 1.25
 
 
+# The communicator init's published figures (Costs.comm_init_*'s comments): a model that sets them cites this.
+COMM_INIT_PUBLISHED = {"comm_init_fixed_s": 2.0, "comm_init_per_rank_s": 0.009}
+
+
 @dataclass(kw_only=True, slots=True)
 class Costs:
     queue_wait_s: float = 3600.0
@@ -61,6 +65,19 @@ class Costs:
     job_start_s: float = 0.0  # a job's start to its first attempt (job script, `agpt check`, preflight)
     inject_latency_s: float = 0.0  # a scripted fault strikes this long after its step (chaos injector)
     model_build_s: float = 0.0
+    # Start-up, stage by stage (issue 39; `Costs.start_s`).  Each default keeps the model as it was; the measured
+    # or published value is in the comment, to be set by a model that cites it.
+    imports_s: float = 0.0  # a cold rank's imports (Python, torch, the trainer): measured 9.8-12.6 s on the local
+    # Slurm cluster with warm ranks off (tests/python/test_warm_cluster.py, 2 loaded cores; docs/recovery.md)
+    warm_ranks: bool = False  # FAILOVER_WARM: a relaunch's ranks are parked processes (agpt.warm); a job's first
+    # attempt still starts cold (its nodes are still importing)
+    warm_start_s: float = 0.7  # what a warm rank pays instead of imports_s + model_build_s: the claim's hand-over
+    # 0.5 s and the model build 0.2 s, measured in the same drill with warm ranks (first step back 4.6 s, off 15.4 s)
+    comm_init_fixed_s: float = 0.0  # published: 2.0 s, NCCL's init phases at 8 ranks without the kernel load
+    # (bootstrap 0.03-0.84, allgathers 0.08, topology 1.10, connections 0.39, alloc 0.4 s: NVIDIA/nccl#1646)
+    comm_init_per_rank_s: float = 0.0  # published: 0.009 s, NCCL's default init taking 2.5 min "at large scale
+    # (e.g. above certain K GPUs)" (NVIDIA/nccl#1156; 16,384 ranks taken, the scale of Meta's 16K-GPU jobs), linear
+    # in the ranks as its bootstrap allgather is a ring of N-1 steps (NVIDIA/nccl#1791); COMM_INIT_PUBLISHED
     checkpoint_gb: float = 232.0
     fs_write_gb_s: float = 9.83
     fs_read_gb_s: float = 3.93
@@ -89,6 +106,17 @@ class Costs:
     @property
     def load_s(self) -> float:
         return self.checkpoint_gb / self.fs_read_gb_s
+
+    def comm_init_s(self, ranks: int) -> float:
+        """The communicator's init for RANKS ranks (a fixed part and a part linear in the ranks)."""
+        return self.comm_init_fixed_s + self.comm_init_per_rank_s * ranks
+
+    def start_s(self, *, first: bool, ranks: int) -> float:
+        """An attempt's launch to its model built (the state restore and first step follow): the launcher's start,
+        then the imports and the model build of a cold rank, or a warm rank's hand-over (a relaunch with warm
+        ranks; FIRST: a job's first attempt, always cold), and the communicator's init."""
+        build = self.warm_start_s if self.warm_ranks and not first else self.imports_s + self.model_build_s
+        return self.launcher_start_s + build + self.comm_init_s(ranks)
 
 
 @dataclass(kw_only=True, slots=True)
