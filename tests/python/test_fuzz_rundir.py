@@ -7,6 +7,7 @@ import contextlib
 import io
 import json
 import math
+import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,10 +18,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agpt import chain, rundir
-from agpt.errors import BadInput
+from agpt.errors import AgptError, BadInput
 from agpt.failover import hostmatch, hosts, plan, policy, report
 
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ_SLOW = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 extreme_numbers = st.one_of(
     st.floats(allow_nan=True, allow_infinity=True),
@@ -212,3 +214,156 @@ def test_hosts_init_refuses_extreme_settings_with_exit_2(flag: str, value: str) 
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
             rc = hosts.main(["init", "--run-dir", str(d), "--hosts", "h1,h2,h3", flag, value])
         assert rc == 2 and len(err.getvalue().strip().splitlines()) == 1, err.getvalue()
+
+
+# ----------------------------------------------------------------------------------------------- not a file
+# Every reader of the run directory, keyed by the file it reads (issue 37): a FIFO, a link to /dev/zero, a dangling
+# link or a folder there must give its documented fallback or BadInput, never block, never read without end.
+def _readers() -> dict[str, Any]:
+    from agpt import ckptdir, textfile
+    from agpt.evals import due, tasks
+    from agpt.failover import patterns, score, shrink
+    from agpt.heartbeat import reader as hb
+    from agpt.observe import status
+    from agpt.train import metrics as tmetrics
+
+    return {
+        "ckpt/step-2/.complete": lambda d: ckptdir.read_marker(d / "ckpt/step-2"),
+        "layout.json": lambda d: shrink.read_layout(d),
+        "metrics.jsonl": lambda d: (
+            tmetrics.read(d / "metrics.jsonl"),
+            status.tail_records(d / "metrics.jsonl"),
+        ),
+        "heartbeat/h1.json": lambda d: hb.read_records(d / "heartbeat", None, None),
+        "heartbeat/swap.json": lambda d: hb.read_swap(d / "heartbeat", None),
+        "eval/due.json": lambda d: due.mark(d, 1),
+        "attempts/j.1.times.json": lambda d: rundir.times_of(d / "attempts/j.1.log"),
+        "attempts/j.1.log": lambda d: plan.asked_resubmit(d / "attempts/j.1.log"),
+        "events.jsonl": lambda d: rundir.read_jsonl(d / "events.jsonl", notes=[]),
+        "chain.lock": lambda d: chain.read_lock(d),
+        "hosts/active": lambda d: rundir.read_hostfile(d / "hosts/active"),
+        "task.jsonl": lambda d: tasks.read_items(
+            tasks.TaskSpec(name="t", path=str(d / "task.jsonl"), format="")
+        ),
+        "case/s/c.json": lambda d: score._load(d / "case/s/c.json"),
+        "mysite.json": lambda d: patterns.load_file(d / "mysite.json", "mysite"),
+        "config.yaml": lambda d: textfile.read_utf8(d / "config.yaml", "config.yaml"),
+    }
+
+
+READERS = _readers()
+NOT_A_FILE = ["fifo", "zero", "dangling", "folder"]
+
+
+@contextlib.contextmanager
+def _bounded(seconds: int = 20) -> Iterator[None]:
+    """A reader that blocks (a FIFO) is interrupted, one that reads without end (/dev/zero) runs out of memory:
+    the property fails instead of hanging the suite or taking the machine."""
+    import resource
+    import signal
+
+    def _alarm(*_: object) -> None:
+        raise TimeoutError("the reader blocked")
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    vm = next(
+        int(x.split()[1]) * 1024
+        for x in Path("/proc/self/status").read_text().splitlines()
+        if x.startswith("VmSize")
+    )
+    old = signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(seconds)
+    resource.setrlimit(resource.RLIMIT_AS, (vm + (2 << 30), hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+@FUZZ
+@given(st.sampled_from(sorted(READERS)), st.sampled_from(NOT_A_FILE))
+def test_every_reader_refuses_what_is_not_a_regular_file(rel: str, kind: str) -> None:
+    with run_dir() as d:
+        p = d / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        if p.exists():
+            p.unlink()
+        if kind == "fifo":
+            os.mkfifo(p)
+        elif kind == "zero":
+            p.symlink_to("/dev/zero")
+        elif kind == "dangling":
+            p.symlink_to(d / "nowhere")
+        else:
+            p.mkdir()
+        from agpt.failover.patterns import PatternError
+
+        with _bounded():
+            try:
+                READERS[rel](d)
+            except AgptError as e:
+                assert e.exit_code == 2 and "\n" not in str(e), str(e)
+            except PatternError as e:  # a pattern set's one line, which classify turns into a note
+                assert "\n" not in str(e) and rel in str(e), str(e)
+
+
+# ----------------------------------------------------------------------------------------------- text for people
+CONTROL = st.text(st.characters(min_codepoint=0, max_codepoint=0x20) | st.sampled_from("\x7f\x9b\u202e\u2066"),
+                  min_size=1, max_size=8)  # fmt: skip
+FIELD_TEXT = st.tuples(st.text(max_size=10), CONTROL, st.text(max_size=10)).map("".join)
+
+
+def _no_control(out: str) -> None:
+    from agpt.shown import _CONTROL
+
+    for line in out.split("\n"):
+        assert not _CONTROL.search(line), repr(line)
+
+
+@FUZZ
+@given(FIELD_TEXT)
+def test_terminal_text_is_one_line_without_control_characters(text: str) -> None:
+    from agpt.shown import terminal
+
+    out = terminal(text)
+    _no_control(out)
+    assert "\n" not in out
+
+
+@FUZZ_SLOW
+@given(st.fixed_dictionaries({k: FIELD_TEXT for k in ("jobid", "class", "evidence", "reason", "host", "log",
+                                                      "verdict", "attempt", "phase")}))  # fmt: skip
+def test_every_printed_field_is_shown_without_control_characters(f: dict[str, str]) -> None:
+    import io
+
+    from rich.console import Console
+
+    from agpt.observe import status
+    from agpt.views import monitor
+
+    with run_dir() as d:
+        ev = {"event": "attempt", "jobid": f["jobid"], "attempt": 1, "rc": 1, "class": f["class"],
+              "bad_hosts": [f["host"]], "evidence": [f["evidence"]], "reason": f["reason"], "started": 1e9,
+              "ended": 1e9 + 5, "log": f["log"], "swapped": {"out": [f["host"]], "in": ["h4"]}, "hosts": ["h1"]}  # fmt: skip
+        stop = {"event": "stop", "jobid": f["jobid"], "attempt": 1, "verdict": f["verdict"], "exit": 3,
+                "reason": f["reason"], "time": 1e9 + 6}  # fmt: skip
+        (d / "events.jsonl").write_text(json.dumps(ev) + "\n" + json.dumps(stop) + "\n")
+        (d / "chain.jsonl").write_text(
+            json.dumps({"job": f["jobid"], "verdict": f["verdict"], "reason": f["reason"]}) + "\n"
+        )
+        (d / "heartbeat").mkdir()
+        (d / "heartbeat/h1.json").write_text(json.dumps({"format": 1, "attempt": f["attempt"], "host": "h1", "time": 1e9,
+                                                         "ranks": [{"rank": 0, "step": 1, "step_s": 0.1, "phase_s": 0.1,
+                                                                    "phase": f["phase"]}]}))  # fmt: skip
+        buf = io.StringIO()
+        Console(file=buf, width=120, force_terminal=False, color_system=None).print(
+            monitor.frame(status.snapshot(d), boxes=False)
+        )
+        _no_control(buf.getvalue())
+        _no_control(report.render(report.build(d)))
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            chain.main(["status", str(d)])
+        _no_control(out.getvalue())

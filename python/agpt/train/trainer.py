@@ -34,6 +34,7 @@ from agpt.heartbeat.straggler import StragglerMonitor
 from agpt.observe import writers as owriters
 from agpt.train import checkpoint as ck
 from agpt.train import ckpt_policy, clock, faults, localckpt
+from agpt.train import compile_cache as tcache
 from agpt.train import compute as tcompute
 from agpt.train import data as tdata
 from agpt.train import dist as tdist
@@ -101,6 +102,8 @@ class Trainer:
             )
         # Held-out loss and tasks, checked (exit 2 on a bad task file) before anything trains.
         self.evals = tevaluate.InLoop(cfg, run_dir, self.rank) if cfg.eval.interval else None
+        # Compiled kernels from the run directory, staged on this node (train/compile_cache.py), before any compile.
+        self.compile_cache = tcache.prepare(run_dir, self.rank) if tc.compile else None
         self.model = self._build_model()
         self.compute = tcompute.ComputeClock(self.model)  # compute apart from waiting: what names a straggler
         self.optim = toptim.build(self.model, cfg.optim)
@@ -562,6 +565,8 @@ class Trainer:
                     self.run_dir, {**self.clock_marks, "first_step": time.time()}, self.step, **self.restored
                 )
             self.clock_marks = None
+            if self.compile_cache is not None:  # the first step compiled what this run needs: keep it with the run
+                self.compile_cache.save_async()
 
     def _stop(self, agreed: Stop, emit: Callable[[str], None], rec: StepRecord) -> int:
         """A signal or the deadline: a blocking save of this step, its line, and the exit code that says why."""
