@@ -97,3 +97,13 @@ def test_a_bad_spares_flag_is_named_as_the_flag(tmp_path: Path) -> None:
                             "--hostfile", str(tmp_path / "alloc"), flag, value],
                            env=agpt_env(), capture_output=True, text=True, timeout=60)  # fmt: skip
         assert r.returncode == 2 and f"agpt: error: {flag} (SITE_SPARES_" in r.stderr, r.stderr
+
+
+def test_a_missing_shard_names_the_file_list(tmp_path: Path) -> None:
+    lst = tmp_path / "list.txt"
+    lst.write_text(f"1.0 {tmp_path / 'nope/shard'} code\n")
+    r = subprocess.run([str(ROOT / "bin/agpt"), "blend", "--file-list", str(lst), "--output", str(tmp_path / "out"),
+                        "--seq-len", "8", "--num-samples", "10"],
+                       env=agpt_env(), capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert f"shard.idx: missing (the shard on line 1 of --file-list {lst})" in r.stderr, r.stderr

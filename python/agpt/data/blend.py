@@ -129,14 +129,16 @@ def parse_file_list(path: str | Path) -> list[Entry]:
     return entries
 
 
-def _find_tokenizer(entries: list[Entry], explicit: str | None) -> tuple[str, str]:
+def _find_tokenizer(entries: list[Entry], explicit: str | None, file_list: str = "") -> tuple[str, str]:
     """(path, sha256) of the tokenizer: --tokenizer, else the one `agpt tokenize` recorded beside the
     shards (all shards must agree)."""
     found: dict[str, str] = {}
     recorded: dict[Path, dict[str, str] | None] = {}
     for e in entries:
         if not Path(mmidx.idx_path(e.prefix)).is_file():  # before its folder's tokenize.json is looked for
-            raise DataError(f"{mmidx.idx_path(e.prefix)}: missing (the shard on file list line {e.line})")
+            raise DataError(
+                f"{mmidx.idx_path(e.prefix)}: missing (the shard on line {e.line} of --file-list {file_list})"
+            )
         meta = Path(e.prefix).parent / "tokenize.json"
         if meta not in recorded:
             try:
@@ -315,7 +317,7 @@ def _build(s: BlendSettings, comm: Comm | None, take_lock: Callable[[], None]) -
     t0 = time.monotonic()
     out = Path(s.output).resolve()
     entries = parse_file_list(s.file_list)
-    tok = comm.on_root(lambda: _find_tokenizer(entries, s.tokenizer))
+    tok = comm.on_root(lambda: _find_tokenizer(entries, s.tokenizer, str(s.file_list)))
 
     def say(msg: str) -> None:
         """Plain stage lines on stderr (rank 0): a blend of millions of samples takes a while."""
