@@ -207,7 +207,7 @@ _failover_subst() {
   _failover_out=()
   for a in "$@"; do
     if [[ "$a" == "{warm}" ]]; then
-      [[ -n "$FAILOVER_WARM" ]] && _failover_out+=("$_failover_root/bin/agpt-warm" claim --)
+      [[ -n "$_failover_warm_pid" ]] && _failover_out+=("$_failover_root/bin/agpt-warm" claim --)
       continue
     fi
     a="${a//"{hostfile}"/"$hf"}"
@@ -320,7 +320,8 @@ _failover_setup() {
   fi
 }
 
-# Usage: _failover_warm_start DEADLINE CMD... : with FAILOVER_WARM (launcher words for one task on each host, with
+# Usage: _failover_warm_start DEADLINE CMD... : unless ranks run in an image (then it says so and starts nothing),
+# with FAILOVER_WARM (launcher words for one task on each host, with
 # {hosts} {nhosts} {hostfile} of hosts/all: spares too), starts `agpt warm serve -- RANKCMD` on every host in the
 # background for the whole job (RANKCMD: the words after {warm} in CMD), its output in attempts/JOBID.warm.log.
 # Without {warm} in CMD it says so and starts nothing.  Globals written: _failover_warm_pid
@@ -336,6 +337,11 @@ _failover_warm_start() {
   done
   if ((!seen || ${#rank[@]} == 0)); then
     _failover_say "FAILOVER_WARM is set but the command has no {warm} before the rank's command: no warm ranks"
+    return 0
+  fi
+  local runtime="${LAUNCH_CONTAINER_RUNTIME:-${SITE_CONTAINER:-none}}"
+  if [[ -n "${AGPT_CONTAINER_IMAGE:-}" && "$runtime" != none ]]; then
+    _failover_say "warm ranks off: ranks run in an image (SITE_CONTAINER=$runtime) and parked processes would run on the host"
     return 0
   fi
   IFS=' ' read -r -a words <<<"$FAILOVER_WARM"

@@ -94,6 +94,7 @@ class SiteFacts:
     )
     container_opts: list[str] = field(default_factory=list)
     ckpt_layout: list[str] = field(default_factory=list)  # SITE_CKPT_LAYOUT
+    launcher: str = "hydra"  # SITE_LAUNCHER (lib/launch.sh's default): whether warm ranks can live across attempts
 
 
 def _num(prof: Mapping[str, Any], key: str, path: str, default: float = 0.0) -> float:
@@ -128,6 +129,7 @@ def site_facts(name: str) -> SiteFacts:
         container=str(prof.get("SITE_CONTAINER") or "none"),
         container_opts=_words(prof.get("SITE_CONTAINER_OPTS")),
         ckpt_layout=_words(prof.get("SITE_CKPT_LAYOUT")),
+        launcher=str(prof.get("SITE_LAUNCHER") or "hydra"),
     )
 
 
@@ -168,6 +170,9 @@ def _site_rows(rep: Report, facts: SiteFacts, job: dict[str, Any], cfg_path: Pat
             f"{opts} CMD",
         }[facts.container]
     rep.info("container", f"{facts.container} (SITE_CONTAINER): {wrap}")
+    from agpt import warm  # standard library only, no torch
+
+    rep.info("warm ranks", warm.site_row(facts.launcher, facts.container, image))
     lay = facts.ckpt_layout
     if not lay:
         layout = "the filesystem's default (SITE_CKPT_LAYOUT empty)"

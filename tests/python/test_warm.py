@@ -17,7 +17,7 @@ import pytest
 
 from agpt import nodelocal
 from agpt.warm import common
-from conftest import agpt_env
+from conftest import ROOT, agpt_env
 from train_util import MPIEXEC, TINY
 
 HOST = "wh1"
@@ -103,3 +103,28 @@ def test_an_accepted_claim_under_hydra_trains_as_the_rank_and_the_clock_says_war
     # A parked process serves one rank: the next claim of the slot finds none (here no agent parks another).
     r = claim(env, "sh", "-c", "echo cold")
     assert r.stdout == "cold\n" and "no parked process for slot 0" in r.stderr
+
+
+def test_agpt_check_says_how_a_site_keeps_warm_ranks_or_why_it_cannot() -> None:
+    from agpt import warm
+
+    assert warm.site_row("srun", "none", "").startswith("FAILOVER_WARM='srun --overlap --no-kill")
+    assert "cannot keep parked processes: ranks run in an image (SITE_CONTAINER=apptainer)" in warm.site_row(
+        "pals", "apptainer", "img.sif"
+    )
+    out = subprocess.run([str(ROOT / "bin" / "agpt"), "check", "--site", "aurora", "--no-data",
+                          str(ROOT / "jobs" / "configs" / "20b.yaml")], env=agpt_env(), capture_output=True, text=True)  # fmt: skip
+    assert "warm ranks  FAILOVER_WARM='mpiexec -n {nhosts} --ppn 1 --hostfile {hostfile}'" in out.stdout
+
+
+def test_the_loop_runs_without_warm_ranks_where_ranks_run_in_an_image(tmp_path: Path) -> None:
+    script = f"""source {ROOT}/lib/failover.sh
+AGPT_RUN_DIR={tmp_path} FAILOVER_WARM='srun --overlap -N {{nhosts}}' SITE_CONTAINER=apptainer
+AGPT_CONTAINER_IMAGE=img.sif
+_failover_warm_start "" srun {{warm}} agpt train
+_failover_subst argv srun {{warm}} agpt train
+echo "pid=[$_failover_warm_pid] argv=[${{argv[*]}}]"
+"""
+    r = subprocess.run(["bash", "-c", script], env=agpt_env(), capture_output=True, text=True)
+    assert "warm ranks off: ranks run in an image (SITE_CONTAINER=apptainer)" in r.stderr
+    assert r.stdout == "pid=[] argv=[srun agpt train]\n"  # {warm} dropped: the normal launch
