@@ -249,6 +249,11 @@ _chain_eval_poll() {
 #   command, and the evaluation is its own small job.
 chain_eval_watch() {
   [[ -n "$CHAIN_EVAL_SCRIPT" && -z "$CHAIN_EVAL_PID" ]] || return 0
+  # A poll that `sleep` cannot take (nan, 0) would spin: checked first (failover_run refuses it, exit 2).
+  if ! "$_chain_root/bin/agpt-failover" settings --eval-poll "$CHAIN_EVAL_POLL_S" >&2; then
+    _chain_say "no evaluation watcher: CHAIN_EVAL_POLL_S is not a number of seconds (0.1 or more)"
+    return 0
+  fi
   (
     nap="" stop=0
     # In this background subshell only: a look under way finishes (what it held is submitted), then it ends.

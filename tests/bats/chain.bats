@@ -214,6 +214,15 @@ field() { python3 -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1
   assert_equal "$(field 0 verdict)" resubmit
 }
 
+@test "CHAIN_EVAL_POLL_S=nan: no evaluation watcher is started (it would spin), and it is said" {
+  printf '#!/bin/bash\n#PBS -l select=1\ntrue\n' >"$BATS_TEST_TMPDIR/eval.pbs"
+  run_strict "CHAIN_EVAL_SCRIPT='$BATS_TEST_TMPDIR/eval.pbs' CHAIN_EVAL_EVERY=2 CHAIN_EVAL_POLL_S=nan; chain_start '$JOB'; echo \"watcher pid '\$CHAIN_EVAL_PID'\""
+  assert_success
+  assert_line --partial "CHAIN_EVAL_POLL_S: must be a number from 0.1"
+  assert_line "chain: no evaluation watcher: CHAIN_EVAL_POLL_S is not a number of seconds (0.1 or more)"
+  assert_line "watcher pid ''"
+}
+
 @test "CHAIN_EVAL_SCRIPT: every 2nd new checkpoint is held and the eval job submitted, beside training" {
   printf '#!/bin/bash\n#PBS -l select=1\ntrue\n' >"$BATS_TEST_TMPDIR/eval.pbs"
   export CHAIN_EVAL_SCRIPT="$BATS_TEST_TMPDIR/eval.pbs" CHAIN_EVAL_EVERY=2 CHAIN_EVAL_POLL_S=0.2
