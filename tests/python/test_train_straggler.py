@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,9 +18,13 @@ import pytest
 from agpt.failover.classify import apply_heartbeats
 from agpt.failover.decide import Classification
 from agpt.heartbeat import reader as hbs
+from conftest import ROOT
 from train_util import MPIEXEC, TINY, agpt_cmd, train_env
 
-def run_nodes(hosts: list[str], run: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+
+def run_nodes(
+    hosts: list[str], run: Path, *args: str, env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
     """train_util.run_nodes with one rank per node that is its node's local rank 0 (PALS_LOCAL_RANKID), so that
     each node publishes its own heartbeat record."""
     cmd: list[str] = [str(MPIEXEC)]
@@ -49,15 +55,29 @@ def test_a_compute_slowed_host_is_named_within_3_windows_and_swapped_at_the_next
     assert [(e["host"], e["action"], e["windows"]) for e in events] == [("n2", "swap", 3)], events
     assert events[0]["compute_s"] > 2 * events[0]["peers_median_s"]
     # The stop waits for the next local checkpoint (every 7 steps) and saves no global one.
-    stop = [ln for ln in r.stdout.splitlines() if "straggler swap: stopping at the local checkpoint of step" in ln]
+    stop = [
+        ln for ln in r.stdout.splitlines() if "straggler swap: stopping at the local checkpoint of step" in ln
+    ]
     assert len(stop) == 1 and int(stop[0].rsplit(" ", 1)[1]) % 7 == 0, r.stdout
     assert not list((run / "ckpt").glob("step-*")), "a global checkpoint was written"
     # The loop's classifier names n2 from the swap request (rc 75), class node.
     res = Classification(cls="walltime", bad_hosts=[], evidence=[], last_step=None)
     apply_heartbeats(res, run / "heartbeat", ["n1", "n2", "n3"], "77.1", 75)
-    assert (res.cls, res.bad_hosts) == ("node", ["n2"]) and res.evidence[0].startswith("straggler: n2 computes")
+    assert (res.cls, res.bad_hosts) == ("node", ["n2"]) and res.evidence[0].startswith(
+        "straggler: n2 computes"
+    )
     # The node records carry compute apart from the wait: the peers waited for n2, n2 computed.
     recs, _ = hbs.read_records(run / "heartbeat", None, "77.1")
     compute = {h: rec["ranks"][0]["compute_s"] for h, rec in recs.items()}
     assert compute["n2"] > 2 * max(compute["n1"], compute["n3"]), recs
     assert all(rec["ranks"][0]["wait_s"] is not None for rec in recs.values())
+
+
+@pytest.mark.slow
+def test_bench_straggler_runs_and_prints_who_it_named_and_the_ratio() -> None:
+    agpt = " ".join(shlex.quote(w) for w in agpt_cmd())
+    out = subprocess.run([sys.executable, str(ROOT / "tests/bench/bench_straggler.py"), "--nodes", "3",
+                          "--ranks-per-node", "1", "--steps", "2", "--interval", "0.1", "--agpt", agpt],
+                         env=train_env(), capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "all healthy: named nobody" in out.stdout and "n2's compute to its peers' median" in out.stdout

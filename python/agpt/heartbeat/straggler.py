@@ -2,13 +2,14 @@
 
 Per host, the median over its ranks of the recent compute time per step (`compute_s`: the time the rank computed,
 its waits for the others taken out, agpt.train.compute); a host slower than its peers' median by more than
-FAILOVER_STRAGGLER_PCT (20) percent for FAILOVER_STRAGGLER_WINDOWS (3) publish windows in a row is a straggler:
-an event in events.jsonl, and with FAILOVER_STRAGGLER=swap a request (heartbeat/swap.json) on which the trainer
-stops with exit 75 at its next local checkpoint (at once, with a global one, without the node-local tier);
-`agpt failover classify --heartbeat-dir` then names it, class `node` (agpt.heartbeat.reader.apply).  A window
+FAILOVER_STRAGGLER_PCT (20) percent, by more than 5 median absolute deviations of the peers' times and by at least
+a tenth of the step (measured between windows), for FAILOVER_STRAGGLER_WINDOWS (3) publish windows in a row is a
+straggler: an event in events.jsonl, and with FAILOVER_STRAGGLER=swap a request (heartbeat/swap.json) on which
+the trainer stops with exit 75 at its next local checkpoint (at once, with a global one, without the node-local
+tier); `agpt failover classify --heartbeat-dir` then names it, class `node` (agpt.heartbeat.reader.apply).  A window
 counts for a host only when its ranks completed steps since the last one: a host whose ranks wait (behind a
 stopped or slow host) computes nothing new and is never named for it; the step time, which the collectives make
-the same on every rank, is never compared.
+the same on every rank, is never compared between hosts.
 
 Standard library only (it runs inside any trainer, through agpt.heartbeat.writer's on_publish).
 """
@@ -29,6 +30,8 @@ from agpt.heartbeat.reader import as_float, read_records
 
 DEFAULT_PCT = 20.0  # FAILOVER_STRAGGLER_PCT
 DEFAULT_WINDOWS = 3  # FAILOVER_STRAGGLER_WINDOWS
+MAD_FACTOR = 5.0  # a straggler's excess must also pass this many median absolute deviations of its peers'
+MIN_STEP_SHARE = 0.1  # ... and hold every step back by this share of it (less is not worth a relaunch)
 DEFAULT_MODE = "report"  # FAILOVER_STRAGGLER: report, or swap
 # What FAILOVER_STRAGGLER may be: the trainer, the loop's check and `agpt sim` read these.
 MODES = ("report", "swap")
@@ -66,6 +69,7 @@ class StragglerMonitor:
     last_step: dict[str, int] = field(default_factory=dict)
     reported: set[str] = field(default_factory=set)
     swap_host: str | None = None
+    _rate_mark: tuple[float, int] | None = None  # (monotonic time, top step) when steps last completed
 
     @classmethod
     def from_env(cls, run_dir: str | Path, attempt: str) -> StragglerMonitor:
@@ -83,12 +87,25 @@ class StragglerMonitor:
     def poll(self) -> str | None:
         """Count one window; returns a host newly found a straggler (its event written), else None."""
         per_host = self._fresh_compute_times()
-        if len(per_host) < 3:  # a median of peers needs at least two of them
+        step_s = self._step_time()
+        if len(per_host) < 3 or step_s is None:  # a median of peers needs at least two of them
             return None
         found = None
         for h, v in per_host.items():
-            peers = statistics.median(x for k, x in per_host.items() if k != h)
-            if peers > 0 and v > peers * (1 + self.pct / 100):
+            others = [x for k, x in per_host.items() if k != h]
+            peers = statistics.median(others)
+            # An outlier: slower than the peers' median by PCT percent, by more than the peers' own spread
+            # (MAD_FACTOR median absolute deviations) and by at least MIN_STEP_SHARE of the step, so that hosts
+            # that take turns being a little slower (cores shared by many ranks) are never named while one that
+            # holds every step back beyond them all is.
+            spread = MAD_FACTOR * statistics.median(abs(x - peers) for x in others)
+            excess = v - peers
+            if (
+                peers > 0
+                and v > peers * (1 + self.pct / 100)
+                and excess > spread
+                and excess >= MIN_STEP_SHARE * step_s
+            ):
                 self.streak[h] = self.streak.get(h, 0) + 1
             else:
                 self.streak[h] = 0
@@ -97,6 +114,16 @@ class StragglerMonitor:
                 self._report(h, v, peers)
                 found = found or h
         return found
+
+    def _step_time(self) -> float | None:
+        """Seconds per step since the last window, on this process's clock (the collectives keep every rank at the
+        same step rate); None until two windows saw steps complete."""
+        now, top = time.monotonic(), max(self.last_step.values(), default=-1)
+        prev = self._rate_mark
+        if prev is not None and top <= prev[1]:
+            return None  # no step completed: the mark stays
+        self._rate_mark = (now, top)
+        return None if prev is None else (now - prev[0]) / (top - prev[1])
 
     def _fresh_compute_times(self) -> dict[str, float]:
         """host -> the median compute time per step of its ranks, for the hosts whose record is new and whose ranks
