@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agpt import numeric, shellword
+from agpt import numeric, rundir, shellword
 from agpt.errors import BadInput, ConfigError
 from agpt.failover.patterns import DEFAULT_SETS
 from agpt.failover.sweep import MODES as SWEEP_MODES
@@ -411,7 +411,7 @@ def parse_profile(path: Path) -> Profile:
     when sourced) is an error naming its line."""
     prof = Profile(path=path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = rundir.read_bytes(path, limit=rundir.TEXT_MAX).decode("utf-8")  # never a FIFO, never unbounded
     except (OSError, UnicodeDecodeError) as exc:
         prof.errors.append(f"{path}: cannot read ({exc})")
         return prof

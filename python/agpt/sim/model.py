@@ -473,7 +473,9 @@ def load(spec: str | Path | None) -> FaultModel:
             )
         path = shipped
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(
+            rundir.read_bytes(path, limit=rundir.TEXT_MAX).decode("utf-8", errors="replace")
+        )
     except (OSError, yaml.YAMLError) as e:
         raise ConfigError(f"{path}: cannot read the fault model ({e.__class__.__name__}: {e})") from None
     return from_dict(data, source=str(path))

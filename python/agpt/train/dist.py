@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agpt import rundir
 from agpt.errors import ConfigError
 from agpt.failover.hostmatch import parse_hosts
 from agpt.hostlist import expand_hostlist
@@ -57,7 +58,7 @@ def _hosts(env: Mapping[str, str]) -> list[str]:
     for var in ("FAILOVER_HOSTFILE", "PBS_NODEFILE"):
         path = env.get(var)
         if path and Path(path).is_file():
-            return parse_hosts(Path(path).read_text(errors="replace").splitlines())
+            return parse_hosts(rundir.read_text(Path(path), what=var).splitlines())
     return []
 
 

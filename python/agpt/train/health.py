@@ -129,7 +129,7 @@ class Health:
         if path is None or not path.is_file():
             return None
         try:
-            data = json.loads(path.read_text())
+            data = rundir.read_record(path)
         except (OSError, ValueError) as exc:
             raise ConfigError(f"{path}: unreadable skip list ({exc})") from None
         if not isinstance(data, dict):

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from agpt import rundir
 from agpt.digest import file_sha256
 
 FORMAT = "agpt-ckpt-meta-1"
@@ -58,7 +59,7 @@ def data_record(data_path: str) -> dict[str, Any] | None:
         "tokenizer": None,
     }
     try:
-        manifest = json.loads(manifest_path.read_text())
+        manifest = rundir.read_record(manifest_path)
         rec["manifest_sha256"] = file_sha256(manifest_path)
     except (OSError, ValueError):
         return rec
@@ -105,7 +106,7 @@ def write(step_path: Path, meta: dict[str, Any], *, step: int, world_size: int) 
 def read(step_path: Path) -> dict[str, Any] | None:
     """meta.json of a step directory, or None when absent (checkpoints older than the record)."""
     try:
-        data = json.loads((step_path / META).read_text())
+        data = rundir.read_record(step_path / META)
     except FileNotFoundError:
         return None
     except (OSError, ValueError):

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from agpt import rundir
 from agpt.errors import ConfigError, DataError
 from agpt.train import data as tdata
 
@@ -91,7 +92,7 @@ class Staged:
         ]
         if path.is_file():
             try:
-                pinned = json.loads(path.read_text())["stages"]
+                pinned = rundir.read_record(path)["stages"]
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 raise DataError(f"{path}: unreadable stage pins ({exc})") from None
             for i, (old, new) in enumerate(zip(pinned, mine, strict=False)):
