@@ -414,11 +414,16 @@ def _disk_full(exc: BaseException) -> bool:
     return False
 
 
-def load(path: Path, sd: dict[str, Any], group: Any, meta: Metadata | None = None) -> None:
+def load(
+    path: Path, sd: dict[str, Any], group: Any, meta: Metadata | None = None, *, coop: bool = False
+) -> None:
     """Load in place into `sd` (resharding as needed); META from verified_metadata, which checked every pinned
-    file's digest first."""
+    file's digest first.  COOP (checkpoint.coop_load): an item several ranks need is read by one and broadcast."""
+    from agpt.train.coopload import CoopReader
+
+    reader = CoopReader(path, group) if coop else FileSystemReader(path)
     try:
-        dcp.load(sd, storage_reader=FileSystemReader(path), process_group=group)
+        dcp.load(sd, storage_reader=reader, process_group=group)
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException as exc:  # DCP's CheckpointException is a BaseException

@@ -286,6 +286,9 @@ class CheckpointConfig:
     local_interval_s: float = 0.0  # also a local save once this many seconds passed since the last one
     local_keep: int = 2  # complete local steps kept (1 or 2)
     local_dir: str = ""  # node-local base folder; "": $SITE_LOCAL_CKPT_DIR, else /dev/shm
+    # A stored item several ranks need (replicated state, a reshard's shared chunks) read by one rank and broadcast
+    # (train/coopload.py): fewer bytes from the filesystem, a collective instead (tests/bench/bench_coopload.py).
+    coop_load: bool = False
 
     @property
     def local(self) -> bool:

@@ -237,7 +237,7 @@ class Trainer:
                 except CheckpointError as exc:
                     raise ModelMismatch(str(exc)) from None
                 ck.check_files(path, meta)
-                ck.load(path, sd, self.ckpt.group, meta)
+                ck.load(path, sd, self.ckpt.group, meta, coop=self.cfg.checkpoint.coop_load)
             except ModelMismatch:
                 raise
             except CheckpointError as exc:
