@@ -9,6 +9,7 @@ faults injected with AGPT_FAULT_BITFLIP (tests only: refused without AGPT_TEST_F
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -22,7 +23,7 @@ from agpt.failover.classify import classify
 from agpt.train import faults
 from conftest import ROOT
 from failover_util import plan_cli
-from train_util import run_nodes, step_lines
+from train_util import losses, run_nodes, step_lines
 
 ARGS = ("--steps", "12", "--ckpt-interval", "2", "--set", "train.global_batch=6", "--set", "train.on_nonfinite=rollback",
         "--set", "train.spike={factor: 3, window: 2}", "--set", "heartbeat.enabled=false")  # fmt: skip
@@ -152,3 +153,36 @@ def test_bench_sdc_runs_and_prints_the_overhead_as_a_ratio_of_step_time() -> Non
     assert out.returncode == 0, out.stdout + out.stderr
     assert "overhead at K=100" in out.stdout and "ratio" in out.stdout
     assert "2 canary checks on 3 ranks with nothing injected: 0 named a rank" in out.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not os.environ.get("AGPT_TEST_SDC_FINAL"), reason="one-off (docs/recovery.md): AGPT_TEST_SDC_FINAL=1"
+)
+def test_after_the_eviction_the_run_ends_near_an_unfaulted_one(tmp_path: Path) -> None:
+    """40 steps: the faults of attempt 1 (a NaN, a bad batch, a flip named on n2), then the plan's hosts to the end;
+    the mean loss of the last 10 steps against an unfaulted run's, printed for the docs."""
+    args = [a if a != "12" else "40" for a in ARGS]
+    ref = run_nodes(["n1", "n2", "n3"], tmp_path / "ref", *args, "--set", "train.canary_interval=0")
+    assert ref.returncode == 0, ref.stdout + ref.stderr
+    run = tmp_path / "run"
+    first = run_nodes(["n1", "n2", "n3"], run, *args, "--set", "train.canary_interval=10", env=FIRST)
+    assert first.returncode == 1 and "sdc: n2 rank 1" in first.stdout, first.stdout + first.stderr
+    (run / "hosts").mkdir()
+    (run / "hosts/active").write_text("n1\nn2\nn3\n")
+    (run / "hosts/spare").write_text("n4\n")
+    (run / "attempts").mkdir()
+    (run / "attempts/j.1.log").write_text(first.stdout + first.stderr)
+    out = plan_cli(run, "--jobid", "j", "--attempt", "1", "--rc", "1", "--started", "10", "--ended", "20",
+                   "--apply", "--backoff", "0", "--log", str(run / "attempts/j.1.log"))  # fmt: skip
+    assert out.returncode == 0 and json.loads(out.stdout)["swap_out"] == ["n2"], out.stdout + out.stderr
+    second = run_nodes(
+        (run / "hosts/active").read_text().split(), run, *args, "--set", "train.canary_interval=10"
+    )
+    assert second.returncode == 0, second.stdout + second.stderr
+    got, want = losses(second.stdout), losses(ref.stdout)
+    a, b = (sum(x[s] for s in range(31, 41)) / 10 for x in (got, want))
+    print(
+        f"mean loss of steps 31-40: faulted and evicted {a:.6f}, unfaulted {b:.6f}, relative {abs(a - b) / b:.2e}"
+    )
+    assert abs(a - b) / b < 0.05
