@@ -326,11 +326,12 @@ env_venv() {
 #   none    nothing
 # SITE_STAGE_OPTS are extra words for the command.  When staging fails, the job keeps the shared-filesystem venv.
 # Globals read: AGPT_VENV, SITE_LOCAL_DIR, ENV_STAGE/SITE_STAGE, SITE_STAGE_OPTS, ENV_YEET_FLAGS; written (on
-#   success): AGPT_VENV, AGPT_PYTHON, VIRTUAL_ENV, PATH (activate), AGPT_STAGED (the method that ran)
+#   success): AGPT_VENV, AGPT_PYTHON, VIRTUAL_ENV, PATH (activate), AGPT_STAGED (the method that ran); and
+#   AGPT_STAGE_S (the seconds it took, also when it failed)
 # Returns: 0; 2 on an unknown method
 env_stage() {
   local -
-  local how="${ENV_STAGE:-${SITE_STAGE:-none}}" dest
+  local how="${ENV_STAGE:-${SITE_STAGE:-none}}" dest t0
   local -a opts=()
   case "$how" in
     none) return 0 ;;
@@ -344,10 +345,13 @@ env_stage() {
   if declare -p SITE_STAGE_OPTS >/dev/null 2>&1; then
     opts=("${SITE_STAGE_OPTS[@]}")
   fi
+  t0="$(date +%s.%N)"
   dest="$("_env_stage_$how" "${opts[@]}")" || {
+    _env_stage_took "$t0"
     _env_say "staging failed; using $AGPT_VENV from the shared filesystem (SITE_STAGE=$how)"
     return 0
   }
+  _env_stage_took "$t0"
   set +u
   # shellcheck source=/dev/null
   source "$dest/bin/activate"
@@ -355,6 +359,13 @@ env_stage() {
   AGPT_PYTHON="$dest/bin/python"
   AGPT_STAGED="$how"
   export AGPT_VENV AGPT_PYTHON AGPT_STAGED
+}
+
+# Usage: _env_stage_took T0 : exports AGPT_STAGE_S, the seconds since T0 (the trainer's clock event records it:
+# the cold start's staging stage, `agpt failover report`).
+_env_stage_took() {
+  AGPT_STAGE_S="$(awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')"
+  export AGPT_STAGE_S
 }
 
 # Each prints the staged venv's path on success.

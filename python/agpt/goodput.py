@@ -308,8 +308,10 @@ def cold_starts(attempts: list[Any], events: list[dict[str, Any]]) -> list[dict[
         stages = {k: v for k, v in _stages(a.started, marks).items() if k not in ("detection", "teardown")}
         stages.pop("relaunch", None)
         first = marks["first_step"]
+        staging = _num(c.get("staging_s"))  # lib/env.sh env_stage, before the loop: not in total_s
         out.append({"attempt": f"{a.jobid}.{a.attempt}", "tier": c.get("tier"), "stages": stages,
-                    "total_s": round(first - a.started, 1) if first is not None else None})  # fmt: skip
+                    "total_s": round(first - a.started, 1) if first is not None else None,
+                    "staging_s": round(staging, 1) if staging is not None else None})  # fmt: skip
     return out
 
 
@@ -375,5 +377,6 @@ def render_figures(g: dict[str, Any]) -> list[str]:
             {"stages": m, "total_s": m["total"], "since": since.pop() if len(since) == 1 else "last sign"}))  # fmt: skip
     for r in g.get("cold_start") or []:
         first = f"; first step {r['total_s']} s after the launch" if r.get("total_s") is not None else ""
-        lines.append(f"cold start of {r['attempt']}: " + _clock_line({**r, "total_s": None}) + first)
+        staged = f"staging {r['staging_s']} s before the loop, then " if r.get("staging_s") is not None else ""
+        lines.append(f"cold start of {r['attempt']}: {staged}" + _clock_line({**r, "total_s": None}) + first)
     return lines

@@ -139,9 +139,11 @@ SH
     AGPT_VENV="$BATS_TEST_TMPDIR/shared/agpt-x"
     export AGPT_TEST_STAGED=staged
     env_stage
-    echo "venv=$AGPT_VENV active=$VIRTUAL_ENV"'
+    echo "venv=$AGPT_VENV active=$VIRTUAL_ENV"
+    echo "took=$AGPT_STAGE_S"'
   assert_success
   assert_line "venv=$BATS_TEST_TMPDIR/local/agpt-x active=staged"
+  assert_line --regexp "^took=[0-9]+\.[0-9]$"  # the cold start's staging stage (the trainer's clock records it)
   run cat "$BATS_TEST_TMPDIR/trace"
   assert_output "agpt yeet $BATS_TEST_TMPDIR/shared/agpt-x --dest $BATS_TEST_TMPDIR/local/agpt-x rank=0"
 }

@@ -40,7 +40,12 @@ def test_each_jobs_first_attempt_shows_its_cold_start_and_a_recovery_splits_its_
     (run / "attempts").mkdir(parents=True)
     events = [
         attempt("7", 1, 137, "node", 0, 100, last_progress=95.0, detected=96.0),
-        clock("7", 1, None, started=0.5, imported=3.0, pg_init=4.0, built=9.0, loaded=9.0, first_step=10.0),
+        {
+            **clock(
+                "7", 1, None, started=0.5, imported=3.0, pg_init=4.0, built=9.0, loaded=9.0, first_step=10.0
+            ),
+            "staging_s": 3.2,
+        },  # lib/env.sh env_stage's AGPT_STAGE_S
         clock(
             "7",
             2,
@@ -68,7 +73,7 @@ def test_each_jobs_first_attempt_shows_its_cold_start_and_a_recovery_splits_its_
     assert "imports" not in cold["8.1"]["stages"] and cold["8.1"]["stages"]["model build"] == 8.5
     assert list(g["recovery"][0]["stages"])[3:6] == ["process start", "imports", "process group"]
     text = report(run)
-    assert ("cold start of 7.1: process start 0.5 s, imports 2.5 s, process group 1.0 s, model build 5.0 s, "
+    assert ("cold start of 7.1: staging 3.2 s before the loop, then process start 0.5 s, imports 2.5 s, process group 1.0 s, model build 5.0 s, "
             "state restore 0.0 s, first step 1.0 s; first step 10.0 s after the launch") in text  # fmt: skip
     assert (
         "cold start of 8.1: process start 0.5 s, model build 8.5 s, state restore 3.0 s (global tier)" in text

@@ -11,6 +11,7 @@ first step.  Standard library only.
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from pathlib import Path
@@ -61,6 +62,12 @@ def record(run_dir: Path, marks: dict[str, float], step: int, **fields: Any) -> 
         "step": step,
         **fields,
     }
+    try:  # lib/env.sh env_stage: the venv brought to every node before the loop began (a record never fails)
+        staged = float(os.environ.get("AGPT_STAGE_S") or "nan")
+    except ValueError:
+        staged = math.nan
+    if 0 <= staged <= numeric.MAX_SECONDS:
+        rec["staging_s"] = staged
     if os.environ.get("AGPT_WARM_STARTED"):
         rec["warm"] = True  # a parked process took this rank (agpt.warm): imports were paid before the launch
     try:
