@@ -128,3 +128,28 @@ echo "pid=[$_failover_warm_pid] argv=[${{argv[*]}}]"
     r = subprocess.run(["bash", "-c", script], env=agpt_env(), capture_output=True, text=True)
     assert "warm ranks off: ranks run in an image (SITE_CONTAINER=apptainer)" in r.stderr
     assert r.stdout == "pid=[] argv=[srun agpt train]\n"  # {warm} dropped: the normal launch
+
+
+def test_an_agent_whose_parked_processes_cannot_import_gives_the_slot_up_and_says_why(tmp_path: Path) -> None:
+    # The system interpreter has no torch: each parked process dies importing it, before it is ready.
+    if not Path("/usr/bin/python3").exists():
+        pytest.skip("no system interpreter here")
+    env = agpt_env({"AGPT_RUN_DIR": str(tmp_path), "AGPT_HEARTBEAT_HOST": "wh3", "PYTHONNOUSERSITE": "1"})
+    probe = subprocess.run(["/usr/bin/python3", "-c", "import torch"], env=env, capture_output=True)
+    if probe.returncode == 0:
+        pytest.skip("the system interpreter has torch")
+    agent = subprocess.Popen(["/usr/bin/python3", "-m", "agpt.warm", "serve", "--slots", "1", "--", "agpt", "train",
+                              "--config", str(TINY)], env=env, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    lines: list[str] = []
+    try:
+        assert agent.stderr is not None
+        for line in agent.stderr:
+            lines.append(line)
+            if "no warm rank in this slot" in line:
+                break
+    finally:
+        agent.terminate()
+        agent.wait(timeout=60)
+    assert any("slot 0 on wh3: the parked process exited 3 times before it was ready" in x for x in lines), (
+        lines
+    )
