@@ -118,7 +118,7 @@ def plot_run(run_dir: Path, out: Path, *, title: str | None = None) -> Path:
         fig, ax = plt.subplots(figsize=(10, 5), dpi=110)
     loss_panel(ax, curve)
     nodes_panel(ax, curve)
-    ax.set_title(title or f"{run_dir.name}: loss, failures and recoveries")
+    ax.set_title(shown.text(title or f"{run_dir.name}: loss, failures and recoveries"))
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp.png")

@@ -18,14 +18,24 @@ from typing import Any
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def _escape(m: re.Match[str]) -> str:
     c = ord(m.group())
     return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
 
 
-def terminal(text: object) -> str:
-    """TEXT as one line that is safe on a terminal: every control character escaped."""
-    return _CONTROL.sub(_escape, str(text))
+def text(value: object) -> str:
+    """VALUE as text that can be encoded: a path's bytes that are not UTF-8 (Python's lone surrogates, from a run
+    directory whose name is not UTF-8) shown as U+FFFD instead of failing where the text is written or drawn."""
+    s = str(value)
+    return s.encode("utf-8", "surrogateescape").decode("utf-8", "replace") if _SURROGATE.search(s) else s
+
+
+def terminal(value: object) -> str:
+    """VALUE as one line that is safe on a terminal: every control character escaped, no lone surrogate."""
+    return _CONTROL.sub(_escape, text(value))
 
 
 def lines(text: str) -> str:

@@ -367,3 +367,12 @@ def test_text_drawn_in_a_figure_is_never_parsed_as_mathematics(rd: Path, tmp_pat
                                                "tasks": {MATH: {"acc_norm": 0.3, "chance": 0.25}}}) + "\n")  # fmt: skip
     no_traceback(agpt("plot", str(rd), "-o", str(tmp_path / "p.png"), "--title", MATH), 0)
     no_traceback(agpt("report", str(rd), "--html", str(tmp_path / "r.html")), 0)
+
+
+def test_a_run_directory_whose_name_is_not_utf8_is_shown_and_drawn(rd: Path, tmp_path: Path) -> None:
+    odd = Path(os.fsdecode(bytes(tmp_path) + b"/run\xff\xfe"))
+    rd.rename(odd)
+    for argv in (["monitor", str(odd), "--once"], ["failover", "report", str(odd)], ["chain", "status", str(odd)],
+                 ["plot", str(odd), "-o", str(tmp_path / "p.png")],
+                 ["report", str(odd), "--html", str(tmp_path / "r.html")]):  # fmt: skip
+        no_traceback(agpt(*argv), 0)

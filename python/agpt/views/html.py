@@ -230,7 +230,7 @@ def page(run_dir: Path) -> str:
 
 def write(run_dir: Path, out: Path) -> Path:
     """Write the page (via a temporary name); BadInput when RUN_DIR is not a run directory."""
-    text = page(Path(run_dir))
+    text = shown.text(page(Path(run_dir)))  # a run directory's name need not be UTF-8
     tmp = out.with_name(f".{out.name}.tmp")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
