@@ -377,6 +377,8 @@ def render_figures(g: dict[str, Any]) -> list[str]:
             {"stages": m, "total_s": m["total"], "since": since.pop() if len(since) == 1 else "last sign"}))  # fmt: skip
     for r in g.get("cold_start") or []:
         first = f"; first step {r['total_s']} s after the launch" if r.get("total_s") is not None else ""
-        staged = f"staging {r['staging_s']} s before the loop, then " if r.get("staging_s") is not None else ""
+        staged = (
+            f"staging {r['staging_s']} s before the loop, then " if r.get("staging_s") is not None else ""
+        )
         lines.append(f"cold start of {r['attempt']}: {staged}" + _clock_line({**r, "total_s": None}) + first)
     return lines
