@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import collections
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -35,10 +35,27 @@ from agpt.errors import ConfigError
 from agpt.nodelocal import host_name
 from agpt.train import data as tdata
 from agpt.train import faults
+from agpt.train.config import Config
 from agpt.train.entry import SilentCorruption
+from agpt.train.health import Health
 
-if TYPE_CHECKING:
-    from agpt.train.trainer import Trainer
+
+class Trainer(Protocol):
+    """What the guard reads and runs of agpt.train.trainer.Trainer (which imports this module, not the reverse)."""
+
+    cfg: Config
+    rank: int
+    world: int
+    device: torch.device
+    step: int
+    source: tdata.Source
+    faults: faults.Faults
+    health: Health
+    model: torch.nn.Module
+    optim: torch.optim.Optimizer
+
+    def _forward_backward(self) -> tuple[torch.Tensor, float]: ...
+
 
 LINE = "sdc: {host} rank {rank}: {what}"  # the evidence line (pattern app.sdc reads it)
 
