@@ -72,11 +72,14 @@ def make_private(path: Path) -> Path:
     is when it is our own real directory (tightened to 0700 if it was left open); a link, a file or another user's
     folder raise NodeLocalError."""
     if path.parent.name == f"agpt-{os.getuid()}":
-        _private(path.parent)
-    return _private(path)
+        private_dir(path.parent)
+    return private_dir(path)
 
 
-def _private(path: Path) -> Path:
+def private_dir(path: Path) -> Path:
+    """PATH made (0700) or taken as it is when it is our own real directory, never entered through a link: a
+    folder inside a node-local folder (the local tier's step-N) is checked the same way before anything is
+    written into it.  A link, a file or another user's folder raise NodeLocalError."""
     try:
         os.mkdir(path, PRIVATE)
     except FileExistsError:

@@ -29,7 +29,7 @@ import sys
 import zlib
 from pathlib import Path
 
-from agpt import numeric
+from agpt import numeric, safewrite
 from agpt.errors import (
     EXIT_FAILURE,
     EXIT_IDLE,
@@ -75,6 +75,29 @@ PROGRESS = "progress"  # `step=N time=EPOCH`, rewritten at each logged step
 HEALTH = "health.jsonl"  # rollbacks, frozen groups, data stages
 PROM = "metrics.prom"  # Prometheus text format, rewritten atomically (agpt.observe.prom)
 TB = "tb"  # TensorBoard event files (agpt.observe.tb)
+# The run directory's own records (docs/contract.md "Run directory"): an output flag naming one of these, or a
+# file under one of these folders, is refused (refuse_own_file), so a view never replaces what it is drawn from.
+# ("eval.jsonl", "skips.json", "stages.json": homes in agpt.evals.records, agpt.train.health, agpt.train.stages;
+# test_safewrite holds them equal.)
+OWN_FILES = (*RUN_FILES, METRICS, PROGRESS, HEALTH, PROM, "eval.jsonl", "skips.json", "stages.json")
+OWN_DIRS = ("hosts", ATTEMPTS, "heartbeat", CKPT, TB, "eval", "exports", "wandb")
+
+
+def refuse_own_file(out: Path | str, run_dir: Path | str, flag: str) -> None:
+    """BadInput (exit 2, naming FLAG and the file) when OUT is one of RUN_DIR's own records or under one of its
+    record folders, by its path or by where it resolves to: `agpt report RUN --html RUN/events.jsonl` and
+    `agpt plot RUN -o RUN/metrics.jsonl` would replace the run's records with a view of them."""
+    base = Path(run_dir).resolve()
+    for cand in (Path(os.path.abspath(out)), Path(out).resolve()):
+        try:
+            rel = cand.relative_to(base)
+        except ValueError:
+            continue
+        if rel.as_posix() in OWN_FILES or (len(rel.parts) > 1 and rel.parts[0] in OWN_DIRS):
+            raise BadInput(
+                f"{flag} {out}: is the run directory's own {rel.as_posix()}; refusing to replace it "
+                "(write the output outside the run's records)"
+            )
 
 
 class RunDir:
@@ -448,45 +471,35 @@ def _finite(obj: Any) -> Any:
 def append_line(path: Path, text: str, *, fsync: bool = True) -> None:
     """Append `text` (one or more whole lines) with one O_APPEND write, starting on a fresh line: when the file
     does not end in a newline (a writer killed mid-line), a newline goes first, so the record is never glued
-    onto the torn line.  An exclusive flock makes the check and the write one step between our own writers."""
+    onto the torn line.  An exclusive flock makes the check and the write one step between our own writers.
+    Never through a link, only to a regular file (agpt.safewrite.append); a failure is WriteError (one line)."""
     if not text:
         return
     if not text.endswith("\n"):
         text += "\n"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        with contextlib.suppress(OSError):
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        size = os.fstat(fd).st_size
-        if size > 0:
-            rfd = os.open(path, os.O_RDONLY)
-            try:
-                last = os.pread(rfd, 1, size - 1)
-            finally:
-                os.close(rfd)
-            if last != b"\n":
-                text = "\n" + text
-        os.write(fd, text.encode("utf-8", errors="replace"))
-        if fsync:
-            with contextlib.suppress(OSError):
-                os.fsync(fd)
-    finally:
-        os.close(fd)  # closing drops the flock
+    safewrite.append(path, text, sync=fsync)
+
+
+def jsonl_line(obj: dict[str, Any]) -> str:
+    """One record as one line of a JSON-lines file; non-finite numbers are written as null."""
+    import json
+
+    return json.dumps(_finite(obj), allow_nan=False) + "\n"
 
 
 def append_jsonl(path: Path, obj: dict[str, Any]) -> None:
     """One record as one line (see append_line); non-finite numbers are written as null."""
-    import json
-
-    append_line(path, json.dumps(_finite(obj), allow_nan=False) + "\n")
+    append_line(path, jsonl_line(obj))
 
 
 @contextlib.contextmanager
 def locked(path: Path) -> Iterator[None]:
     """An exclusive flock on `path` (created when missing) for a read-modify-write of files beside it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise safewrite.error(path, exc) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

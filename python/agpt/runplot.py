@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agpt import rundir, shown
+from agpt import rundir, safewrite, shown
 from agpt.errors import BadInput
 from agpt.evals import records
 from agpt.train import health as thealth
@@ -120,11 +120,10 @@ def plot_run(run_dir: Path, out: Path, *, title: str | None = None) -> Path:
     nodes_panel(ax, curve)
     ax.set_title(shown.text(title or f"{run_dir.name}: loss, failures and recoveries"))
     fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp.png")
-    fig.savefig(tmp)
-    plt.close(fig)
-    tmp.replace(out)
+    try:  # one way to write a file (agpt.safewrite): a temporary name of its own, never through a link
+        safewrite.replace_with(out, lambda f: fig.savefig(f, format="png"))
+    finally:
+        plt.close(fig)
     return out
 
 

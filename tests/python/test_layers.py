@@ -40,7 +40,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                                           "agpt.hostlist", "agpt.jobconf", "agpt.yamlio", "agpt.progress",
                                           "agpt.nodelocal", "agpt.localtier",
                                           "agpt.evals.records", "agpt.evals.alarm", "agpt.evals.due")),
-    ("base", ("agpt.errors", "agpt.numeric", "agpt.shellword", "agpt.proc", "agpt.textfile", "agpt")),
+    ("base", ("agpt.errors", "agpt.numeric", "agpt.shellword", "agpt.proc", "agpt.textfile", "agpt.safewrite",
+              "agpt")),
 ]  # fmt: skip
 
 # The recovery path: these, and every module they import (standard library only, docs/contract.md).

@@ -138,14 +138,15 @@ def test_a_shard_of_another_layout_or_job_is_never_loaded(tmp_path: Path) -> Non
 @pytest.mark.parametrize(
     ("case", "hosts", "per_node"),
     [("missing", ["nA", "nB"], 1), ("not writable", ["nA", "nB"], 1), ("full", ["nA", "nB"], 1),
-     ("one node", ["nA"], 2)],
+     ("one node", ["nA"], 2), ("step link", ["nA", "nB"], 1)],
 )  # fmt: skip
 def test_a_tier_that_cannot_work_is_off_with_one_warning_and_training_goes_on(
     tmp_path: Path, case: str, hosts: list[str], per_node: int
 ) -> None:
     env = _env(tmp_path)
     want = {"missing": f"off: nA: {tmp_path}/nope: missing", "not writable": "off: nA: /proc/agpt-",
-            "full": "off: a save failed: nA: ", "one node": "off: needs 2 nodes or more"}[case]  # fmt: skip
+            "full": "off: a save failed: nA: ", "one node": "off: needs 2 nodes or more",
+            "step link": "off: a save failed: nA: "}[case]  # fmt: skip
     if case == "missing":
         env["SITE_LOCAL_CKPT_DIR"] = str(tmp_path / "nope")
     elif case == "not writable":
@@ -153,6 +154,11 @@ def test_a_tier_that_cannot_work_is_off_with_one_warning_and_training_goes_on(
     elif case == "full":
         env["AGPT_TEST_LOCAL_FULL"] = "6:nA"
     run = tmp_path / "run"
+    planted = tmp_path / "elsewhere"
+    if case == "step link":  # issue 37: a step-N folder planted as a link was written into; now never entered
+        planted.mkdir()
+        node = nodelocal.make_private(folder(tmp_path / "shm", run, "nA"))
+        (node / "step-3").symlink_to(planted)
     r = run_nodes(hosts, run, "--steps", "9", "--ckpt-interval", "4", *LOCAL, env=env, per_node=per_node)
     assert r.returncode == 0, r.stdout + r.stderr
     warnings = [x for x in r.stderr.splitlines() if "local checkpoint tier" in x]
@@ -164,6 +170,8 @@ def test_a_tier_that_cannot_work_is_off_with_one_warning_and_training_goes_on(
         held = [p.name for p in folder(tmp_path / "shm", run, "nB").iterdir()]
         # 3 by the local interval, 4 with the global save (memory holds it too); 6 failed and was removed
         assert sorted(held) == ["step-3", "step-4"]
+    if case == "step link":
+        assert "step-3: is a symbolic link" in warnings[0] and list(planted.iterdir()) == []
     assert sorted(step_lines(r.stdout)) == list(range(1, 10))
     assert (run / "ckpt" / "step-8" / ".complete").is_file()
 

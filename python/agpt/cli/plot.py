@@ -18,5 +18,9 @@ def cli(run_dir: Path, output: Path | None, title: str | None) -> None:
 
     Example: agpt plot runs/demo -o demo.png
     """
+    from agpt import rundir
+
+    if output is not None:
+        rundir.refuse_own_file(output, run_dir, "-o")
     out = plot_run(run_dir, output or run_dir / "loss.png", title=title)
     click.echo(str(out))

@@ -10,11 +10,12 @@ never waits for any of it.  Standard library only (the chain runs it without the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
 
-from agpt import ckptdir, rundir
+from agpt import ckptdir, rundir, safewrite
 
 STATE = "eval/due.json"  # {"last": newest step counted, "count": checkpoints counted}
 
@@ -41,17 +42,26 @@ def mark(run_dir: Path, every: int) -> list[int]:
     with rundir.locked(path.with_name(".due.lock")):
         state = _load(run_dir)
         held: list[int] = []
+        holds: list[Path] = []
         for d in ckptdir.complete(run_dir / rundir.CKPT):
             if d.step <= state["last"]:
                 continue
             state["count"] += 1
             state["last"] = d.step
             if state["count"] % every == 0:
-                (d.path / rundir.EVAL_HOLD).touch()
                 held.append(d.step)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        tmp.write_text(json.dumps(state) + "\n")
-        os.replace(tmp, path)
+                holds.append(d.path / rundir.EVAL_HOLD)
+        # Held first, counted after (a kill between the two: the next call holds the same steps again); a hold
+        # or a count that cannot be written undoes this call's holds, so a full disk leaves the state as it was.
+        try:
+            for hold in holds:
+                safewrite.replace(hold, "")
+            safewrite.replace(path, json.dumps(state) + "\n")
+        except OSError:
+            for hold in holds:
+                with contextlib.suppress(OSError):
+                    os.unlink(hold)
+            raise
     return held
 
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from agpt import proc, rundir, shellword
+from agpt import proc, rundir, safewrite, shellword
 
 
 def run_each(
@@ -85,10 +85,9 @@ def run_hook(hosts: Sequence[str], hostfile: Path, command: str, *, timeout: flo
 
 def write_prefixed(log: Path, hosts: Sequence[str], outputs: dict[str, str], failed: dict[str, str]) -> None:
     """Every host's output in one file, each line `[host] ...`, then its failure reason."""
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "w") as f:
-        for h in hosts:
-            for line in outputs.get(h, "").splitlines():
-                f.write(f"[{h}] {line}\n")
-            if h in failed:
-                f.write(f"[{h}] {failed[h]}\n")
+    out: list[str] = []
+    for h in hosts:
+        out += [f"[{h}] {line}\n" for line in outputs.get(h, "").splitlines()]
+        if h in failed:
+            out.append(f"[{h}] {failed[h]}\n")
+    safewrite.replace(log, "".join(out))

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agpt import numeric, proc, rundir
+from agpt import numeric, proc, rundir, safewrite
 from agpt.errors import BadInput
 from agpt.failover.each import run_each, run_hook, write_prefixed
 
@@ -60,17 +60,6 @@ def read_hosts(path: Path) -> list[str]:
     return rundir.read_hostfile(path, missing_ok=True)
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Replace `path` in one step (temporary file in the same folder, fsync, rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}.{threading.get_ident()}")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def write_hosts(path: Path, hosts: Sequence[str]) -> None:
     """Replace a hosts/* list.  Every host passes the host-name rule and none is listed twice (whatever the caller
     read them from: an allocation, a flag, an event read back), so a list written is a list every reader takes."""
@@ -80,7 +69,7 @@ def write_hosts(path: Path, hosts: Sequence[str]) -> None:
         if h in seen:
             raise BadInput(f"{path}: {h} would be listed twice")
         seen.add(h)
-    write_atomic(path, "".join(f"{h}\n" for h in hosts))
+    safewrite.replace(path, "".join(f"{h}\n" for h in hosts))
 
 
 @dataclass(kw_only=True, slots=True)
@@ -132,12 +121,18 @@ def append_bad(
     path: Path, hosts: Iterable[str], *, jobid: str, evidence: str, now: float | None = None
 ) -> None:
     """Append `host<TAB>time<TAB>jobid<TAB>evidence|blind` lines (one write, O_APPEND)."""
+    rundir.append_line(path, bad_lines(path, hosts, jobid=jobid, evidence=evidence, now=now))
+
+
+def bad_lines(
+    path: Path, hosts: Iterable[str], *, jobid: str, evidence: str, now: float | None = None
+) -> str:
+    """The hosts/bad lines append_bad writes (every host passes the host-name rule, PATH names the file)."""
     when = time.time() if now is None else now
     hosts = [rundir.check_host(h, str(path)) for h in hosts]
     ev = BLIND if evidence == BLIND else _one_line(evidence)
     jid = "".join(str(jobid).split())  # a field of its own: no tab, no newline
-    text = "".join(f"{h}\t{when:.0f}\t{jid}\t{ev}\n" for h in hosts)
-    rundir.append_line(path, text)
+    return "".join(f"{h}\t{when:.0f}\t{jid}\t{ev}\n" for h in hosts)
 
 
 def proven_bad(records: Iterable[BadRecord]) -> set[str]:
@@ -318,6 +313,7 @@ def init_run_hosts(
 ) -> Split:
     """Write hosts/all, active, spare and ip for a new job; hosts/bad is read, never rewritten."""
     with rundir.locked(run_dir / rundir.HOSTS_LOCK):
+        settle(run_dir)  # a change the last job recorded but did not finish: its hosts/bad lines count here
         rh = RunHosts(run_dir=run_dir)
         split = split_hosts(
             hosts,
@@ -332,7 +328,7 @@ def init_run_hosts(
         write_hosts(rh.path("spare"), split.spare)
         write_hosts(rh.path("active"), split.active)
         pairs = resolve(split.active + split.spare, timeout=resolve_timeout) if resolve_timeout > 0 else []
-        write_atomic(rh.path("ip"), "".join(f"{ip} {h}\n" for ip, h in pairs))
+        safewrite.replace(rh.path("ip"), "".join(f"{ip} {h}\n" for ip, h in pairs))
         return split
 
 
@@ -341,6 +337,145 @@ class SwapResult:
     swap_out: list[str]
     swap_in: list[str]
     returned: list[str]
+
+
+@dataclass(kw_only=True, slots=True)
+class Change:
+    """A change of hosts/ worked out before anything is written (so it can be recorded first): the lists after
+    it (None: unchanged) and the hosts/bad lines it appends."""
+
+    active: list[str] | None = None
+    spare: list[str] | None = None
+    bad: str = ""
+    result: SwapResult = field(default_factory=lambda: SwapResult(swap_out=[], swap_in=[], returned=[]))
+
+    def as_record(self) -> dict[str, Any]:
+        return {"active": self.active, "spare": self.spare, "bad": self.bad}
+
+
+def commit(run_dir: Path, change: Change, *, once: bool = False) -> None:
+    """Write CHANGE (the lock held): hosts/spare first (a crash between the two writes then leaves a host in both
+    lists, never in neither), hosts/active, then the hosts/bad lines; ONCE: only those not there yet (a journal
+    completed after a crash that came after some of them)."""
+    rh = RunHosts(run_dir=run_dir)
+    if change.spare is not None:
+        write_hosts(rh.path("spare"), change.spare)
+    if change.active is not None:
+        write_hosts(rh.path("active"), change.active)
+    text = change.bad
+    if once and text:
+        have = set(rundir.read_lines(rh.path("bad")))
+        text = "".join(ln + "\n" for ln in text.splitlines() if ln not in have)
+    if text:
+        rundir.append_line(rh.path("bad"), text)
+
+
+# The journal of a change the failover loop records before it makes it (agpt.failover.plan): written before the
+# attempt's record, removed once the change is made; `settle` completes it when its record exists, drops it when
+# not, so a crash or a full disk at any step leaves the record and the host lists consistent.
+PENDING = "hosts/.pending"
+
+
+def journal(run_dir: Path, change: Change, *, jobid: str, attempt: int) -> None:
+    """Write the journal of CHANGE, the change attempt JOBID.ATTEMPT's record says (the lock held)."""
+    rec = {"format": "agpt-pending/1", "jobid": jobid, "attempt": attempt, **change.as_record()}
+    safewrite.replace(run_dir / PENDING, json.dumps(rec) + "\n")
+
+
+def unjournal(run_dir: Path) -> None:
+    try:
+        os.unlink(run_dir / PENDING)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise safewrite.error(run_dir / PENDING, exc) from None
+
+
+def settle(run_dir: Path) -> str:
+    """Complete or drop a journalled change (the lock held): what was done, "" when there was none.  Completed
+    when events.jsonl holds the attempt it belongs to (recorded, then cut short), dropped when not (the record
+    never came, so neither may the change)."""
+    path = run_dir / PENDING
+    try:
+        rec = rundir.parse_json_line(rundir.read_bytes(path).decode("utf-8", errors="replace"))
+    except FileNotFoundError:
+        return ""
+    except (OSError, ValueError, RecursionError) as exc:
+        unjournal(run_dir)
+        return f"{path}: unreadable ({exc.__class__.__name__}), dropped"
+    ok = isinstance(rec, dict) and isinstance(rec.get("bad"), str)
+    ok = ok and all(rec.get(k) is None or isinstance(rec.get(k), list) for k in ("active", "spare"))
+    ident = f"{rec.get('jobid')}.{rec.get('attempt')}" if isinstance(rec, dict) else "?"
+    recorded = ok and any(
+        e.get("event") == "attempt"
+        and str(e.get("jobid")) == str(rec.get("jobid"))
+        and e.get("attempt") == rec.get("attempt")
+        for e in rundir.read_jsonl(run_dir / rundir.EVENTS)
+    )
+    if not recorded:
+        unjournal(run_dir)
+        return f"dropped the host change of attempt {ident}: it was never recorded in {rundir.EVENTS}"
+    change = Change(active=rec["active"], spare=rec["spare"], bad=rec["bad"])
+    try:
+        commit(run_dir, change, once=True)
+    except BadInput as exc:  # a host name that fails the rule: the journal is data too
+        unjournal(run_dir)
+        return f"dropped the host change of attempt {ident}: {exc}"
+    unjournal(run_dir)
+    return f"completed the host change recorded for attempt {ident} (cut short before)"
+
+
+def settle_locked(run_dir: Path) -> str:
+    """settle() under hosts/.lock, and said on stderr when it did something."""
+    if not (run_dir / PENDING).exists() and not (run_dir / PENDING).is_symlink():
+        return ""
+    with rundir.locked(run_dir / rundir.HOSTS_LOCK):
+        done = settle(run_dir)
+    if done:
+        _say(done)
+    return done
+
+
+def swap_change(
+    run_dir: Path,
+    out: Sequence[str],
+    *,
+    swap_in: Sequence[str] | None = None,
+    returned: Sequence[str] = (),
+    blind: bool = False,
+    jobid: str = "",
+    evidence: str = "",
+    now: float | None = None,
+) -> Change:
+    """swap()'s change, worked out from the lists as they are (the lock held), nothing written."""
+    rh = RunHosts(run_dir=run_dir)
+    active = rh.active()
+    spare = [h for h in rh.spare() if h not in returned]
+    outs = [h for h in dict.fromkeys(out)]
+    missing = [h for h in outs if h not in active]
+    if missing:
+        raise BadInput(f"failover hosts swap: not active: {','.join(missing)}")
+    if swap_in is None:
+        ins = spare[: len(outs)]
+    else:
+        ins = list(swap_in)
+        twice = sorted({h for h in ins if ins.count(h) > 1})
+        if twice:
+            raise BadInput(f"failover hosts swap: --in names {','.join(twice)} more than once")
+        unknown = [h for h in ins if h not in spare and h not in returned]
+        if unknown:
+            raise BadInput(f"failover hosts swap: not a spare: {','.join(unknown)}")
+    if len(ins) < len(outs):
+        raise BadInput(f"failover hosts swap: {len(outs)} host(s) out but only {len(ins)} spare(s)")
+    ins = ins[: len(outs)]
+    repl = dict(zip(outs, ins, strict=True))
+    new_active = [repl.get(h, h) for h in active]
+    pool = spare + [h for h in returned if h not in active]
+    new_spare = [h for h in pool if h not in ins]
+    ev = BLIND if blind else (evidence or "named")
+    bad = bad_lines(rh.path("bad"), outs, jobid=jobid, evidence=ev, now=now) if outs else ""
+    result = SwapResult(swap_out=outs, swap_in=ins, returned=[h for h in returned if h not in active])
+    return Change(active=new_active, spare=new_spare, bad=bad, result=result)
 
 
 def swap(
@@ -361,38 +496,35 @@ def swap(
     the swap is a guess.  Raises BadInput when a host is not active or there are not enough spares.
     """
     with rundir.locked(run_dir / rundir.HOSTS_LOCK):
-        rh = RunHosts(run_dir=run_dir)
-        active = rh.active()
-        spare = [h for h in rh.spare() if h not in returned]
-        outs = [h for h in dict.fromkeys(out)]
-        missing = [h for h in outs if h not in active]
-        if missing:
-            raise BadInput(f"failover hosts swap: not active: {','.join(missing)}")
-        if swap_in is None:
-            ins = spare[: len(outs)]
-        else:
-            ins = list(swap_in)
-            twice = sorted({h for h in ins if ins.count(h) > 1})
-            if twice:
-                raise BadInput(f"failover hosts swap: --in names {','.join(twice)} more than once")
-            unknown = [h for h in ins if h not in spare and h not in returned]
-            if unknown:
-                raise BadInput(f"failover hosts swap: not a spare: {','.join(unknown)}")
-        if len(ins) < len(outs):
-            raise BadInput(f"failover hosts swap: {len(outs)} host(s) out but only {len(ins)} spare(s)")
-        ins = ins[: len(outs)]
-        repl = dict(zip(outs, ins, strict=True))
-        new_active = [repl.get(h, h) for h in active]
-        pool = spare + [h for h in returned if h not in active]
-        new_spare = [h for h in pool if h not in ins]
-        # Spare list first: a crash between the two writes then leaves a host in both lists, never in neither.
-        write_hosts(rh.path("spare"), new_spare)
-        write_hosts(rh.path("active"), new_active)
-        if outs:
-            append_bad(
-                rh.path("bad"), outs, jobid=jobid, evidence=BLIND if blind else (evidence or "named"), now=now
-            )
-        return SwapResult(swap_out=outs, swap_in=ins, returned=[h for h in returned if h not in active])
+        settle(run_dir)
+        ch = swap_change(run_dir, out, swap_in=swap_in, returned=returned, blind=blind, jobid=jobid,
+                         evidence=evidence, now=now)  # fmt: skip
+        commit(run_dir, ch)
+        return ch.result
+
+
+def shrink_change(
+    run_dir: Path,
+    out: Sequence[str],
+    active_after: Sequence[str],
+    *,
+    jobid: str = "",
+    evidence: str = "",
+    now: float | None = None,
+) -> Change:
+    """shrink()'s change, worked out from the lists as they are (the lock held), nothing written."""
+    rh = RunHosts(run_dir=run_dir)
+    active, spare = rh.active(), rh.spare()
+    outs = list(dict.fromkeys(out))
+    wrong = [h for h in active_after if h in outs or (h not in active and h not in spare)]
+    if wrong or len(set(active_after)) != len(active_after) or any(h not in active for h in outs):
+        raise BadInput(f"failover hosts shrink: {','.join(wrong) or ','.join(outs)}: out, twice, or unknown")
+    keep = set(active_after)
+    to_spare = [h for h in active if h not in keep and h not in outs]
+    bad = bad_lines(rh.path("bad"), outs, jobid=jobid, evidence=evidence or "named", now=now) if outs else ""
+    result = SwapResult(swap_out=outs, swap_in=[h for h in active_after if h in spare], returned=to_spare)
+    return Change(active=list(active_after), spare=[h for h in spare if h not in keep] + to_spare, bad=bad,
+                  result=result)  # fmt: skip
 
 
 def shrink(
@@ -408,21 +540,10 @@ def shrink(
     the hosts of `out` are appended to hosts/bad, and the active hosts neither kept nor out go to the end of
     hosts/spare.  BadInput when a host of `active_after` is neither active nor a spare, or is also out."""
     with rundir.locked(run_dir / rundir.HOSTS_LOCK):
-        rh = RunHosts(run_dir=run_dir)
-        active, spare = rh.active(), rh.spare()
-        outs = list(dict.fromkeys(out))
-        wrong = [h for h in active_after if h in outs or (h not in active and h not in spare)]
-        if wrong or len(set(active_after)) != len(active_after) or any(h not in active for h in outs):
-            raise BadInput(
-                f"failover hosts shrink: {','.join(wrong) or ','.join(outs)}: out, twice, or unknown"
-            )
-        keep = set(active_after)
-        to_spare = [h for h in active if h not in keep and h not in outs]
-        write_hosts(rh.path("spare"), [h for h in spare if h not in keep] + to_spare)  # first: see swap()
-        write_hosts(rh.path("active"), list(active_after))
-        if outs:
-            append_bad(rh.path("bad"), outs, jobid=jobid, evidence=evidence or "named", now=now)
-        return SwapResult(swap_out=outs, swap_in=[h for h in active_after if h in spare], returned=to_spare)
+        settle(run_dir)
+        ch = shrink_change(run_dir, out, active_after, jobid=jobid, evidence=evidence, now=now)
+        commit(run_dir, ch)
+        return ch.result
 
 
 def mark_bad(run_dir: Path, hosts: Sequence[str], *, jobid: str, evidence: str) -> None:
@@ -449,6 +570,7 @@ def preflight(
             raise BadInput(
                 f"FAILOVER_PREFLIGHT: the command must name the host to test as {{host}}: {command!r}"
             )
+        settle(run_dir)
         rh = RunHosts(run_dir=run_dir)
         active, spare_all = rh.active(), rh.spare()
         hosts = active + spare_all

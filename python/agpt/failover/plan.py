@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from agpt import ckptdir, numeric, rundir
+from agpt import ckptdir, numeric, rundir, safewrite
 from agpt.errors import EXIT_RESUBMIT, BadInput
 from agpt.failover import hosts as hostlib
 from agpt.failover import policy
@@ -201,7 +201,7 @@ def classify_attempt(
         data = fallback_classification(rc, now=now, deadline=deadline, note="classifier gave no answer")
     if out is not None:
         with contextlib.suppress(OSError):
-            hostlib.write_atomic(out, json.dumps(data) + "\n")
+            safewrite.replace(out, json.dumps(data) + "\n")
     return dict(data)
 
 
@@ -387,6 +387,8 @@ def run(args: argparse.Namespace, extra: Sequence[str] = (), prober: sweeplib.Pr
     now = time.time() if args.now is None else numeric.number(args.now, "--now", lo=0, hi=numeric.MAX_EPOCH)
     deadline = rundir.epoch(args.deadline, "--deadline")
     events_path = run_dir / rundir.EVENTS
+    if args.apply:  # a change the last plan recorded but did not finish is finished first (or dropped)
+        hostlib.settle_locked(run_dir)
     events = read_events(events_path)
     if args.attempt is None:
         args.attempt = next_attempt(run_dir, args.jobid, events)
@@ -414,13 +416,50 @@ def run(args: argparse.Namespace, extra: Sequence[str] = (), prober: sweeplib.Pr
     plan = decide(att, active=active, spare=spare, history=history, settings=settings, now=now,
                   deadline=deadline, layout=_layout(run_dir) if settings.shrink else None)  # fmt: skip
     if args.apply:
-        swapped = _act(run_dir, args.jobid, att, plan)
-        append_event(events_path, _attempt_event(args.jobid, att, record, swapped, plan, active))
-        if plan.shrink is not None:
-            append_event(events_path, _shrink_event(args.jobid, att, plan, now))
-        if plan.action == "stop":
-            append_event(events_path, _stop_event(args.jobid, args.attempt, plan, now))
+        _apply(run_dir, args.jobid, att, plan, record=record, active=active, now=now)
     return plan
+
+
+def _apply(
+    run_dir: Path, jobid: str, att: Attempt, plan: Plan, *, record: dict[str, Any], active: Sequence[str],
+    now: float,
+) -> None:  # fmt: skip
+    """Record, then change (docs/trust.md): under hosts/.lock, the change is worked out, journalled
+    (hosts/.pending), recorded (the attempt's events in one append), made, and the journal removed.  Cut short
+    at any step, the next plan (or `failover hosts`) completes a recorded change and drops an unrecorded one."""
+    with rundir.locked(run_dir / rundir.HOSTS_LOCK):
+        change = _change(run_dir, jobid, att, plan, now=now)
+        swapped: dict[str, Any] = {"out": [], "in": [], "blind": plan.blind, "returned": []}
+        r = change.result
+        if plan.shrink is not None:
+            swapped.update({"out": r.swap_out, "in": r.swap_in, "to_spare": r.returned})
+        elif plan.swap_out:
+            swapped.update({"out": r.swap_out, "in": r.swap_in, "returned": r.returned})
+        evs = [_attempt_event(jobid, att, record, swapped, plan, active)]
+        if plan.shrink is not None:
+            evs.append(_shrink_event(jobid, att, plan, now))
+        if plan.action == "stop":
+            evs.append(_stop_event(jobid, att.attempt, plan, now))
+        changes = change.active is not None or change.spare is not None or bool(change.bad)
+        if changes:
+            hostlib.journal(run_dir, change, jobid=jobid, attempt=att.attempt)
+        try:
+            rundir.append_line(run_dir / rundir.EVENTS, "".join(rundir.jsonl_line(e) for e in evs))
+        except BadInput:
+            if changes:  # nothing recorded, so nothing changes (a journal left behind is dropped next time)
+                with contextlib.suppress(OSError):
+                    hostlib.unjournal(run_dir)
+            raise
+        if not changes:
+            return
+        try:
+            hostlib.commit(run_dir, change)
+            hostlib.unjournal(run_dir)
+        except BadInput as exc:
+            raise BadInput(
+                f"{exc}; attempt {jobid}.{att.attempt} is recorded in {rundir.EVENTS} and the next "
+                "`agpt failover plan` completes its host change"
+            ) from None
 
 
 def _layout(run_dir: Path) -> shrinklib.Layout | str:
@@ -492,27 +531,22 @@ def _ended_attempt(
     return att, record
 
 
-def _act(run_dir: Path, jobid: str, att: Attempt, plan: Plan) -> dict[str, Any]:
-    """Do what the plan says to the host lists (the swap, the hosts proven bad); what was swapped."""
-    swapped: dict[str, Any] = {"out": [], "in": [], "blind": plan.blind, "returned": []}
+def _change(run_dir: Path, jobid: str, att: Attempt, plan: Plan, *, now: float) -> hostlib.Change:
+    """What the plan does to the host lists (the swap or shrink, the hosts proven bad), worked out with the lock
+    held and nothing written yet."""
     evidence = "; ".join(att.evidence[:2]) or att.cls
+    change = hostlib.Change()
     if plan.action == "relaunch" and plan.shrink is not None:
-        r = hostlib.shrink(run_dir, plan.swap_out, plan.shrink["hosts"], jobid=jobid, evidence=evidence)
-        swapped.update({"out": r.swap_out, "in": r.swap_in, "to_spare": r.returned})
+        change = hostlib.shrink_change(run_dir, plan.swap_out, plan.shrink["hosts"], jobid=jobid,
+                                       evidence=evidence, now=now)  # fmt: skip
     elif plan.action == "relaunch" and plan.swap_out:
-        r = hostlib.swap(
-            run_dir,
-            plan.swap_out,
-            swap_in=plan.swap_in,
-            returned=plan.returned,
-            blind=plan.blind,
-            jobid=jobid,
-            evidence=evidence,
-        )
-        swapped.update({"out": r.swap_out, "in": r.swap_in, "returned": r.returned})
+        change = hostlib.swap_change(run_dir, plan.swap_out, swap_in=plan.swap_in, returned=plan.returned,
+                                     blind=plan.blind, jobid=jobid, evidence=evidence, now=now)  # fmt: skip
     if plan.mark_bad:
-        hostlib.mark_bad(run_dir, plan.mark_bad, jobid=jobid, evidence=evidence)
-    return swapped
+        bad = hostlib.RunHosts(run_dir=run_dir).path("bad")
+        ev = evidence or "named"
+        change.bad += hostlib.bad_lines(bad, plan.mark_bad, jobid=jobid, evidence=ev, now=now)
+    return change
 
 
 def _attempt_event(

@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agpt import rundir
+from agpt import rundir, safewrite
 from agpt.errors import BadInput
 
 FORMAT = "agpt-layout/1"
@@ -95,10 +95,7 @@ class Layout:
 def write_layout(run_dir: Path, lay: Layout) -> Path:
     """RUN_DIR/layout.json, replaced in one step."""
     path = Path(run_dir) / rundir.LAYOUT
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(lay.as_record(), indent=1) + "\n")
-    tmp.replace(path)
+    safewrite.replace(path, json.dumps(lay.as_record(), indent=1) + "\n")
     return path
 
 

@@ -40,6 +40,7 @@ import shlex
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -49,7 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from agpt import rundir
+from agpt import rundir, safewrite
 from agpt.errors import BadInput
 from agpt.failover.hostmatch import HostMatcher
 
@@ -228,7 +229,7 @@ def _named_by_launcher(hosts: Sequence[str], output: str) -> dict[str, str]:
 
     with tempfile.TemporaryDirectory(prefix="agpt-sweep.") as tmp:
         log = Path(tmp) / "probe.log"
-        log.write_text(output)
+        safewrite.replace(log, output, sync=False)
         try:
             c = cl.classify(log, 1, list(hosts), pattern_sets=None)
         except Exception:  # the sweep's evidence must never depend on a scraper bug
@@ -482,7 +483,7 @@ class LaunchRunner:
     ) -> tuple[str, int, bool]:
         with tempfile.TemporaryDirectory(prefix="agpt-sweep.") as tmp:
             hostfile = Path(tmp) / "hosts"
-            hostfile.write_text("".join(f"{h}\n" for h in hosts))
+            safewrite.replace(hostfile, "".join(f"{h}\n" for h in hosts), sync=False)
             env = dict(os.environ, FAILOVER_HOSTFILE=str(hostfile), LAUNCH_PPN="1", **extra)
             env["PYTHONPATH"] = str(ROOT / "python") + (
                 os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
@@ -666,8 +667,9 @@ def for_attempt(
     else:
         result = sweep_hosts(active, settings, ident=ident, budget_s=budget)
     if result.log:
-        with contextlib.suppress(OSError):
-            log.parent.mkdir(parents=True, exist_ok=True)
-            log.write_text(result.log + "\n")
+        try:  # never through a link planted at the log's name (agpt.safewrite); a full disk is a note
+            safewrite.replace(log, result.log + "\n")
             result.log = f"{log.parent.name}/{log.name}"
+        except OSError as exc:
+            sys.stderr.write(f"failover: {exc}\n")
     return result

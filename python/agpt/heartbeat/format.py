@@ -9,11 +9,10 @@ Standard library only (the recovery path).
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
-from agpt import rundir
+from agpt import rundir, safewrite
 
 FORMAT = "agpt-heartbeat/1"
 
@@ -68,8 +67,6 @@ def parse_node(text: str) -> dict[str, Any]:
 
 def write_atomic(path: Path, text: str) -> None:
     """One create + one rename: readers see the old file or the new one, never half of one.  No fsync: a record
-    is replaced every few seconds, and a lost one is only an older picture."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    is replaced every few seconds, and a lost one is only an older picture.  (agpt.safewrite: never through a
+    link, a temporary name of its own.)"""
+    safewrite.replace(path, text, sync=False)

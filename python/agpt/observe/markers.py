@@ -9,12 +9,11 @@ kept in `tb/markers.json` and every marker is written once.  Standard library on
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agpt import goodput, rundir
+from agpt import goodput, rundir, safewrite
 
 STATE = "markers.json"  # under RUN_DIR/tb/: {"written": {key: step}}
 
@@ -86,6 +85,4 @@ def read_state(tb_dir: Path) -> dict[str, int]:
 
 
 def write_state(tb_dir: Path, written: dict[str, int]) -> None:
-    tmp = tb_dir / f".{STATE}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps({"written": written}, sort_keys=True))
-    os.replace(tmp, tb_dir / STATE)
+    safewrite.replace(tb_dir / STATE, json.dumps({"written": written}, sort_keys=True))

@@ -14,13 +14,12 @@ only grow.  Every sample carries `run="<run directory name>"`, so several runs c
 from __future__ import annotations
 
 import math
-import os
 import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from agpt import rundir
+from agpt import rundir, safewrite
 from agpt.errors import BadInput
 from agpt.observe import status as ostatus
 
@@ -126,13 +125,7 @@ def text(st: ostatus.Status) -> str:
 
 def write_atomic(path: Path, body: str) -> None:
     """Replace `path` in one rename (a collector never reads half a file); no fsync: it is rewritten often."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(body)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    safewrite.replace(path, body, sync=False)
 
 
 def update(run_dir: str | Path, *, recent: Iterable[dict[str, Any]] | None = None) -> Path:

@@ -36,7 +36,7 @@ from torch.distributed.checkpoint.metadata import Metadata, TensorStorageMetadat
 from torch.distributed.checkpoint.planner import SavePlan, SavePlanner
 from torch.futures import Future
 
-from agpt import ckptdir, rundir
+from agpt import ckptdir, rundir, safewrite
 from agpt.digest import file_sha256
 from agpt.errors import AgptError, CheckpointError
 from agpt.rundir import COMPLETE
@@ -118,12 +118,7 @@ def _fsync_dir(path: Path) -> None:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    safewrite.replace(path, text)  # the one way to write a file: never through a link, fsync, rename
     _fsync_dir(path.parent)
 
 

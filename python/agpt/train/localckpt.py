@@ -35,7 +35,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
-from agpt import localtier, nodelocal, rundir
+from agpt import localtier, nodelocal, rundir, safewrite
 from agpt.ckptdir import step_dir
 from agpt.train import ckpt_policy, faults
 from agpt.train.config import CheckpointConfig
@@ -238,18 +238,9 @@ def _read(path: Path) -> Buffer:
 
 
 def _write(path: Path, data: bytes | bytearray | memoryview) -> None:
-    """Write a file in the node folder (mode 0600, never through a link): a temporary name, then the real one."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(tmp)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+    """Write a file in the node folder (mode 0600, never through a link): a temporary name, then the real one
+    (agpt.safewrite; no fsync: the tier is memory)."""
+    safewrite.replace(path, data, mode=0o600, sync=False)
 
 
 class LocalTier:
@@ -401,8 +392,7 @@ class LocalTier:
         sha = sha256(buf)
         err = ""
         try:
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(d, nodelocal.PRIVATE)
+            nodelocal.private_dir(d)  # never entered through a link planted at step-N
             faults.local_write(step, d)
             _write(d / localtier.shard_name(self.rank), buf)
         except OSError as exc:

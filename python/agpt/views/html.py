@@ -9,13 +9,12 @@ trainer's metrics.jsonl; the curves reuse `agpt plot`'s loss panel, failures mar
 from __future__ import annotations
 
 import base64
-import contextlib
 import html
 import io
 from pathlib import Path
 from typing import Any
 
-from agpt import rundir, runplot, shown
+from agpt import rundir, runplot, safewrite, shown
 from agpt.errors import BadInput
 from agpt.failover import report as freport
 from agpt.observe import status as ostatus
@@ -230,14 +229,10 @@ def page(run_dir: Path) -> str:
 
 def write(run_dir: Path, out: Path) -> Path:
     """Write the page (via a temporary name); BadInput when RUN_DIR is not a run directory."""
+    rundir.refuse_own_file(out, run_dir, "--html")
     text = shown.text(page(Path(run_dir)))  # a run directory's name need not be UTF-8
-    tmp = out.with_name(f".{out.name}.tmp")
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(out)
-    except OSError as e:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
-        raise BadInput(f"--html {out}: cannot write ({e.strerror or e})") from None
+        safewrite.replace(out, text)
+    except safewrite.WriteError as e:
+        raise BadInput(f"--html {e}") from None
     return out

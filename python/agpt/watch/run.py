@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 
+from agpt import safewrite
 from agpt.errors import BadInput
 from agpt.watch.attempt import Attempt
 from agpt.watch.output import LogFile, Say
@@ -65,13 +66,10 @@ def _write_times(path: str | os.PathLike[str], attempt: Attempt, say: Say) -> No
     """TIMES as one JSON object, replaced whole; a failure is said, never fatal."""
     import json
 
-    tmp = f"{os.fspath(path)}.{os.getpid()}.tmp"
     try:
-        with open(tmp, "w") as f:
-            f.write(json.dumps(attempt.times()) + "\n")
-        os.replace(tmp, path)
+        safewrite.replace(os.fspath(path), json.dumps(attempt.times()) + "\n")
     except OSError as e:
-        say(f"--times: cannot write {os.fspath(path)} ({e.strerror})")
+        say(f"--times: {e}")
 
 
 def watch(

@@ -11,6 +11,7 @@ under the cached name.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import shutil
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, BinaryIO
 
+from agpt import safewrite
 from agpt.digest import file_sha256
 from agpt.errors import AgptError, BadInput
 from agpt.yeet import gnutar
@@ -189,12 +191,14 @@ def pack(
             raise BadInput(f"SRC {src}: cannot be staged safely: {exc}") from exc
         return _anonymous(info)
 
-    tmp = out.with_name(f"{out.name}.tmp.{os.getpid()}")
     t0 = time.monotonic()
     nfiles = 0
     bar = Bar(total, "yeet: pack", unit="B", scale=True)
-    try:
-        with bar, open(tmp, "wb") as raw:
+    hw = _HashingWriter(io.BytesIO())
+
+    def fill(raw: BinaryIO) -> None:  # into a temporary name of its own beside OUT (agpt.safewrite)
+        nonlocal hw, nfiles
+        with bar:
             hw = _HashingWriter(raw)
             cctx = zstandard.ZstdCompressor(level=level, threads=-1, write_checksum=True)
             with cctx.stream_writer(hw, closefd=False) as zw:  # type: ignore[arg-type]
@@ -211,16 +215,12 @@ def pack(
                                 raise BadInput(f"SRC {src}: cannot read {src / rel}: {exc.strerror}") from exc
                             nfiles += 1
                             bar.update(st.st_size if stat.S_ISREG(st.st_mode) else 0)
-            raw.flush()
-            os.fsync(raw.fileno())
         try:
             guard.finish()
         except UnsafeArchive as exc:
             raise BadInput(f"SRC {src}: cannot be staged safely: {exc}") from exc
-        os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+
+    safewrite.replace_with(out, fill)
     progress(f"yeet: packed {src} files={nfiles} bytes={hw.size} seconds={time.monotonic() - t0:.1f}")
     return hw.size, hw.hash.hexdigest(), guard.count
 
@@ -259,12 +259,10 @@ def _read_meta(path: Path) -> dict[str, object]:
 
 
 def _write_meta(path: Path, meta: dict[str, object]) -> None:
-    tmp = path.with_name(f"{path.name}.tmp.{os.getpid()}")
     try:
-        tmp.write_text(json.dumps(meta, sort_keys=True) + "\n")
-        os.replace(tmp, path)
+        safewrite.replace(path, json.dumps(meta, sort_keys=True) + "\n", sync=False)
     except OSError:
-        tmp.unlink(missing_ok=True)  # a read-only cache only costs a re-hash next time
+        pass  # a read-only cache only costs a re-hash next time
 
 
 def resolve_source(src: Path, *, progress: Progress = _quiet) -> Tarball:
