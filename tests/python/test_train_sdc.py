@@ -19,7 +19,6 @@ import numpy as np
 import pytest
 
 from agpt.errors import ConfigError
-from agpt.failover.classify import classify
 from agpt.train import faults
 from conftest import ROOT
 from failover_util import plan_cli
@@ -31,35 +30,47 @@ FIRST = {"AGPT_TEST_FAULTS": "1", "AGPT_FAULT_NAN_AT": "3", "AGPT_FAULT_RERUN_OO
          "AGPT_FAULT_SPIKE_AT": "5", "AGPT_FAULT_BITFLIP": "8:1:matmul"}  # fmt: skip
 
 
+def _plan(
+    run: Path, attempt: int, proc: subprocess.CompletedProcess[str]
+) -> tuple[list[str], dict[str, Any]]:
+    """`agpt failover plan --apply` on ATTEMPT's log, as lib/failover.sh runs it: the hosts it leaves, and its plan."""
+    log = run / f"attempts/j.{attempt}.log"
+    log.write_text(proc.stdout + proc.stderr)
+    out = plan_cli(run, "--jobid", "j", "--attempt", str(attempt), "--rc", str(proc.returncode), "--started", "10",
+                   "--ended", "20", "--apply", "--backoff", "0", "--log", str(log))  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    return (run / "hosts/active").read_text().split(), json.loads(out.stdout)
+
+
 @pytest.fixture(scope="module")
 def attempts(
     tmp_path_factory: pytest.TempPathFactory,
-) -> tuple[Path, list[subprocess.CompletedProcess[str]], Any]:
+) -> tuple[Path, list[subprocess.CompletedProcess[str]], list[dict[str, Any]]]:
     """Attempt 1 on n1-n3 (canary every step): a NaN whose rerun runs out of memory, a reproducible spike, then a
-    flip in rank 1's output matmul at step 8.  `agpt failover plan` reads its log as the loop does and swaps the named
-    host for the spare n4.  Attempt 2 on the hosts it leaves: resumes, and the canary (every 2 steps) finds a flip in
-    rank 1's canary forward after step 10."""
+    flip in rank 1's output matmul at step 8.  `agpt failover plan` reads each attempt's log as the loop does and
+    swaps the named host for a spare (n4, then n5).  Attempt 2 resumes on the hosts it leaves, and the canary (every
+    2 steps) finds a flip in rank 1's canary forward after step 10; attempt 3, a flip in rank 0's gradient shard at
+    step 9."""
     run = tmp_path_factory.mktemp("sdc")
-    first = run_nodes(["n1", "n2", "n3"], run, *ARGS, "--set", "train.canary_interval=1", env=FIRST)
     (run / "hosts").mkdir()
     (run / "hosts/active").write_text("n1\nn2\nn3\n")
-    (run / "hosts/spare").write_text("n4\n")
+    (run / "hosts/spare").write_text("n4\nn5\n")
     (run / "attempts").mkdir()
-    (run / "attempts/j.1.log").write_text(first.stdout + first.stderr)
-    out = plan_cli(run, "--jobid", "j", "--attempt", "1", "--rc", str(first.returncode), "--started", "10",
-                   "--ended", "20", "--apply", "--backoff", "0", "--log", str(run / "attempts/j.1.log"))  # fmt: skip
-    assert out.returncode == 0, out.stderr
-    hosts = (run / "hosts/active").read_text().split()
+    first = run_nodes(["n1", "n2", "n3"], run, *ARGS, "--set", "train.canary_interval=1", env=FIRST)
+    hosts, plan1 = _plan(run, 1, first)
     second = run_nodes(hosts, run, *ARGS, "--set", "train.canary_interval=2",
                        env={"AGPT_TEST_FAULTS": "1", "AGPT_FAULT_BITFLIP": "10:1:canary"})  # fmt: skip
-    return run, [first, second], json.loads(out.stdout)
+    hosts, plan2 = _plan(run, 2, second)
+    third = run_nodes(hosts, run, *ARGS, "--set", "train.canary_interval=0",
+                      env={"AGPT_TEST_FAULTS": "1", "AGPT_FAULT_BITFLIP": "9:0:grad"})  # fmt: skip
+    return run, [first, second, third], [plan1, plan2]
 
 
 @pytest.mark.slow
 def test_a_flip_is_named_with_its_host_and_the_loop_evicts_it_a_reproducible_spike_is_rolled_back(
-    attempts: tuple[Path, list[subprocess.CompletedProcess[str]], Any], tmp_path: Path
+    attempts: tuple[Path, list[subprocess.CompletedProcess[str]], list[dict[str, Any]]], tmp_path: Path
 ) -> None:
-    run, (first, second), plan = attempts
+    run, (first, second, third), (plan, plan2) = attempts
     out = first.stdout
     assert first.returncode == 1, out + first.stderr
     # The NaN at 3: its rerun fails (out of memory) and today's rollback runs, saying so.
@@ -76,10 +87,10 @@ def test_a_flip_is_named_with_its_host_and_the_loop_evicts_it_a_reproducible_spi
     assert "agpt: error: silent data corruption found by the rerun at step 8 on n2" in first.stderr
     records = [json.loads(x) for x in (run / "health.jsonl").read_text().splitlines()]
     assert [(r["event"], r.get("outcome") or r.get("detector")) for r in records if r["event"] in ("rerun", "sdc")] == [
-        ("rerun", "failed"), ("rerun", "reproduced"), ("sdc", "rerun"), ("sdc", "canary")]  # fmt: skip
+        ("rerun", "failed"), ("rerun", "reproduced"), ("sdc", "rerun"), ("sdc", "canary"), ("sdc", "rerun")]  # fmt: skip
     # The failover loop's plan reads the line as n2's node fault and swaps n2 for the spare n4.
     assert (plan["action"], plan["swap_out"]) == ("relaunch", ["n2"]), plan
-    assert (run / "hosts/active").read_text().split() == ["n1", "n4", "n3"]
+    assert plan["swap_in"] == ["n4"] and "n4" in second.stdout + second.stderr
     assert (run / "hosts/bad").read_text().split("\t")[3].startswith("sdc: n2 rank 1")
     # Attempt 2 on the spare resumes from the newest checkpoint (step 6) and the canary names n4 within K steps.
     out2 = second.stdout
@@ -88,9 +99,16 @@ def test_a_flip_is_named_with_its_host_and_the_loop_evicts_it_a_reproducible_spi
     assert sorted(step_lines(out2)) == [7, 8, 9]  # step 10 is not logged: its canary failed
     sdc2 = [ln for ln in out2.splitlines() if ln.startswith("sdc: ")]
     assert len(sdc2) == 1 and sdc2[0].startswith("sdc: n4 rank 1: the canary forward after step 10"), out2
-    log2 = tmp_path / "77.2.log"
-    log2.write_text(out2 + second.stderr)
-    assert classify(log2, 1, ["n1", "n4", "n3"]).bad_hosts == ["n4"]
+    assert (plan2["swap_out"], (run / "hosts/active").read_text().split()) == (["n4"], ["n1", "n5", "n3"])
+    # Attempt 3 on n1, n5, n3 resumes from step 8: a flip in rank 0's gradient shard at step 9 makes the gradient
+    # norm infinite; the rerun finds rank 0's shard alone changed (every local loss the same) and names n1.
+    assert third.returncode == 1, third.stdout + third.stderr
+    assert "(step 8," in third.stdout
+    sdc3 = [ln for ln in third.stdout.splitlines() if ln.startswith("sdc: ")]
+    assert len(sdc3) == 1 and sdc3[0].startswith("sdc: n1 rank 0: step 9 (nonfinite_grad) recomputed"), (
+        third.stdout
+    )
+    assert "gradient shard norm inf then" in sdc3[0]
 
 
 class _Source:
@@ -148,11 +166,11 @@ def test_the_number_fault_injector_is_refused_outside_tests() -> None:
 
 @pytest.mark.slow
 def test_bench_sdc_runs_and_prints_the_overhead_as_a_ratio_of_step_time() -> None:
-    out = subprocess.run([sys.executable, str(ROOT / "tests/bench/bench_sdc.py"), "--steps", "2", "--warmup", "1",
+    out = subprocess.run([sys.executable, str(ROOT / "tests/bench/bench_sdc.py"), "--ranks", "2", "--steps", "2", "--warmup", "1",
                           "--checks", "2"], capture_output=True, text=True, timeout=300)  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
     assert "overhead at K=100" in out.stdout and "ratio" in out.stdout
-    assert "2 canary checks on 3 ranks with nothing injected: 0 named a rank" in out.stdout
+    assert "2 canary checks on 2 ranks with nothing injected: 0 named a rank" in out.stdout
 
 
 @pytest.mark.slow
