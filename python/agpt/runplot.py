@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agpt import rundir, safewrite, shown
+from agpt import figure, rundir, safewrite, shown
 from agpt.errors import BadInput
 from agpt.evals import records
 from agpt.train import health as thealth
@@ -102,7 +102,7 @@ def swap_text(swapped: Any) -> str:
 
 def plot_run(run_dir: Path, out: Path, *, title: str | None = None) -> Path:
     """Write the PNG and return its path."""
-    plt = shown.pyplot()
+    plt = figure.pyplot()
 
     curve = read_run(run_dir)
     if not curve.loss:

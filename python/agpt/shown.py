@@ -4,14 +4,13 @@ A log line, a host name from a record, an attempt log's name are data: they may 
 characters that a terminal obeys (clear the screen, set the title, write the clipboard: OSC 52), or `$...$` that
 matplotlib would parse as mathematics (`$\\frac{$` ends the plot in a traceback).  Everything agpt prints for a
 person goes through `terminal` (each control character shown as an escape such as `\\x1b`, so the line keeps
-its meaning and does nothing), and every figure is drawn by the pyplot of `pyplot`, where no text is parsed as
-mathematics.  Standard library only (matplotlib is imported when a figure is drawn).
+its meaning and does nothing); every figure is drawn by `agpt.figure.pyplot`, where no text is parsed as
+mathematics.  Standard library only: the recovery path prints through it.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any
 
 # C0 controls (newline and tab included: a field is one line), DEL, C1 controls (a terminal reads 0x9b as CSI),
 # and the bidirectional overrides that reorder what is shown.
@@ -41,15 +40,3 @@ def terminal(value: object) -> str:
 def lines(text: str) -> str:
     """A block of lines (a report) safe on a terminal: each line cleaned, the newlines kept."""
     return "\n".join(terminal(line) for line in text.split("\n"))
-
-
-def pyplot() -> Any:
-    """matplotlib's pyplot, headless (Agg), with no text parsed as mathematics: a title, a class, a corpus name or a
-    job id with `$` in it is drawn as written."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    matplotlib.rcParams["text.parse_math"] = False
-    import matplotlib.pyplot as plt
-
-    return plt

@@ -376,3 +376,19 @@ def test_a_run_directory_whose_name_is_not_utf8_is_shown_and_drawn(rd: Path, tmp
                  ["plot", str(odd), "-o", str(tmp_path / "p.png")],
                  ["report", str(odd), "--html", str(tmp_path / "r.html")]):  # fmt: skip
         no_traceback(agpt(*argv), 0)
+
+
+@pytest.mark.parametrize("value", ["1e30", "1e400", "true", '"--1"', "4.5", "0"])
+def test_an_exports_config_of_the_wrong_shape_is_one_line_naming_the_key(tmp_path: Path, value: str) -> None:
+    from agpt.errors import AgptError
+    from agpt.evalexport import export
+
+    cfg = {"architectures": ["LlamaForCausalLM"], "vocab_size": 512, "hidden_size": 64, "num_hidden_layers": 2,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 172}  # fmt: skip
+    text = json.dumps(cfg)[:-1] + f', "max_position_embeddings": {value}}}'
+    (tmp_path / "config.json").write_text(text)
+    (tmp_path / "tokenizer.model").write_text("x")
+    with pytest.raises(
+        AgptError, match=r"config.json: (max_position_embeddings: |unreadable \(number out of range)"
+    ):
+        export.model_config(export.open_export(tmp_path))

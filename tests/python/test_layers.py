@@ -37,11 +37,12 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("subsystems", ("agpt.failover", "agpt.watch", "agpt.yeet", "agpt.data", "agpt.observe", "agpt.evals")),
     ("heartbeats", ("agpt.heartbeat",)),
     ("run directory and shared formats", ("agpt.rundir", "agpt.ckptdir", "agpt.digest", "agpt.ours", "agpt.goodput",
+                                          "agpt.textfile",  # reads through rundir's one reader
                                           "agpt.hostlist", "agpt.jobconf", "agpt.yamlio", "agpt.progress",
                                           "agpt.nodelocal", "agpt.localtier",
                                           "agpt.evals.records", "agpt.evals.alarm", "agpt.evals.due")),
-    ("base", ("agpt.errors", "agpt.numeric", "agpt.shellword", "agpt.proc", "agpt.textfile", "agpt.safewrite",
-              "agpt")),
+    ("base", ("agpt.errors", "agpt.numeric", "agpt.shellword", "agpt.proc", "agpt.safewrite", "agpt.shown",
+              "agpt.figure", "agpt")),
 ]  # fmt: skip
 
 # The recovery path: these, and every module they import (standard library only, docs/contract.md).

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from agpt import ckptdir
+from agpt import ckptdir, rundir
 from agpt.ckpt import layout, stfile
 from agpt.errors import BadInput, CheckpointError, ConfigError
 from agpt.progress import Progress
@@ -28,7 +28,7 @@ IGNORED = ("rotary_emb.inv_freq",)  # buffers some older exports wrote; recomput
 
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text())
+        data = rundir.read_record(path, limit=rundir.TEXT_MAX)  # bounded, finite JSON; never a FIFO
     except FileNotFoundError:
         raise BadInput(f"{path}: missing (not a Hugging Face model folder)") from None
     except (OSError, ValueError) as exc:

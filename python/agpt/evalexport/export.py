@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agpt import numeric
 from agpt.errors import BadInput
 
 TOKENIZER = "tokenizer.model"  # the SentencePiece model `agpt ckpt export` copies beside the weights
@@ -24,7 +25,17 @@ class Export:
 
     @property
     def max_length(self) -> int:
-        return int(self.config.get("max_position_embeddings") or 0)
+        if self.config.get("max_position_embeddings") is None:
+            return 0
+        return _size(self, "max_position_embeddings", numeric.MAX_SEQ_LEN)
+
+
+def _size(ex: Export, key: str, bound: float) -> int:
+    """config.json's KEY as a whole number from 1 to BOUND (not true, not 1e30); BadInput naming the file and key."""
+    if key not in ex.config:
+        raise BadInput(f"{ex.path / 'config.json'}: {key}: missing")
+    n: int = numeric.number(ex.config[key], f"{ex.path / 'config.json'}: {key}", lo=1, hi=bound, integer=True)
+    return n
 
 
 def open_export(path: str | Path) -> Export:
@@ -48,22 +59,28 @@ def model_config(ex: Export) -> Any:
     from agpt.train.config import ModelConfig
 
     hc = ex.config
-    try:
-        mc = ModelConfig(
-            vocab_size=int(hc["vocab_size"]),
-            dim=int(hc["hidden_size"]),
-            n_layers=int(hc["num_hidden_layers"]),
-            n_heads=int(hc["num_attention_heads"]),
-            n_kv_heads=int(hc.get("num_key_value_heads") or hc["num_attention_heads"]),
-            ffn_dim=int(hc["intermediate_size"]),
-            max_seq_len=int(hc["max_position_embeddings"]),
-            rope_theta=float(
-                hc.get("rope_theta") or (hc.get("rope_parameters") or {}).get("rope_theta", 10000.0)
-            ),
-            norm_eps=float(hc.get("rms_norm_eps", 1e-5)),
-        )
-    except (KeyError, TypeError, ValueError) as exc:
-        raise BadInput(f"{ex.path / 'config.json'}: {exc} is missing or not a number") from None
+    rope: dict[str, Any] = hc["rope_parameters"] if isinstance(hc.get("rope_parameters"), dict) else {}
+    heads = _size(ex, "num_attention_heads", numeric.MAX_COUNT)
+    mc = ModelConfig(
+        vocab_size=_size(ex, "vocab_size", numeric.MAX_VOCAB),
+        dim=_size(ex, "hidden_size", numeric.MAX_COUNT),
+        n_layers=_size(ex, "num_hidden_layers", numeric.MAX_LAYERS),
+        n_heads=heads,
+        n_kv_heads=_size(ex, "num_key_value_heads", numeric.MAX_COUNT)
+        if hc.get("num_key_value_heads")
+        else heads,
+        ffn_dim=_size(ex, "intermediate_size", numeric.MAX_COUNT),
+        max_seq_len=_size(ex, "max_position_embeddings", numeric.MAX_SEQ_LEN),
+        rope_theta=numeric.number(
+            hc.get("rope_theta") or rope.get("rope_theta", 10000.0),
+            f"{ex.path / 'config.json'}: rope_theta",
+            lo=1e-6,
+            hi=1e12,
+        ),
+        norm_eps=numeric.number(
+            hc.get("rms_norm_eps", 1e-5), f"{ex.path / 'config.json'}: rms_norm_eps", lo=0, hi=1
+        ),
+    )
     mc.validate()
     return mc
 

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from agpt import shown
+from agpt import figure
 from agpt.errors import ConfigError
 from agpt.sim import engine, model
 from agpt.sim.engine import Result
@@ -138,7 +138,7 @@ def headline(rows: list[Row], nodes: int = 512, variant: str = "as shipped") -> 
 
 
 def plot(rows: list[Row], path: Path, m: model.FaultModel) -> None:
-    plt = shown.pyplot()
+    plt = figure.pyplot()
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
     variants = list(dict.fromkeys(r.variant for r in rows))

@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from agpt import shown
+from agpt import figure
 from agpt.errors import BadInput
 from agpt.train.config import load_config
 
@@ -65,7 +65,7 @@ def analyse(lrs: list[float], losses: list[float], blowup_lr: float | None) -> S
 
 
 def plot(sweep: Sweep, path: Path) -> None:
-    plt = shown.pyplot()
+    plt = figure.pyplot()
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     ax.plot(sweep.lrs, sweep.losses, alpha=0.35, label="loss")

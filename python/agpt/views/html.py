@@ -14,7 +14,7 @@ import io
 from pathlib import Path
 from typing import Any
 
-from agpt import rundir, runplot, safewrite, shown
+from agpt import figure, rundir, runplot, safewrite, shown
 from agpt.errors import BadInput
 from agpt.failover import report as freport
 from agpt.observe import status as ostatus
@@ -42,7 +42,7 @@ def _png(fig: Any) -> str:
 
 
 def _pyplot() -> Any:
-    return shown.pyplot()
+    return figure.pyplot()
 
 
 def timeline_png(rep: freport.Report) -> str | None:
