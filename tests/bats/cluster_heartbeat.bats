@@ -49,7 +49,9 @@ wait_step() {  # wait_step LOG STEP: until rank 0 logged STEP (at most 60 s)
 }
 
 @test "(a) heartbeat cluster: a rank frozen with SIGSTOP on n3: the first relaunch swaps exactly n3, on evidence" {
-  STEPS=30 write_job <<<''
+  # Kill on evidence ends the hang once two looks one interval apart, after two intervals of silence, find n3
+  # stopped (about 3 s here), before the 8-s watchdog: the live ranks dump their stacks after 1 s without a step.
+  STEPS=30 write_job <<<'export AGPT_HEARTBEAT_DUMP_S=1'
   id="$(STEPS=30 submit)"
   wait_step "$RUN/attempts/$id.1.log" 3
   # the pid of n3's second rank (local rank 1: its node's publisher, local rank 0, stays alive)
@@ -63,6 +65,8 @@ wait_step() {  # wait_step LOG STEP: until rank 0 logged STEP (at most 60 s)
   assert_line --index 0 '1 124 "node" ["n3"] {"out":["n3"],"in":["n7"],"blind":false,"returned":[]}'
   assert_line --index 1 --regexp '^2 0 "success" '
   assert_equal "${#lines[@]}" 2
+  run grep -c "agpt watch: evidence: heartbeat: n3 stopped" "$RUN/attempts/$id.1.log"
+  assert_output 1
   run grep -P "^n3\t" "$RUN/hosts/bad"
   assert_output --regexp $'\theartbeat: n3 stopped: rank 5 tick [0-9]+ unchanged for [0-9.]+ s \\(process state T: stopped\\)'
   # every live rank dumped its stacks before the kill; the report links them
