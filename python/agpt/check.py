@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agpt import ckptdir, localtier, numeric, rundir, yamlio
+from agpt import ckptdir, ckptplan, localtier, numeric, rundir, yamlio
 from agpt.errors import BadInput, ConfigError
 from agpt.failover import shrink as shrinklib
 from agpt.train import config as tconfig
@@ -37,9 +37,7 @@ from agpt.train import config as tconfig
 GIB = 1024**3
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 HEADROOM = 0.10  # of device memory, for the allocator, collective buffers and the runtime
-# The local checkpoint tier lives in a tmpfs (/dev/shm), whose default size is "half of your physical RAM without
-# swap" (the Linux kernel's Documentation/filesystems/tmpfs.rst): the share of a node's memory it may take.
-TMPFS_SHARE = 0.5
+TMPFS_SHARE = localtier.TMPFS_SHARE  # the share of a node's memory the local tier's tmpfs may take
 
 
 @dataclass(kw_only=True, slots=True)
@@ -85,6 +83,7 @@ class SiteFacts:
     fs_bw_gbps: float  # 0: unknown, save time not estimated
     profile: str
     host_mem_gib: float = 0.0  # 0: unknown, the local tier's memory not screened
+    node_mtbf_h: float = 0.0  # SITE_NODE_MTBF_H; 0 (unset, or not positive): agpt.ckptplan's fallback
     shrink: str = ""  # SITE_FAILOVER_SHRINK: "0" forbids running on fewer nodes (failover.shrink)
     stage: str = "none"  # SITE_STAGE, SITE_STAGE_OPTS, SITE_LOCAL_DIR: how the venv reaches the nodes
     stage_opts: list[str] = field(default_factory=list)
@@ -94,7 +93,9 @@ class SiteFacts:
     )
     container_opts: list[str] = field(default_factory=list)
     ckpt_layout: list[str] = field(default_factory=list)  # SITE_CKPT_LAYOUT
-    launcher: str = "hydra"  # SITE_LAUNCHER (lib/launch.sh's default): whether warm ranks can live across attempts
+    launcher: str = (
+        "hydra"  # SITE_LAUNCHER (lib/launch.sh's default): whether warm ranks can live across attempts
+    )
 
 
 def _num(prof: Mapping[str, Any], key: str, path: str, default: float = 0.0) -> float:
@@ -103,6 +104,17 @@ def _num(prof: Mapping[str, Any], key: str, path: str, default: float = 0.0) -> 
         return default
     try:
         return float(numeric.number(str(raw), f"{path}: {key}", lo=0))
+    except BadInput as e:
+        raise ConfigError(str(e)) from None
+
+
+def _mtbf(prof: Mapping[str, Any], path: str) -> float:
+    """SITE_NODE_MTBF_H: a number, or 0 when it is unset or not positive (the plan then says it fell back)."""
+    raw = str(prof.get("SITE_NODE_MTBF_H") or "").strip()
+    if not raw:
+        return 0.0
+    try:
+        return max(0.0, float(numeric.number(raw, f"{path}: SITE_NODE_MTBF_H")))
     except BadInput as e:
         raise ConfigError(str(e)) from None
 
@@ -122,6 +134,7 @@ def site_facts(name: str) -> SiteFacts:
         fs_bw_gbps=_num(prof, "SITE_FS_BW_GBPS", shown),
         profile=shown,
         host_mem_gib=_num(prof, "SITE_HOST_MEM_GIB", shown),
+        node_mtbf_h=_mtbf(prof, shown),
         shrink=str(prof.get("SITE_FAILOVER_SHRINK", "")),
         stage=str(prof.get("SITE_STAGE") or "none"),
         stage_opts=_words(prof.get("SITE_STAGE_OPTS")),
@@ -488,24 +501,50 @@ def _memory_check(rep: Report, cfg: tconfig.Config, cfg_path: Path, facts: SiteF
     )
 
 
-def _local_tier_check(rep: Report, cfg: tconfig.Config, cfg_path: Path, facts: SiteFacts, total: int,
-                      nodes: int) -> None:  # fmt: skip
-    """The local checkpoint tier's peak memory per node (agpt.localtier.memory_per_node: the staging copy, and
-    each kept step and the one being written, own shards and a partner's copy) against a tmpfs's share of the
-    node's memory."""
+def _plan_facts(cfg: tconfig.Config, facts: SiteFacts, total: int, nodes: int, rpn: int,
+                run_dir: Path | None) -> ckptplan.Facts:  # fmt: skip
+    """What agpt.ckptplan decides from: this job's shape and state, the profile, the config's own keys, the run."""
     ck = cfg.checkpoint
-    if not ck.local:
-        return
+    pinned = {k: float(getattr(ck, k)) for k in ckptplan.KEYS if f"checkpoint.{k}" in cfg.pinned}
+    return ckptplan.Facts(
+        nodes=nodes, ranks_per_node=rpn, state_bytes=total * DTYPE_BYTES[cfg.train.master_dtype] * 3,
+        async_save=ck.async_save, local_keep=ck.local_keep, host_mem_gib=facts.host_mem_gib,
+        node_mtbf_h=facts.node_mtbf_h, pinned=pinned, profile=facts.profile,
+        measured_stall_s=ckptplan.measured_stall_s(run_dir) if run_dir is not None else None,
+    )  # fmt: skip
+
+
+def plan_lines(config: str | Path, *, site: str, environ: Mapping[str, str] | None = None) -> list[str]:
+    """The checkpoint plan of CONFIG's job on SITE as the job's start would make it before any job measured a stall
+    (what `agpt jobgen` writes into the script's header).  No torch: the parameter count is the analytic one
+    (agpt.train.config.ModelConfig.num_params, equal to the model's)."""
+    cfg_path = Path(config)
+    raw = yamlio.load_sections(cfg_path)
+    job = raw.get("job") or {}
+    if not isinstance(job, dict):
+        raise ConfigError(f"{cfg_path}: 'job' must be a mapping")
+    if _runs_the_trainer(job):
+        return []
+    facts = site_facts(site)
+    nodes, rpn = _size(cfg_path, job, facts, None, None)
+    cfg = load_trainer_config(cfg_path, raw, os.environ if environ is None else environ)
+    return ckptplan.decide(_plan_facts(cfg, facts, cfg.model.num_params(), nodes, rpn, None)).lines()
+
+
+def _plan_check(rep: Report, cfg: tconfig.Config, cfg_path: Path, facts: SiteFacts, total: int, nodes: int,
+                rpn: int, run_dir: Path | None) -> ckptplan.Plan:  # fmt: skip
+    """The checkpoint plan (agpt.ckptplan): the local tier on or off and why, both intervals.  A local tier the
+    config turns on that does not fit the node's memory fails, with what would make it fit."""
+    plan = ckptplan.decide(_plan_facts(cfg, facts, total, nodes, rpn, run_dir))
+    ck = cfg.checkpoint
     node_state = total * DTYPE_BYTES[cfg.train.master_dtype] * 3 / nodes
     need = localtier.memory_per_node(node_state, ck.local_keep)
-    value = (f"{_gib(need)} GiB per node at most ({_gib(node_state)} GiB of state per node, checkpoint.local_keep "
-             f"{ck.local_keep})")  # fmt: skip
-    if facts.host_mem_gib <= 0:
-        rep.info("local tier", f"{value}; {facts.profile} sets no host memory (SITE_HOST_MEM_GIB)")
-        return
     cap = facts.host_mem_gib * GIB * TMPFS_SHARE
     fix = ""
-    if need > cap:
+    pinned_on = ck.local and any(
+        f"checkpoint.{k}" in cfg.pinned for k in ("local_interval", "local_interval_s")
+    )
+    if pinned_on and facts.host_mem_gib > 0 and need > cap:
         one = localtier.memory_per_node(node_state, 1)
         more = math.ceil(need / cap * nodes)
         fix = (f"{cfg_path}: checkpoint.local_interval: the local tier needs {_gib(need)} GiB per node, more than "
@@ -513,7 +552,11 @@ def _local_tier_check(rep: Report, cfg: tconfig.Config, cfg_path: Path, facts: S
                f"holds by default: " + (f"set checkpoint.local_keep: 1 ({_gib(one)} GiB), " if ck.local_keep > 1
                and one <= cap else "") + f"run on {more} nodes or more, or set checkpoint.local_interval: 0 and "
                "checkpoint.local_interval_s: 0 (the tier off)")  # fmt: skip
-    rep.add("local tier", f"{value}; {TMPFS_SHARE:.0%} of {facts.host_mem_gib:g} GiB is {_gib(cap)} GiB", fix)
+    rep.add("local tier", plan.local_why, fix)
+    rep.info("interval", plan.interval_why)
+    for note in plan.notes:
+        rep.info("", note)
+    return plan
 
 
 def _shrink_info(rep: Report, cfg: tconfig.Config, cfg_path: Path, facts: SiteFacts, total: int, block: int,
@@ -549,9 +592,9 @@ def _volume_info(rep: Report, cfg: tconfig.Config, facts: SiteFacts, total: int)
     if facts.fs_bw_gbps > 0:
         secs = ck_bytes / (facts.fs_bw_gbps * 1e9)
         rep.info("checkpoint", f"{ck_bytes / 1e9:.4g} GB; >= {secs:.3g} s to write at the published {facts.fs_bw_gbps:g} GB/s "
-                 f"(SITE_FS_BW_GBPS), every {cfg.checkpoint.interval} steps")  # fmt: skip
+                 f"(SITE_FS_BW_GBPS)")  # fmt: skip
     else:
-        rep.info("checkpoint", f"{ck_bytes / 1e9:.4g} GB every {cfg.checkpoint.interval} steps")
+        rep.info("checkpoint", f"{ck_bytes / 1e9:.4g} GB")
     per_step = tc.global_batch * tc.seq_len
     budget = per_step * tc.steps
     rep.info("tokens", f"{_human(per_step)} per step; {_human(budget)} in {tc.steps} steps "
@@ -600,11 +643,12 @@ def check(
     env = os.environ if environ is None else environ
     lay = _shrink_info(rep, cfg, cfg_path, facts, total, block, nodes, rpn, tp, env)
     _volume_info(rep, cfg, facts, total)
-    _local_tier_check(rep, cfg, cfg_path, facts, total, nodes)
+    plan = _plan_check(rep, cfg, cfg_path, facts, total, nodes, rpn, Path(run_dir) if run_dir else None)
     _site_rows(rep, facts, job, cfg_path)
     _data_checks(rep, cfg, cfg_path, raw, data)
     if run_dir is not None:
         _run_dir_checks(rep, Path(run_dir))
-        if not rep.failures:  # the failover loop's facts for a shrink (failover.shrink)
+        if not rep.failures:  # the failover loop's facts for a shrink (failover.shrink), the trainer's plan
             shrinklib.write_layout(Path(run_dir), lay)
+            ckptplan.write(Path(run_dir), plan)
     return rep

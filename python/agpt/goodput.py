@@ -134,7 +134,7 @@ def is_failure(cls: str, rc: int | None) -> bool:
     return cls not in NOT_FAILURES and rc not in (0, 75)
 
 
-def _stall_s(run_dir: Path, logs: list[str]) -> float | None:
+def stall_s(run_dir: Path, logs: list[str]) -> float | None:
     for rel in reversed(logs):
         p = Path(rel) if Path(rel).is_absolute() else run_dir / rel
         try:
@@ -211,7 +211,7 @@ def figures(
     }
     out["recovery"] = recovery(attempts, events)
     out["cold_start"] = cold_starts(attempts, events)
-    stall = _stall_s(run_dir, logs)
+    stall = stall_s(run_dir, logs)
     out["save_stall_s"] = round(stall, 3) if stall is not None else None
     if failures and stall and nodes:
         r = interval(nodes=nodes, node_mtbf_h=node_h / failures, save_stall_s=stall)

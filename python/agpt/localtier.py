@@ -194,6 +194,11 @@ def choose(holdings: list[Holding], rank_node: list[int]) -> tuple[Choice | None
 
 
 # -- memory ---------------------------------------------------------------------------------------------------
+# The tier lives in a tmpfs (/dev/shm), whose default size is "half of your physical RAM without swap" (the Linux
+# kernel's Documentation/filesystems/tmpfs.rst): the share of a node's memory it may take.
+TMPFS_SHARE = 0.5
+
+
 def memory_per_node(node_state_bytes: float, keep: int) -> float:
     """Peak node memory the tier holds for a node whose ranks' shards weigh NODE_STATE_BYTES: the staging copy of
     a save, and while it is written, KEEP complete steps plus the new one, each its own shards and a replica."""

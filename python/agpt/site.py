@@ -49,6 +49,10 @@ KEYS: dict[str, tuple[bool, str]] = {
         False,
         "host memory per node in GiB (0: unknown; agpt check screens the local tier)",
     ),
+    "SITE_NODE_MTBF_H": (
+        False,
+        "a node's mean time between failures in hours (0: 8760; checkpoint intervals)",
+    ),
     "SITE_LAUNCHER": (False, "pals | hydra | openmpi | srun"),
     "SITE_LAUNCHER_FLAGS": (True, "extra launcher flags"),
     "SITE_CPU_BIND": (False, "CPU binding for the launcher (empty: its default)"),
@@ -95,7 +99,7 @@ LAUNCHERS = LAUNCH_NAMES
 PATTERN_SETS = DEFAULT_SETS  # the classifier's built-in sets (agpt.failover.patterns)
 INT_KEYS = ("SITE_GPUS_PER_NODE", "SITE_RANKS_PER_NODE", "SITE_SPARES_PERCENT", "SITE_SPARES_MIN")
 
-NUM_KEYS = ("SITE_DEVICE_MEM_GIB", "SITE_FS_BW_GBPS", "SITE_HOST_MEM_GIB")
+NUM_KEYS = ("SITE_DEVICE_MEM_GIB", "SITE_FS_BW_GBPS", "SITE_HOST_MEM_GIB", "SITE_NODE_MTBF_H")
 
 _ASSIGN_HEAD = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=")
 SITE_NAME_RE = re.compile(

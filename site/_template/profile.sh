@@ -41,6 +41,10 @@ SITE_DEVICE_MEM_GIB=64
 # Host memory (DDR) per node in GiB; `agpt check` holds the local checkpoint tier's memory per node
 # (checkpoint.local_interval) against the tmpfs share of it.  0: unknown (not screened).  Cite the hardware page.
 SITE_HOST_MEM_GIB=512
+# A node's mean time between failures in hours.  `agpt check` chooses both checkpoint tiers' intervals at job
+# start from it (Young/Daly with the job's MTBF: this over the node count).  0 or unset: 8760 (the AuroraGPT
+# talks: a node fails about once a year), said so in the check.  Cite your site's failure logs.
+SITE_NODE_MTBF_H=8760
 # Write bandwidth of the filesystem the run directory (checkpoints) lives on, in GB/s as the site publishes
 # it (an aggregate peak: one job sees at most this); `agpt check` prints the checkpoint save time at it.
 # 0: unknown.

@@ -23,6 +23,10 @@ SITE_PEAK_TFLOPS=419.5
 SITE_DEVICE_MEM_GIB=64
 # 1 TiB of DDR5 per node: 2 Xeon Max CPUs x 512 GB (ALCF, Aurora machine overview, as above).
 SITE_HOST_MEM_GIB=1024
+# A node's mean time between failures in hours, for the checkpoint intervals `agpt check` chooses at job start:
+# the AuroraGPT talks' "each node ... fails on average once a year" (set this site's own figure when its logs
+# give one; Llama 3's 2,048-node snapshot gives 6,335 h, arXiv:2407.21783 section 3.3.4).
+SITE_NODE_MTBF_H=8760
 # Flare: 91 PB of Lustre, 160 OSTs, "peak theoretical performance of 650 GB/s" (ALCF, Flare:
 # https://docs.alcf.anl.gov/aurora/data-management/lustre/flare/).
 SITE_FS_BW_GBPS=650

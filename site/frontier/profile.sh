@@ -25,6 +25,10 @@ SITE_PEAK_TFLOPS=191.5
 SITE_DEVICE_MEM_GIB=64
 # 512 GB of DDR4 per node (the Frontier user guide: https://docs.olcf.ornl.gov/systems/frontier_user_guide.html).
 SITE_HOST_MEM_GIB=512
+# A node's mean time between failures in hours, for the checkpoint intervals `agpt check` chooses at job start:
+# the AuroraGPT talks' "each node ... fails on average once a year" (set this site's own figure when its logs
+# give one; Llama 3's 2,048-node snapshot gives 6,335 h, arXiv:2407.21783 section 3.3.4).
+SITE_NODE_MTBF_H=8760
 # Orion: files past 8 MB (checkpoints) land on its disk tier, peak write 4.6 TB/s (OLCF's Orion specs:
 # https://insidehpc.com/2021/05/olcf-releases-storage-specs-for-frontier-exascale/).
 SITE_FS_BW_GBPS=4600

@@ -22,6 +22,10 @@ SITE_PEAK_TFLOPS=312
 SITE_DEVICE_MEM_GIB=40
 # 512 GB of DDR4 per node (ALCF, Polaris machine overview, as above).
 SITE_HOST_MEM_GIB=512
+# A node's mean time between failures in hours, for the checkpoint intervals `agpt check` chooses at job start:
+# the AuroraGPT talks' "each node ... fails on average once a year" (set this site's own figure when its logs
+# give one; Llama 3's 2,048-node snapshot gives 6,335 h, arXiv:2407.21783 section 3.3.4).
+SITE_NODE_MTBF_H=8760
 # Eagle and Grand: Lustre on HPE ClusterStor E1000, aggregate 650 GB/s
 # (https://alcf.anl.gov/alcf-resources/storage-and-networking).
 SITE_FS_BW_GBPS=650

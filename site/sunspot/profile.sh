@@ -22,6 +22,10 @@ SITE_PEAK_TFLOPS=419.5
 SITE_DEVICE_MEM_GIB=64
 # Aurora's node: 1 TiB of DDR5 (the Aurora machine overview, as above).
 SITE_HOST_MEM_GIB=1024
+# A node's mean time between failures in hours, for the checkpoint intervals `agpt check` chooses at job start:
+# the AuroraGPT talks' "each node ... fails on average once a year" (set this site's own figure when its logs
+# give one; Llama 3's 2,048-node snapshot gives 6,335 h, arXiv:2407.21783 section 3.3.4).
+SITE_NODE_MTBF_H=8760
 # Sunspot's test filesystem publishes no bandwidth; 100 GB/s is a conservative guess for a test rack.
 SITE_FS_BW_GBPS=100
 SITE_LAUNCHER=pals

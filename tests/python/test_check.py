@@ -290,9 +290,8 @@ def test_the_local_tiers_memory_per_node_is_screened_against_the_nodes_memory(tm
     path.write_text(yaml.safe_dump(cfg))
     r = run("check", str(path), "--site", "aurora", "--no-data")
     line = next(x for x in r.stdout.splitlines() if "local tier" in x)
-    assert re.match(r"\s+ok\s+local tier\s+48\.6 GiB per node at most \(6\.9 GiB of state per node", line), (
-        line
-    )
+    assert re.match(r"\s+ok\s+local tier\s+on \(the config sets checkpoint.local_interval: 20\), 48\.6 GiB per "
+                    r"node at most \(6\.9 GiB of state per node", line), line  # fmt: skip
     r = run("check", str(path), "--site", "perlmutter", "--nodes", "2", "--no-data")
     assert r.returncode == 2
     assert (f"{path}: checkpoint.local_interval: the local tier needs 778.3 GiB per node, more than 50% of 256 "

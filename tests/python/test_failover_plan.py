@@ -125,7 +125,17 @@ def test_trainer_rollback_limit_rc4_stops_as_repeat_once_the_sweep_passed() -> N
 def test_node_swaps_exactly_the_named_hosts() -> None:
     p = decide(att(1, "node", bad=["h3"]))
     assert (p.action, p.swap_out, p.swap_in, p.blind) == ("relaunch", ["h3"], ["h5"], False)
-    assert p.backoff_s == 5
+    assert p.backoff_s == 0  # the cause left with the host: nothing to wait out
+
+
+def test_the_backoff_counts_the_time_the_sweep_already_waited() -> None:
+    """A site outage the sweep proved (every host failing) already cost the sweep's time: the backoff waits the
+    rest of its step, not the whole step again."""
+    h = [ev(1, "system"), ev(2, "system")]
+    assert decide(att(3, "system", last=4), h).backoff_s == 20
+    sweep = dict(active=ACTIVE, spare=SPARE, history=h, settings=FAST, now=1000.0)
+    assert policy.decide(att(3, "system", last=4), **sweep, waited_s=14).backoff_s == 6  # type: ignore[arg-type]
+    assert policy.decide(att(3, "system", last=4), **sweep, waited_s=120).backoff_s == 0  # type: ignore[arg-type]
 
 
 def test_node_ignores_names_outside_the_active_hosts() -> None:

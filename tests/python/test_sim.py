@@ -19,13 +19,17 @@ from conftest import BIN, agpt_env
 
 
 def small(**kw: object) -> model.FaultModel:
-    """A small, failure-heavy model: 64 nodes, a failure every ~8 h of the job, two simulated days."""
+    """A small, failure-heavy model: 64 nodes, a failure every ~8 h of the job, two simulated days; each mechanism
+    a test turns on by itself: no heartbeats, no local tier, saves every 500 steps, stragglers reported."""
     data: dict[str, object] = {
         "nodes": 64,
         "machine_nodes": 256,
         "horizon_days": 2,
+        "heartbeats": False,
         "failures": {"node_mtbf_h": 500},
         "costs": {"queue_wait_s": 600, "walltime_h": 6},
+        "train": {"checkpoint_interval": 500, "local_interval": 0, "local_interval_s": 0},
+        "failover": {"straggler": "report"},
     }
     data.update(kw)
     return model.from_dict(data)
@@ -254,7 +258,9 @@ def test_sim_run_prints_the_ratio_and_the_recovery_clock(tmp_path: Path) -> None
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     assert 0 < d["effective_ratio"] <= 1
-    assert set(d["recovery_clock_s"]) == {"detected", "relaunched", "first_step_back"}
+    # as shipped on the default site (aurora), the plan turns the local tier on: its restores and stages are shown
+    assert set(d["recovery_clock_s"]) == {"detected", "relaunched", "first_step_back", "local_restores",
+                                          "first_step_back_node", "stages"}  # fmt: skip
     assert d["time_h"]["productive"] > 0
 
 
@@ -389,3 +395,16 @@ def test_the_reads_every_log_variant_is_the_model_with_no_misread_and_nothing_el
     mm = model.override(m, **kw)
     assert mm.misread == {c: dict.fromkeys(model.MISREAD_KINDS, 0.0) for c in model.CLASSES}
     assert model.override(mm, misread=m.misread) == m
+
+
+def test_kill_on_evidence_ends_node_failures_and_stopped_hosts_sooner() -> None:
+    """FAILOVER_KILL_ON_EVIDENCE (the default): a node failure the launcher reports ends after the 2 s evidence
+    grace instead of the 30 s teardown, a host the heartbeats show stopped after three publish intervals instead of
+    the heartbeat timeout and the grace."""
+    m = small(mix={"node": 0.5, "hang": 0.5}, heartbeats=True)
+    on = engine.simulate(m, seed=2)
+    off = engine.simulate(model.override(m, kill_on_evidence=False), seed=2)
+    assert on.time["detection"] < off.time["detection"]
+    node_on = [f.detected_s for f in on.faults if f.cls == "node" and f.detected_s is not None]
+    node_off = [f.detected_s for f in off.faults if f.cls == "node" and f.detected_s is not None]
+    assert node_on and min(node_on) == pytest.approx(2.0) and min(node_off) == pytest.approx(30.0)

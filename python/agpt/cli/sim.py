@@ -117,6 +117,8 @@ def run_cmd(
         if interval_steps < 0:
             raise ConfigError(f"--interval: must not be negative, got {interval_steps}")
         m.train.checkpoint_interval = interval_steps
+        # the flag sets it, as a config's key would
+        m.pinned |= {"checkpoint_interval", "checkpoint_interval_s"}
     given = (("shrink", shrink), ("min_nodes", min_nodes), ("straggler", straggler), ("heartbeats", heartbeats),
              ("async_save", async_save))  # fmt: skip
     kw: dict[str, object] = {k: v for k, v in given if v is not None}
@@ -195,7 +197,16 @@ def _variants(values: tuple[str, ...]) -> list[tuple[str, dict[str, object]]]:
     type=params.Number(lo=0, hi=numeric.MAX_DAYS),
     help="simulated days per row (default: the model's horizon_days)",
 )
-@click.option("--seeds", default="1", show_default=True, help="comma list of seeds, averaged")
+@click.option("--seeds", default="1", show_default=True,
+              help="comma list of seeds: every one for " + " and ".join(sweep.ALL_SEEDS) + " (mean and range), "
+              "the first for the other variants")  # fmt: skip
+@click.option(
+    "--jobs",
+    type=params.count(lo=1, hi=256),
+    default=1,
+    show_default=True,
+    help="simulations run at once (processes); the table is the same for any count",
+)
 @click.option(
     "--variants",
     multiple=True,
@@ -212,10 +223,12 @@ def _variants(values: tuple[str, ...]) -> list[tuple[str, dict[str, object]]]:
     help="folder for goodput.md and goodput.png",
 )
 def table_cmd(
-    spec: str, nodes: str, days: float | None, seeds: str, variants: tuple[str, ...], out: Path
+    spec: str, nodes: str, days: float | None, seeds: str, jobs: int, variants: tuple[str, ...], out: Path
 ) -> None:
-    """The goodput table and figure (docs/sim/): every node count as shipped, with heartbeats, with the local
-    checkpoint tier, the health sweep against the blind rotation, without spares and with synchronous saves."""
+    """The goodput table and figure (docs/sim/): every node count as shipped (what a committed job script runs:
+    every default, and the checkpoint plan its `agpt check` makes), and one knob changed per variant.
+
+    Example (docs/sim/goodput.md): agpt sim table --seeds 1,2,3 --jobs 2 --out docs/sim"""
     m = _load(spec, None, None, days)
     ns = _counts(nodes, "--nodes", 1, numeric.MAX_NODES)
     ss = _counts(seeds, "--seeds", 0, 2**63 - 1)
@@ -232,7 +245,7 @@ def table_cmd(
             bar.write(line)
             bar.update()
 
-        rows = sweep.sweep(m, nodes=ns, seeds=ss, variants=chosen, progress=done)
+        rows = sweep.sweep(m, nodes=ns, seeds=ss, variants=chosen, progress=done, jobs=jobs)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:

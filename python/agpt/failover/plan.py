@@ -406,15 +406,17 @@ def run(args: argparse.Namespace, extra: Sequence[str] = (), prober: sweeplib.Pr
     att, record = _ended_attempt(
         args, run_dir, now=now, deadline=deadline, extra=extra, hosts=[*active, *spare]
     )
+    waited = 0.0
     if wants_sweep(att, active=active, history=history, settings=settings):
         found = _sweep(
             args, run_dir, att, active, now=now, deadline=deadline, settings=settings, prober=prober
         )
         now += found.cost_s
+        waited = found.cost_s
         att = apply_sweep(att, found, active=active)
         record["sweep"] = found.as_event()
     plan = decide(att, active=active, spare=spare, history=history, settings=settings, now=now,
-                  deadline=deadline, layout=_layout(run_dir) if settings.shrink else None)  # fmt: skip
+                  deadline=deadline, layout=_layout(run_dir) if settings.shrink else None, waited_s=waited)  # fmt: skip
     if args.apply:
         _apply(run_dir, args.jobid, att, plan, record=record, active=active, now=now)
     return plan

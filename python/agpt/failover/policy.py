@@ -39,7 +39,9 @@ The rules, in order (why in brackets):
    (a new allocation continues; the hosts proven bad are recorded so it avoids them), else `failed` (1); but
    for named hosts with FAILOVER_SHRINK on, a relaunch on the healthy hosts left when agpt.failover.shrink finds
    a count that keeps the global batch within FAILOVER_MIN_NODES (its refusal is then part of the stop's reason).
-6. Backoff: FAILOVER_BACKOFF[k], k = the attempts in a row without progress (or in a row of `system`) minus one.
+6. Backoff: FAILOVER_BACKOFF[k], k = the attempts in a row without progress (or in a row of `system`) minus one,
+   less the time the health sweep already waited for this attempt (it ran after the failure, before the decision);
+   none after a swap on evidence (the cause left with the host: there is nothing to wait out).
    If the deadline leaves less than FAILOVER_MIN_ATTEMPT_S after the backoff -> stop `resubmit` (75): never
    start an attempt that cannot reach a checkpoint.
 """
@@ -259,9 +261,11 @@ def decide(
     now: float,
     deadline: float | None = None,
     layout: shrinklib.Layout | str | None = None,
+    waited_s: float = 0.0,
 ) -> Plan:
     """The next step after attempt `att`; `history` holds this job's earlier attempt events, oldest first.
-    `layout`: the job's RUN_DIR/layout.json for a shrink, or why there is none.
+    `layout`: the job's RUN_DIR/layout.json for a shrink, or why there is none; `waited_s`: the health sweep's
+    time since the attempt ended.
 
     The rules of the module's docstring, in its order: the attempt's own end (1), a deterministic failure (2),
     no progress (3), the attempt limit (4), the swap (5), the backoff and the deadline (6).
@@ -279,7 +283,8 @@ def decide(
         plan = _shrink_or_stop(plan, named, active=active, spare=spare, settings=settings, layout=layout)
     if plan.action == "stop":
         return plan
-    plan.backoff_s = _backoff(att, history, settings)
+    evidence = bool(plan.swap_out) and not plan.blind
+    plan.backoff_s = 0.0 if evidence else max(0.0, _backoff(att, history, settings) - waited_s)
     left = _time_left(now + plan.backoff_s, deadline)
     if left is not None and left < settings.min_attempt_s:
         return _stop(

@@ -32,7 +32,8 @@ DEFAULT_PCT = 20.0  # FAILOVER_STRAGGLER_PCT
 DEFAULT_WINDOWS = 3  # FAILOVER_STRAGGLER_WINDOWS
 MAD_FACTOR = 5.0  # a straggler's excess must also pass this many median absolute deviations of its peers'
 MIN_STEP_SHARE = 0.1  # ... and hold every step back by this share of it (less is not worth a relaunch)
-DEFAULT_MODE = "report"  # FAILOVER_STRAGGLER: report, or swap
+# FAILOVER_STRAGGLER: swap, or report (docs/goodput.md: swapping pays at 512-4,096 nodes)
+DEFAULT_MODE = "swap"
 # What FAILOVER_STRAGGLER may be: the trainer, the loop's check and `agpt sim` read these.
 MODES = ("report", "swap")
 

@@ -86,6 +86,7 @@ from agpt.heartbeat import format as heartbeat_format
 from agpt.heartbeat import straggler
 from agpt.sim import local as simlocal
 from agpt.sim import logs
+from agpt.sim import model as simmodel
 from agpt.sim.model import FaultModel
 from agpt.sim.result import BUCKETS, FaultRecord, Result
 from agpt.sim.training import INF, AttemptEnd, Training
@@ -111,6 +112,8 @@ def _cached_patterns() -> Any:
 
 class Sim(Training):
     def __init__(self, m: FaultModel, *, seed: int, workdir: Path) -> None:
+        # the intervals and the local tier as the job's `agpt check --run-dir` plans them
+        m = simmodel.planned(m)
         self.m = m
         self.rng = random.Random(seed)
         self.seed = seed
@@ -322,9 +325,11 @@ class Sim(Training):
             stops = [
                 e for e in planlib.read_events(self.run_dir / "events.jsonl") if e.get("event") == "stop"
             ]
-            m_cls = re.match(r"'(\w+)'", str(stops[-1].get("reason", ""))) if stops else None
+            m_cls = re.match(r"'(\w+)'|(\w+): ", str(stops[-1].get("reason", ""))) if stops else None
             if m_cls:
-                why = f"{why} {m_cls.group(1)}"
+                why = f"{why} {m_cls.group(1) or m_cls.group(2)}"
+        if self.app_bug_step is not None:  # the model's deterministic bug: the one stop that is right
+            why = f"{why} (bug)"
         self.person[why] = self.person.get(why, 0) + 1
         wait = m.costs.person_response_h * 3600.0
         self.t += wait
@@ -383,7 +388,8 @@ class Sim(Training):
             if f.back_s is None:  # what this attempt would cost, if it comes back
                 f.tier, f.stages = tier, simlocal.stages(self.m, f, launch, restore)
         end = self._train(active, launch, ready, resumed, deadline)
-        ended = self._detected(end, launch, ready, deadline)
+        read = self._misread(end, active)  # how its log reads: what evidence the watch can end it on
+        ended = self._detected(end, launch, ready, deadline, read[0])
         self._account(end, launch, ready, ended)
         if self.pace > 1.0:
             self.shrunk_s += ended - launch
@@ -391,7 +397,7 @@ class Sim(Training):
         if end.kind == "horizon":
             self.done = True
             return 75, planlib.Plan(action="stop", verdict="resubmit", exit=75)
-        return self._classify_and_plan(jobid, n, end, active, resumed, launch, ended, deadline)
+        return self._classify_and_plan(jobid, n, end, active, resumed, launch, ended, deadline, read)
 
     def _resume_point(self, t: float) -> tuple[int, float, str | None]:
         """(step, restore seconds, tier) of an attempt launched at T: the newest complete local step of this job
@@ -403,12 +409,19 @@ class Sim(Training):
             return step, self.local.costs.restore_s, "local"
         return self.ckpt, c.load_s if self.ckpt else 0.0, "global" if self.ckpt else None
 
-    def _detected(self, end: AttemptEnd, launch: float, ready: float, deadline: float) -> float:
+    def _detected(self, end: AttemptEnd, launch: float, ready: float, deadline: float,
+                  misread: str | None = None) -> float:  # fmt: skip
         """When the failover loop sees the attempt over: the watchdog, the heartbeats or the launcher's
-        teardown after the failure, never past the job's deadline."""
+        teardown after the failure, never past the job's deadline.  Kill on evidence (FAILOVER_KILL_ON_EVIDENCE,
+        agpt.watch.evidence): a node failure the launcher reports (a log read right, or one naming a host) ends
+        after the evidence grace, not the launcher's teardown; a hung host the heartbeats show stopped, after two
+        publish intervals of silence and a second look one interval later."""
         c = self.m.costs
+        evidence = self.m.failover.kill_on_evidence
         if end.kind == "hang":
-            if self.m.heartbeats:
+            if self.m.heartbeats and evidence and misread is None:
+                at = max(end.at, ready) + 3 * c.heartbeat_interval_s + c.evidence_grace_s
+            elif self.m.heartbeats:
                 at = max(end.at, ready) + c.heartbeat_timeout_s + c.grace_s
             elif end.first is None:
                 at = launch + c.startup_timeout_s + c.grace_s
@@ -416,6 +429,8 @@ class Sim(Training):
                 at = end.at + c.watchdog_timeout_s + c.grace_s
         elif end.kind in ("deadline", "done", "horizon", "straggler"):  # the trainer's own stop: no teardown
             at = end.at
+        elif end.kind == "node" and evidence and misread in (None, "evicted"):
+            at = end.at + min(c.evidence_grace_s, c.teardown_s)
         else:
             at = end.at + c.teardown_s
         return min(max(at, end.at), max(deadline, end.at))
@@ -447,12 +462,13 @@ class Sim(Training):
             self.time["slow_steps"] -= lost * tr.step_s * (self.slow * self.pace - 1.0)
 
     def _classify_and_plan(self, jobid: str, n: int, end: AttemptEnd, active: list[str], resumed: int,
-                           launch: float, ended: float, deadline: float) -> tuple[int, planlib.Plan]:  # fmt: skip
+                           launch: float, ended: float, deadline: float,
+                           read: tuple[str | None, str | None]) -> tuple[int, planlib.Plan]:  # fmt: skip
         """The attempt's log in the launcher's format, the real classifier on it, the real planner's decision."""
         m = self.m
         log = self.run_dir / "attempts" / f"{jobid}.{n}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        misread, named = self._misread(end, active)
+        misread, named = read
         # A straggler's swap stops the trainer as the deadline does: the same log.
         kind = "deadline" if end.kind == "straggler" else end.kind
         if misread == "recoverable":

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from agpt import numeric, rundir
+from agpt import ckptplan, numeric, rundir
 from agpt.chain import Limits
 from agpt.errors import BadInput, ConfigError
 from agpt.failover.consequence import CONSEQUENCES
@@ -24,6 +24,9 @@ from agpt.heartbeat.straggler import DEFAULT_MODE as STRAGGLER_MODE
 from agpt.heartbeat.straggler import DEFAULT_WINDOWS as STRAGGLER_WINDOWS
 from agpt.heartbeat.straggler import MODES as STRAGGLER_MODES  # FAILOVER_STRAGGLER: the trainer's values
 from agpt.heartbeat.writer import DEFAULT_INTERVAL_S as HEARTBEAT_INTERVAL_S
+from agpt.train.config import CheckpointConfig, HeartbeatConfig, TrainConfig
+from agpt.watch.settings import DEFAULT_EVIDENCE_GRACE as EVIDENCE_GRACE_S
+from agpt.watch.settings import KILL_ON_EVIDENCE
 
 MODELS_DIR = Path(__file__).resolve().parent / "models"
 CLASSES = ("node", "hang", "straggler", "system", "app")
@@ -35,6 +38,15 @@ MISREAD_KINDS = tuple(k for k in CONSEQUENCES if k != "right")
 # The failover loop's and the chain's own defaults: a model that does not set them simulates what ships.
 _LOOP = Settings()
 _CHAIN = Limits()
+# ... and the trainer's (agpt.train.config): its checkpoint and heartbeat defaults are what a config that does not
+# set them gets.  The checkpoint intervals and the local tier a model does not set are the job-start plan's
+# (agpt.ckptplan, as `agpt check --run-dir` decides from the site profile `site`): `Sim` asks it.
+_CKPT = CheckpointConfig()
+_HEARTBEAT = HeartbeatConfig()
+_TRAIN = TrainConfig()
+# the train keys the plan decides (agpt.ckptplan.KEYS), as the model names them
+PLANNED = {"checkpoint_interval": "interval", "checkpoint_interval_s": "interval_s",
+           "local_interval": "local_interval", "local_interval_s": "local_interval_s", "local_daly": "local_interval_s"}  # fmt: skip
 
 
 @dataclass(kw_only=True, slots=True)
@@ -67,15 +79,23 @@ class Costs:
     model_build_s: float = 0.0
     # Start-up, stage by stage (issue 39; `Costs.start_s`).  Each default keeps the model as it was; the measured
     # or published value is in the comment, to be set by a model that cites it.
-    imports_s: float = 0.0  # a cold rank's imports (Python, torch, the trainer): measured 9.8-12.6 s on the local
+    imports_s: float = (
+        0.0  # a cold rank's imports (Python, torch, the trainer): measured 9.8-12.6 s on the local
+    )
     # Slurm cluster with warm ranks off (tests/python/test_warm_cluster.py, 2 loaded cores; docs/recovery.md)
-    warm_ranks: bool = False  # FAILOVER_WARM: a relaunch's ranks are parked processes (agpt.warm); a job's first
+    warm_ranks: bool = (
+        False  # FAILOVER_WARM: a relaunch's ranks are parked processes (agpt.warm); a job's first
+    )
     # attempt still starts cold (its nodes are still importing)
-    warm_start_s: float = 0.7  # what a warm rank pays instead of imports_s + model_build_s: the claim's hand-over
+    warm_start_s: float = (
+        0.7  # what a warm rank pays instead of imports_s + model_build_s: the claim's hand-over
+    )
     # 0.5 s and the model build 0.2 s, measured in the same drill with warm ranks (first step back 4.6 s, off 15.4 s)
     comm_init_fixed_s: float = 0.0  # published: 2.0 s, NCCL's init phases at 8 ranks without the kernel load
     # (bootstrap 0.03-0.84, allgathers 0.08, topology 1.10, connections 0.39, alloc 0.4 s: NVIDIA/nccl#1646)
-    comm_init_per_rank_s: float = 0.0  # published: 0.009 s, NCCL's default init taking 2.5 min "at large scale
+    comm_init_per_rank_s: float = (
+        0.0  # published: 0.009 s, NCCL's default init taking 2.5 min "at large scale
+    )
     # (e.g. above certain K GPUs)" (NVIDIA/nccl#1156; 16,384 ranks taken, the scale of Meta's 16K-GPU jobs), linear
     # in the ranks as its bootstrap allgather is a ring of N-1 steps (NVIDIA/nccl#1791); COMM_INIT_PUBLISHED
     checkpoint_gb: float = 232.0
@@ -87,13 +107,17 @@ class Costs:
     heartbeat_timeout_s: float = 120.0
     heartbeat_interval_s: float = HEARTBEAT_INTERVAL_S  # a node's record per interval: one straggler window
     teardown_s: float = rundir.GRACE_S  # the launcher's SIGTERM-to-SIGKILL
+    evidence_grace_s: float = (
+        EVIDENCE_GRACE_S  # agpt watch --evidence-grace: SIGTERM to SIGKILL after evidence
+    )
     grace_s: float = rundir.GRACE_S
     classify_s: float = 1.0
     person_response_h: float = 8.0
     # The local checkpoint tier (agpt.sim.local): bytes per device and per node over these bandwidths.
-    ranks_per_node: int = 12
-    local_fixed_s: float = 0.02  # a save's stall besides the copy: copy launches, a synchronize
-    local_stage_gb_s: float = 8.8  # the staging copy of one device's shard, GB/s
+    ranks_per_node: int = 0  # 0: the site profile's SITE_RANKS_PER_NODE (FaultModel.site)
+    # a save's stall besides the copy (copy launches, a synchronize), and the staging copy of one device's shard
+    local_fixed_s: float = ckptplan.LOCAL_FIXED_S
+    local_stage_gb_s: float = ckptplan.LOCAL_STAGE_GB_S  # GB/s
     sha256_gb_s: float = 0.33  # one rank hashing its shard, GB/s
     host_mem_gb_s: float = 0.26  # one rank writing or reading its shard in node-local memory, GB/s
     network_gb_s: float = 200.0  # a node's injection bandwidth, for the partner's copy, GB/s
@@ -123,14 +147,15 @@ class Costs:
 class Train:
     step_s: float = 1.7
     steps: int = 0  # 0: train until the horizon
-    checkpoint_interval: int = 500
+    # The intervals: the job-start plan's (agpt.ckptplan) unless the model sets one (FaultModel.pinned).
+    checkpoint_interval: int = 0
     checkpoint_interval_s: float = 0.0
-    checkpoint_keep: int = 2
-    async_save: bool = True
-    deadline_margin_s: float = 600.0
+    checkpoint_keep: int = _CKPT.keep
+    async_save: bool = _CKPT.async_save
+    deadline_margin_s: float = _TRAIN.deadline_margin_s
     local_interval: int = 0  # the local checkpoint tier: a local save every N steps ...
     local_interval_s: float = 0.0  # ... or every S seconds (0 and 0: no local tier)
-    local_keep: int = 2
+    local_keep: int = _CKPT.local_keep
     local_daly: bool = (
         False  # ... or at Daly's interval for its own stall, which the simulation sets (sim.local)
     )
@@ -152,6 +177,7 @@ class Failover:
     min_nodes: str = _LOOP.min_nodes
     straggler: str = STRAGGLER_MODE  # FAILOVER_STRAGGLER: swap stops at a checkpoint to swap a straggler
     straggler_windows: int = STRAGGLER_WINDOWS  # FAILOVER_STRAGGLER_WINDOWS: windows in a row
+    kill_on_evidence: bool = KILL_ON_EVIDENCE  # FAILOVER_KILL_ON_EVIDENCE: end an attempt at once on evidence
 
 
 @dataclass(kw_only=True, slots=True)
@@ -200,7 +226,9 @@ class FaultModel:
     machine_nodes: int = 10624
     launcher: str = "pals"
     horizon_days: float = 14.0
-    heartbeats: bool = False
+    # the site profile the job-start plan reads (SITE_HOST_MEM_GIB, SITE_NODE_MTBF_H, ranks per node)
+    site: str = "aurora"
+    heartbeats: bool = _HEARTBEAT.enabled  # the trainer's heartbeat.enabled
     sweep: bool = True  # FAILOVER_SWEEP: full (on) or off (the blind rotation)
     failures: Failures = field(default_factory=Failures)
     mix: dict[str, float] = field(
@@ -217,6 +245,7 @@ class FaultModel:
     chain: Chain = field(default_factory=Chain)
     layout: Layout = field(default_factory=Layout)
     faults: list[ScriptedFault] = field(default_factory=list)
+    pinned: set[str] = field(default_factory=set)  # train keys of PLANNED the model (or a flag) set itself
 
     @property
     def job_mtbf_h(self) -> float:
@@ -351,6 +380,10 @@ def from_dict(data: Any, *, source: str = "fault model") -> FaultModel:
         m.horizon_days = float(_num(data["horizon_days"], "horizon_days", positive=True))
     if "spares" in data and data["spares"] not in (None, "auto"):
         m.spares = int(_num(data["spares"], "spares", integer=True))
+    if "site" in data:
+        if not isinstance(data["site"], str) or not data["site"]:
+            raise ConfigError(f"site: a site profile's name (site/NAME), got {data['site']!r}")
+        m.site = data["site"]
     if "launcher" in data:
         if data["launcher"] not in LAUNCHERS:
             raise ConfigError(f"launcher: one of {', '.join(LAUNCHERS)}, got {data['launcher']!r}")
@@ -365,6 +398,8 @@ def from_dict(data: Any, *, source: str = "fault model") -> FaultModel:
     for name, cls in _SECTIONS.items():
         if name in data:
             setattr(m, name, _section(cls, data[name], name))
+    if isinstance(data.get("train"), dict):
+        m.pinned = {k for k in data["train"] if k in PLANNED}
     if "mix" in data:
         m.mix = _shares(data["mix"], "mix")
     if "faults" in data:
@@ -490,17 +525,80 @@ def override(m: FaultModel, **kw: Any) -> FaultModel:
     for k, v in kw.items():
         if k == "async_save":
             out.train.async_save = bool(v)
+        elif k == "checkpoint_interval":  # steps, as a config's checkpoint.interval pins it
+            out.train.checkpoint_interval, out.train.checkpoint_interval_s = int(v), 0.0  # type: ignore[call-overload]
+            out.pinned |= {"checkpoint_interval", "checkpoint_interval_s"}
         elif k == "checkpoint_interval_s":
             out.train.checkpoint_interval_s = float(v)
+            out.pinned |= {"checkpoint_interval", "checkpoint_interval_s"}
         elif (
             k == "local_tier"
         ):  # on at the interval `agpt ckpt interval` recommends for its stall (sim.local)
             out.train.local_interval, out.train.local_interval_s, out.train.local_daly = 0, 0.0, bool(v)
-        elif k in ("shrink", "min_nodes", "straggler"):  # FAILOVER_SHRINK, _MIN_NODES, _STRAGGLER
+            out.pinned |= {"local_interval", "local_interval_s", "local_daly"}
+        elif k in (
+            "shrink",
+            "min_nodes",
+            "straggler",
+            "kill_on_evidence",
+        ):  # FAILOVER_SHRINK, _MIN_NODES, ...
             setattr(out.failover, k, v)
         elif k == "misread":  # either form, as the YAML takes it
             out.misread = misread_shares(v)
         else:
             setattr(out, k, v)
     validate(out)
+    return out
+
+
+def site_profile(name: str) -> dict[str, float]:
+    """What the job-start plan reads of a site profile (as `agpt check` reads it): host memory, node MTBF, ranks
+    per node.  A profile that cannot be read is ConfigError naming it."""
+    from agpt import check
+
+    try:
+        f = check.site_facts(name)
+    except BadInput as e:
+        raise ConfigError(f"site: {e}") from None
+    return {"host_mem_gib": f.host_mem_gib, "node_mtbf_h": f.node_mtbf_h, "ranks_per_node": f.ranks_per_node,
+            "profile": f.profile}  # type: ignore[dict-item]  # fmt: skip
+
+
+def plan(m: FaultModel) -> ckptplan.Plan:
+    """The checkpoint plan `agpt check --run-dir` makes at a job's start for this model (its site's profile, its
+    nodes and state, the stall a chain's earlier job measured: the model's async or blocking stall), the model's
+    own train keys pinned as a config's are (`local_daly`: the tier on at the plan's interval, not pinned)."""
+    site = site_profile(m.site)
+    c, tr = m.costs, m.train
+    pinned: dict[str, float] = {}
+    for key in m.pinned:
+        if key == "local_daly" or (tr.local_daly and key in ("local_interval", "local_interval_s")):
+            continue
+        pinned[PLANNED[key]] = float(getattr(tr, key))
+    return ckptplan.decide(ckptplan.Facts(
+        nodes=m.nodes, ranks_per_node=c.ranks_per_node or int(site["ranks_per_node"]),
+        state_bytes=c.checkpoint_gb * 1e9, async_save=tr.async_save, local_keep=tr.local_keep,
+        host_mem_gib=float(site["host_mem_gib"]), node_mtbf_h=float(site["node_mtbf_h"]),
+        measured_stall_s=c.async_stall_s if tr.async_save else c.save_stall_s, pinned=pinned,
+        profile=str(site["profile"])))  # fmt: skip
+
+
+def planned(m: FaultModel) -> FaultModel:
+    """A copy of M as its job would run: its ranks per node from the site when unset, and the plan's values in the
+    train keys it does not set (a `local_daly` tier at the plan's interval where the tier fits)."""
+    import copy
+
+    out = copy.deepcopy(m)
+    if not out.costs.ranks_per_node:
+        out.costs.ranks_per_node = int(site_profile(m.site)["ranks_per_node"])
+    p = plan(out)
+    tr = out.train
+    for key, name in PLANNED.items():
+        if key == "local_daly" or name not in p.values:
+            continue
+        if key in out.pinned:
+            continue
+        setattr(tr, key, type(getattr(tr, key))(p.values[name]))
+    if tr.local_daly and p.local_interval_s > 0 and not (tr.local_interval or tr.local_interval_s):
+        tr.local_interval_s = p.local_interval_s
     return out

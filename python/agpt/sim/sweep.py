@@ -17,11 +17,21 @@ from agpt.sim import engine, model
 from agpt.sim.engine import Result
 
 NODES = (512, 1024, 2048, 4096)
-# (name, overrides): each variant changes one knob of the model as shipped.
+# (name, overrides): each variant changes one knob of the model as shipped.  As shipped is what a committed job
+# script runs: the trainer's, the loop's and the chain's defaults, and the checkpoint plan its `agpt check` makes at
+# job start (agpt.ckptplan: the local tier where it fits, the global interval from Young/Daly).
 VARIANTS: tuple[tuple[str, dict[str, object]], ...] = (
     ("as shipped", {}),
-    ("+ heartbeats", {"heartbeats": True}),
-    ("+ local tier", {"heartbeats": True, "local_tier": True}),  # and heartbeats: the tier at Daly's interval
+    ("stragglers reported", {"straggler": "report"}),  # FAILOVER_STRAGGLER=report: named, never swapped
+    (
+        "no local tier",
+        {"local_tier": False},
+    ),  # checkpoint.local_interval: 0 (the global interval then by Daly)
+    (
+        "500-step saves, no tier",
+        {"local_tier": False, "checkpoint_interval": 500},
+    ),  # what 20b.yaml set until 2026-12
+    ("no heartbeats", {"heartbeats": False}),  # heartbeat.enabled: false: hangs left to the idle watchdog
     ("blind rotation", {"sweep": False}),  # FAILOVER_SWEEP=off: a misread failure evicts a host blind
     # What the table showed before it charged for misreads: every log read (the gap is the classifier's misses).
     ("reads every log", {"misread": model.no_misread()}),
@@ -31,6 +41,9 @@ VARIANTS: tuple[tuple[str, dict[str, object]], ...] = (
     ("no spares, no shrink", {"spares": 0, "shrink": False}),  # the loop before FAILOVER_SHRINK
     ("sync saves", {"async_save": False}),
 )
+# The rows every seed runs (the range across seeds shown); the others run the first seed alone, to keep the table
+# within an hour on two cores.  The straggler policies are the comparison docs/goodput.md chose the default from.
+ALL_SEEDS = ("as shipped", "stragglers reported")
 SHOWN = ("lost_work", "restarts", "detection", "backoff", "checkpoint_stalls", "slow_steps")
 
 
@@ -59,6 +72,10 @@ def pick(names: Sequence[str]) -> list[tuple[str, dict[str, object]]]:
     return [(n, kw) for n, kw in VARIANTS if n in names]
 
 
+def _one(job: tuple[model.FaultModel, int]) -> Result:
+    return engine.simulate(job[0], seed=job[1])
+
+
 def sweep(
     m: model.FaultModel,
     *,
@@ -66,21 +83,38 @@ def sweep(
     seeds: Sequence[int] = (1,),
     variants: Sequence[tuple[str, dict[str, object]]] = VARIANTS,
     progress: Callable[[str], None] | None = None,
+    jobs: int = 1,
 ) -> list[Row]:
-    rows = []
+    """Every variant at every node count: the ALL_SEEDS rows with every seed, the others with the first; JOBS
+    simulations at once (processes; each is deterministic for its seed, so the table does not depend on JOBS)."""
+    plan: list[tuple[str, model.FaultModel, list[int]]] = []
     for n in nodes:
         for name, kw in variants:
-            mm = model.override(m, nodes=n, **kw)
-            res = []
-            for s in seeds:
-                r = engine.simulate(mm, seed=s)
-                res.append(r)
-                if progress:
-                    progress(
-                        f"{n} nodes, {name}, seed {s}: effective ratio {r.effective_ratio:.3f}, "
-                        f"{len(r.faults)} failures, {r.attempts} attempts"
-                    )
-            rows.append(Row(variant=name, results=res))
+            ss = list(seeds) if name in ALL_SEEDS else list(seeds)[:1]
+            plan.append((name, model.override(m, nodes=n, **kw), ss))
+    work = [(mm, s) for _, mm, ss in plan for s in ss]
+    labels = [f"{mm.nodes} nodes, {name}, seed {s}" for name, mm, ss in plan for s in ss]
+    results: list[Result] = []
+
+    def note(i: int, r: Result) -> None:
+        results.append(r)
+        if progress:
+            progress(f"{labels[i]}: effective ratio {r.effective_ratio:.3f}, {len(r.faults)} failures, "
+                     f"{r.attempts} attempts")  # fmt: skip
+
+    if jobs > 1 and len(work) > 1:
+        import multiprocessing
+
+        with multiprocessing.get_context("fork").Pool(min(jobs, len(work))) as pool:
+            for i, r in enumerate(pool.imap(_one, work)):
+                note(i, r)
+    else:
+        for i, w in enumerate(work):
+            note(i, _one(w))
+    rows, k = [], 0
+    for name, _, ss in plan:
+        rows.append(Row(variant=name, results=results[k : k + len(ss)]))
+        k += len(ss)
     return rows
 
 
@@ -105,17 +139,24 @@ def table(rows: list[Row], m: model.FaultModel) -> str:
     for row in rows:
         r0 = row.results[0]
         hours = {k: row.hours(k) for k in (*SHOWN, "queue", "waiting_for_a_person")}
+        ratio = f"{row.mean(lambda r: r.effective_ratio):.3f}"
+        if len(row.results) > 1:
+            rs = [r.effective_ratio for r in row.results]
+            ratio += f" ({min(rs):.3f}-{max(rs):.3f})"
         lines.append(
-            f"| {r0.nodes:,} | {row.variant} | {row.mean(lambda r: r.effective_ratio):.3f} | "
+            f"| {r0.nodes:,} | {row.variant} | {ratio} | "
             f"{row.mean(lambda r: r.wall_ratio):.3f} | "
             f"{row.mean(lambda r: r.vs_ideal):.3f} | {row.mean(lambda r: len(r.faults)):.0f} | "
             + " | ".join(f"{hours[k]:.1f} h" for k in SHOWN)
             + f" | {hours['queue']:.0f} h | {_stops(row)} ({hours['waiting_for_a_person']:.0f} h) |"
         )
     lines.append("")
+    multi = [r for r in rows if len(r.results) > 1]
+    seeds = ", ".join(str(r.seed) for r in (multi or rows)[0].results)
+    which = (f"seeds {seeds} for {', '.join(dict.fromkeys(r.variant for r in multi))} (the mean, and the range "
+             f"across seeds), seed {rows[0].results[0].seed} for the others") if multi else f"seeds {seeds}"  # fmt: skip
     lines.append(
-        f"{days:g} simulated days per row, fault model `{m.name}`, seeds "
-        f"{', '.join(str(r.seed) for r in rows[0].results)}; effective ratio = productive step time / allocated "
+        f"{days:g} simulated days per row, fault model `{m.name}`, {which}; effective ratio = productive step time / allocated "
         "time; wall ratio = the same over the time since the first job started (queues and stops in); "
         "steps/node-h counts the spares' node-hours too; the hour columns are totals over the run."
     )

@@ -166,6 +166,27 @@ class Training:
         if self.m.heartbeats and fo.straggler == "swap":
             self.straggler_stop = since + fo.straggler_windows * self.m.costs.heartbeat_interval_s
 
+    def _straggler_save(self, run: _Run, st: float) -> float:
+        """The save a straggler's swap stops at; when the attempt ends.  With the local tier: its next local save (a
+        full local interval on, the worst case), complete on every node before the trainer exits, and the relaunch
+        restores from node memory; without: one more step and a blocking global save (the deadline's)."""
+        tr = self.m.train
+        if self.local is not None:
+            nxt = ckpt_policy.next_save(run.step, interval=tr.local_interval, interval_s=tr.local_interval_s,
+                                        step_s=st)  # fmt: skip
+            run.advance(self, max(1, (nxt or run.step + 1) - run.step), st)
+            stall = self.local.costs.stall_s
+            self.time["checkpoint_stalls"] += (
+                stall + self.local.costs.write_s
+            )  # the trainer waits for it whole
+            self.local.save(run.step, run.clock + stall)
+            return run.clock + stall + self.local.costs.write_s
+        run.advance(self, 1, st)
+        stall = self.m.costs.save_stall_s
+        self.time["checkpoint_stalls"] += stall
+        self.ckpts.append((run.step, run.clock + stall))
+        return run.clock + stall
+
     def _bound(self, step: int, nxt: int | None, sf: ScriptedFault | None) -> float:
         """Where the segment from STEP ends: the next save, the last step, the recurring bug, a scripted fault."""
         bound: float = INF if nxt is None else nxt
@@ -198,13 +219,10 @@ class Training:
             return AttemptEnd(kind="deadline", bad=None, at=run.clock + stall, first=run.first, last=run.step,
                               step=run.step)  # fmt: skip
         if tev == self.straggler_stop and self.straggler:  # the monitor's swap request: save and 75
-            run.advance(self, 1, st)
-            stall = m.costs.save_stall_s
-            self.time["checkpoint_stalls"] += stall
-            self.ckpts.append((run.step, run.clock + stall))
+            at = self._straggler_save(run, st)
             self.straggler_stop = INF
             host, rec = self.straggler
-            return AttemptEnd(kind="straggler", bad=host, at=run.clock + stall, first=run.first, last=run.step,
+            return AttemptEnd(kind="straggler", bad=host, at=at, first=run.first, last=run.step,
                               step=run.step, fault=rec)  # fmt: skip
         assert failer is not None  # a node's clock ran out
         cls = self._draw_class()

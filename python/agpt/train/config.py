@@ -369,6 +369,9 @@ class Config:
     heartbeat: HeartbeatConfig = field(default_factory=HeartbeatConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     observe: ObserveConfig = field(default_factory=ObserveConfig)
+    # The dotted keys a source set (YAML, AGPT_* environment, --set, flags), not the defaults: what a job-start
+    # decision (agpt.ckptplan) must leave as the user gave it.
+    pinned: set[str] = field(default_factory=set, compare=False, repr=False)
 
     def validate(self) -> None:
         self.model.validate()
@@ -422,7 +425,9 @@ class Config:
             )
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        out.pop("pinned")
+        return out
 
 
 SECTIONS = ("model", "train", "optim", "data", "checkpoint", "parallel", "heartbeat", "eval", "observe")
@@ -521,6 +526,7 @@ def _apply(cfg: Config, values: Mapping[str, Any], origin: str) -> None:
             if key not in types:
                 raise ConfigError(f"{origin}: unknown key '{dotted}'")
             setattr(target, key, _coerce(f"{origin}: {dotted}", value, types[key]))
+            cfg.pinned.add(dotted)
 
 
 def _dotted(key: str, value: Any) -> dict[str, Any]:

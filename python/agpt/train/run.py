@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from agpt import ckptplan
 from agpt.errors import BadInput
 from agpt.train import provenance
 from agpt.train.config import load_config
@@ -32,6 +33,9 @@ def train(
             raise BadInput(f"--run-dir {rd}: cannot create ({exc.strerror})") from None
         if not os.access(rd, os.W_OK):
             raise BadInput(f"--run-dir {rd}: not writable")
+    # what the job's `agpt check` chose, for the keys the config leaves unset
+    plan = ckptplan.apply(cfg.checkpoint, cfg.pinned, rd)
+    cfg.checkpoint.validate()
     import time
 
     from agpt.train import clock, stop
@@ -45,6 +49,9 @@ def train(
     marks["built"] = time.time()
     if trainer.ckpt is not None and trainer.rank == 0:
         trainer.ckpt.meta = provenance.build(cfg.to_dict())
+    if trainer.rank == 0:
+        for line in plan:
+            print(f"agpt: {line}", flush=True)
     if rd is None and trainer.rank == 0:
         print("agpt: warning: no run directory (--run-dir or AGPT_RUN_DIR): checkpoints are off", flush=True)
     trainer.resume()
