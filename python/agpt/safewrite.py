@@ -124,12 +124,13 @@ def replace(
     replace_with(path, fill, mode=mode, sync=sync)
 
 
-def open_append(path: Path | str, *, mode: int = 0o644) -> int:
-    """An O_APPEND fd on PATH (created when missing), opened without following a link and without blocking;
-    only a regular file is taken.  Raises WriteError."""
+def open_append(path: Path | str, *, mode: int = 0o644, mkdir: bool = True) -> int:
+    """An O_APPEND fd on PATH (created when missing, with its folder when MKDIR), opened without following a
+    link and without blocking; only a regular file is taken.  Raises WriteError."""
     path = Path(path)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        if mkdir:
+            path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(
             path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode
         )

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agpt import rundir
+from agpt import rundir, safewrite
 
 FILE = "eval.jsonl"
 SOURCES = ("loop", "lm-eval", "agpt")
@@ -55,7 +55,7 @@ def drop_after(run_dir: Path, step: int) -> int:
     backup = target.with_name(f".{FILE}.rewrite")
     if not target.exists() and not backup.exists():
         return 0
-    fd = os.open(target, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(target, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     try:
         with contextlib.suppress(OSError):
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -70,7 +70,7 @@ def drop_after(run_dir: Path, step: int) -> int:
             elif line:
                 kept.append(line)
         if dropped:
-            backup.write_bytes(data)
+            safewrite.replace(backup, data)
             _write_all(fd, b"".join(line + b"\n" for line in kept))
         with contextlib.suppress(FileNotFoundError):
             backup.unlink()

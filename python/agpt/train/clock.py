@@ -10,6 +10,7 @@ first step.  Standard library only.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -17,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agpt import numeric, rundir
+from agpt import numeric, rundir, safewrite
 
 
 def process_start() -> float:
@@ -70,12 +71,6 @@ def record(run_dir: Path, marks: dict[str, float], step: int, **fields: Any) -> 
         rec["staging_s"] = staged
     if os.environ.get("AGPT_WARM_STARTED"):
         rec["warm"] = True  # a parked process took this rank (agpt.warm): imports were paid before the launch
-    try:
-        fd = os.open(run_dir / "events.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, (json.dumps(rec) + "\n").encode())
-        finally:
-            os.close(fd)
-    except OSError:
-        pass
+    with contextlib.suppress(OSError):  # the clock is a note: a full disk must not stop the run
+        safewrite.append(run_dir / rundir.EVENTS, json.dumps(rec) + "\n", sync=False)
     return rec

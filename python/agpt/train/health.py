@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import statistics
 import time
 from collections import deque
 from pathlib import Path
 from typing import Any
 
-from agpt import numeric, rundir
+from agpt import numeric, rundir, safewrite
 from agpt.errors import EXIT_REPEAT, ConfigError
 from agpt.train.entry import NonFinite
 
@@ -141,9 +140,7 @@ class Health:
         if path is None or self.rank != 0:
             return
         body = {"skip": [list(r) for r in self.skips], "rollbacks": self.rollbacks}
-        tmp = path.with_name(f".{SKIPS}.{os.getpid()}")
-        tmp.write_text(json.dumps(body, indent=1) + "\n")
-        os.replace(tmp, path)
+        safewrite.replace(path, json.dumps(body, indent=1) + "\n")
 
     def event(self, kind: str, line: str, **fields: Any) -> None:
         """`agpt: event: ...` on stdout and a JSON line in RUN_DIR/health.jsonl (rank 0 only)."""
@@ -157,8 +154,7 @@ class Health:
         if self.rank != 0 or self.run_dir is None:
             return
         rec = {"event": kind, "time": round(time.time(), 3), **fields}
-        with open(self.run_dir / EVENTS, "a") as fh:
-            fh.write(json.dumps(rec) + "\n")
+        safewrite.append(self.run_dir / EVENTS, json.dumps(rec) + "\n", sync=False)
 
     # -- data position and learning rate ----------------------------------------------------------
     def skip_to(self, consumed: int, global_batch: int) -> int:

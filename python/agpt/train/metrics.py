@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from agpt import numeric, rundir
+from agpt import numeric, rundir, safewrite
 from agpt.train.config import Config, ModelConfig
 
 FILE = rundir.METRICS
@@ -125,9 +125,8 @@ class MetricsWriter:
         )
 
     def write(self, rec: dict[str, Any]) -> None:
-        if self._fh is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._fh = open(self.path, "a")  # noqa: SIM115 - kept open for the run
+        if self._fh is None:  # never through a link, only a regular file (safewrite); kept open for the run
+            self._fh = os.fdopen(safewrite.open_append(self.path), "a")
         self._fh.write(json.dumps(rec, allow_nan=True) + "\n")
         self._fh.flush()
 

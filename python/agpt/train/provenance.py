@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agpt import rundir
+from agpt import rundir, safewrite
 from agpt.digest import file_sha256
 
 FORMAT = "agpt-ckpt-meta-1"
@@ -94,13 +94,7 @@ def build(config: dict[str, Any]) -> dict[str, Any]:
 def write(step_path: Path, meta: dict[str, Any], *, step: int, world_size: int) -> None:
     """Write meta.json durably (fsynced, atomic rename); the caller writes `.complete` after it."""
     record = {**meta, "step": step, "world_size": world_size}
-    path = step_path / META
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(json.dumps(record, indent=1, sort_keys=True) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    safewrite.replace(step_path / META, json.dumps(record, indent=1, sort_keys=True) + "\n")
 
 
 def read(step_path: Path) -> dict[str, Any] | None:

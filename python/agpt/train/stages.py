@@ -12,13 +12,12 @@ one, so a blend rebuilt under a run is refused rather than silently changing the
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from agpt import rundir
+from agpt import rundir, safewrite
 from agpt.errors import ConfigError, DataError
 from agpt.train import data as tdata
 
@@ -109,6 +108,4 @@ class Staged:
             if len(pinned) >= len(mine):
                 return
         if rank == 0:
-            tmp = path.with_name(f".{PIN}.{os.getpid()}")
-            tmp.write_text(json.dumps({"stages": mine}, indent=1) + "\n")
-            os.replace(tmp, path)
+            safewrite.replace(path, json.dumps({"stages": mine}, indent=1) + "\n")

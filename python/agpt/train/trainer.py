@@ -27,7 +27,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
-from agpt import ckptdir, localtier, rundir
+from agpt import ckptdir, localtier, rundir, safewrite
 from agpt.errors import EXIT_RESUBMIT, AgptError, CheckpointError
 from agpt.heartbeat import writer as heartbeat
 from agpt.heartbeat.straggler import StragglerMonitor
@@ -476,10 +476,8 @@ class Trainer:
     def write_progress(self) -> None:
         if self.run_dir is None or self.rank != 0:
             return
-        path = self.run_dir / "progress"
-        tmp = path.with_name(f".progress.{os.getpid()}")
-        tmp.write_text(f"step={self.step} time={int(time.time())}\n")
-        os.replace(tmp, path)
+        text = f"step={self.step} time={int(time.time())}\n"
+        safewrite.replace(self.run_dir / rundir.PROGRESS, text, sync=False)
 
     def run(self, emit: Callable[[str], None] | None = None) -> int:
         """Train to train.steps; 0 when done, 75 after a deadline/SIGUSR1 stop, 143 after SIGTERM."""

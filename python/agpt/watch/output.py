@@ -15,6 +15,7 @@ import re
 import select
 import time
 
+from agpt import safewrite
 from agpt.errors import BadInput
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs start-up time
@@ -232,9 +233,9 @@ class LogFile:
             self.fd = self.log
             return self.fd
         try:
-            self.fd = os.open(self.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            self.fd = safewrite.open_append(os.fspath(self.log), mkdir=False)  # never through a link
         except OSError as e:
-            raise BadInput(f"--log {os.fspath(self.log)}: {e.strerror}") from None
+            raise BadInput(f"--log {e}") from None
         self._owned = True
         return self.fd
 
