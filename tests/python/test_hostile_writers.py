@@ -142,6 +142,8 @@ def test_the_run_directorys_record_names_are_the_code_names() -> None:
 
     assert records.FILE in rundir.OWN_FILES and due.STATE.split("/")[0] in rundir.OWN_DIRS
     assert hostlib.PENDING.split("/")[0] in rundir.OWN_DIRS
+    contract = (Path(__file__).resolve().parents[2] / "docs" / "contract.md").read_text()
+    assert f"\n{hostlib.PENDING} " in contract  # the journal is a file of the run directory's contract
 
 
 # ------------------------------------------------------------------------------------ record before change
