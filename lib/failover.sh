@@ -373,7 +373,7 @@ _failover_ends() {
     sets=(--sets "$(IFS=,; printf '%s' "${SITE_FAILOVER_PATTERNS[*]}")")
   fi
   if _failover_py patterns --ends "${sets[@]}" >"$ends"; then
-    _failover_x+=(--kill-on "$ends" --heartbeat-dir "$AGPT_RUN_DIR/heartbeat")
+    _failover_x+=(--kill-on "$ends" --heartbeat-dir "$AGPT_RUN_DIR/heartbeat" --detach-teardown)
   else
     _failover_say "cannot list the patterns that end an attempt; waiting for silence instead"
   fi

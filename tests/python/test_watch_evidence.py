@@ -7,9 +7,11 @@ subprocess timeout is the bound) is the behaviour; no wall-clock assert."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 from agpt.failover import patterns
@@ -20,7 +22,7 @@ PY = sys.executable
 STUBBORN = """
 import signal, sys, time
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
-print("step=3 loss 2.1", flush=True)
+print("step=3 loss 2.1 pid=%d" % __import__("os").getpid(), flush=True)
 print({line!r}, file=sys.stderr, flush=True)
 time.sleep({sleep})
 """
@@ -51,6 +53,21 @@ def test_a_launchers_node_failure_line_ends_the_attempt_without_the_grace(tmp_pa
     assert f"agpt watch: evidence: {line} [srun.node_failure]; SIGTERM to process group" in proc.stderr
     assert times["evidence"] == f"{line} [srun.node_failure]"
     assert times["detected"] <= times["ended"]  # type: ignore[operator]
+
+
+def test_with_detach_teardown_the_watch_returns_and_a_reaper_ends_the_group(tmp_path: Path) -> None:
+    # What the failover loop runs: it plans the relaunch while the launcher's teardown goes on.
+    line = "srun: error: Node failure on n3"
+    proc, times = run_watch(tmp_path, line, "--kill-on", str(ends_file(tmp_path)), "--evidence-grace", "1",
+                            "--detach-teardown", sleep=600)  # fmt: skip
+    assert proc.returncode == 137 and times["evidence"] == f"{line} [srun.node_failure]"
+    pid = int(re.search(r"pid=(\d+)", proc.stdout).group(1))  # type: ignore[union-attr]
+    for _ in range(300):  # the reaper's SIGKILL after the evidence grace (the child ignores SIGTERM)
+        if not Path(f"/proc/{pid}").exists() or Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z":
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"pid {pid} outlived the reaper")
 
 
 def test_a_task_killed_by_a_signal_under_pals_ends_it_too(tmp_path: Path) -> None:

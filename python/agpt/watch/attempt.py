@@ -16,7 +16,7 @@ import time
 
 from agpt.errors import EXIT_IDLE
 from agpt.watch.child import Child
-from agpt.watch.evidence import HeartbeatEvidence, LineEvidence
+from agpt.watch.evidence import HeartbeatEvidence, LineEvidence, reap_detached
 from agpt.watch.idle import Idle
 from agpt.watch.output import Passthrough, Progress, Say
 from agpt.watch.settings import EXIT_CANNOT_RUN, EXIT_NOT_FOUND, Outcome, WatchSettings
@@ -207,6 +207,8 @@ class Attempt:
         if self.rc is None or self.child.group_alive():  # else CMD and its group are gone: the pipes drain
             self.child.signal_group(signal.SIGTERM)
             self.phase, self.kill_at = TERM, now + min(self.s.evidence_grace, self.s.grace)
+            if self.s.detach_teardown and reap_detached(self.child, min(self.s.evidence_grace, self.s.grace)):
+                self.phase = DONE  # the caller plans the relaunch while the teardown runs
 
     def _tap(self, fd: int, data: memoryview) -> None:
         assert self.lines is not None

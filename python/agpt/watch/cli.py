@@ -141,6 +141,12 @@ def _parser() -> _Parser:
         "node failure or a task's death)",
     )
     p.add_argument(
+        "--detach-teardown",
+        action="store_true",
+        help="after evidence, exit at once and leave the group's SIGKILL (after --evidence-grace) to a reaper, so "
+        "the caller plans the relaunch while the teardown runs",
+    )
+    p.add_argument(
         "--heartbeat-dir",
         metavar="DIR",
         help="end CMD at once when DIR's heartbeat records show a host stopped (two looks one publish interval "

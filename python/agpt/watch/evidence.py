@@ -17,13 +17,17 @@ lowercase copy and a few substring searches per chunk.  Standard library only.
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
+import time
 
 from agpt.errors import BadInput
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs start-up time
 if TYPE_CHECKING:
     from collections.abc import Sequence
+    from typing import Any
 
 CARRY_MAX = 4096  # the longest partial line kept to match across chunk boundaries
 
@@ -127,6 +131,27 @@ class HeartbeatEvidence:
             return None  # one look is a moment; the same host stopped one interval later is evidence
         i = found.bad_hosts.index(host)
         return found.evidence[i] if i < len(found.evidence) else f"heartbeat: {host} stopped"
+
+
+def reap_detached(child: Any, grace: float) -> bool:
+    """--detach-teardown: a forked reaper SIGKILLs CHILD's group after GRACE unless it is gone by then, so the
+    watch returns at once and the failover loop plans the relaunch while the teardown runs.  False when it cannot
+    fork (the watch then waits as without it).  The watch is single-threaded, so the fork is safe."""
+    try:
+        pid = os.fork()
+    except OSError:
+        return False
+    if pid:
+        return True
+    try:  # the reaper: its own session, so the loop's end does not take it before the group is gone
+        os.setsid()
+        os.closerange(3, 65536)
+        end = time.monotonic() + grace
+        while time.monotonic() < end and child.group_alive():
+            time.sleep(0.05)
+        child.signal_group(signal.SIGKILL)
+    finally:
+        os._exit(0)
 
 
 def _interval(text: str | None) -> float:

@@ -39,6 +39,7 @@ class WatchSettings:
 
     __slots__ = (
         "backoff",
+        "detach_teardown",
         "evidence_grace",
         "grace",
         "heartbeat_dir",
@@ -63,6 +64,7 @@ class WatchSettings:
         kill_on: str | os.PathLike[str] | None = None,  # JSON of the `ends` patterns (agpt.watch.evidence)
         heartbeat_dir: str | os.PathLike[str] | None = None,  # a host stopped in its records ends the attempt
         evidence_grace: float = DEFAULT_EVIDENCE_GRACE,  # SIGTERM to SIGKILL after evidence
+        detach_teardown: bool = False,  # after evidence: return at once, a reaper ends the group (agpt.watch.evidence)
     ) -> None:
         self.timeout = _check_seconds("--timeout", timeout)
         self.startup_timeout = (
@@ -86,6 +88,7 @@ class WatchSettings:
         self.kill_on = os.fspath(kill_on) if kill_on else None
         self.heartbeat_dir = os.fspath(heartbeat_dir) if heartbeat_dir else None
         self.evidence_grace = _check_seconds("--evidence-grace", evidence_grace)
+        self.detach_teardown = bool(detach_teardown)
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in sorted(self.__slots__))
