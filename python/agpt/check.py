@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agpt import ckptdir, ckptplan, localtier, numeric, rundir, yamlio
+from agpt import ckptdir, ckptplan, localtier, numeric, rundir, safewrite, yamlio
 from agpt.errors import BadInput, ConfigError
 from agpt.failover import shrink as shrinklib
 from agpt.train import config as tconfig
@@ -361,7 +361,7 @@ def _run_dir_checks(rep: Report, run_dir: Path) -> None:
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         probe = run_dir / f".agpt-check.{os.getpid()}"
-        probe.write_text("ok\n")
+        safewrite.replace(probe, "ok\n", sync=False)  # never through a link planted at the probe's name
         probe.unlink()
     except OSError as exc:
         rep.add(

@@ -17,6 +17,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from agpt import safewrite
 from agpt.ckpt import layout, stfile
 from agpt.digest import file_sha256
 from agpt.errors import BadInput, CheckpointError, DataError
@@ -105,7 +106,7 @@ def tokenizer_source(cfg: Config, sd: layout.StepDir, explicit: str | None) -> P
 
 
 def _write_json(path: Path, obj: Any) -> None:
-    path.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
+    safewrite.replace(path, json.dumps(obj, indent=2, sort_keys=True) + "\n", sync=False)
 
 
 def hf_config(cfg: Config, dtype: str, bos: int, eos: int) -> dict[str, Any]:

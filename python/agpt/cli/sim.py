@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from agpt import numeric
+from agpt import numeric, safewrite
 from agpt.cli import params
 from agpt.errors import ConfigError
 from agpt.sim import engine, model, sweep, validate
@@ -251,7 +251,7 @@ def table_cmd(
     except OSError as e:
         raise ConfigError(f"--out: cannot create {out} ({e.strerror})") from None
     text = sweep.table(rows, m) + "\n\n" + sweep.headline(rows, nodes=ns[0]) + "\n"
-    (out / "goodput.md").write_text(text)
+    safewrite.replace(out / "goodput.md", text)
     sweep.plot(rows, out / "goodput.png", m)
     click.echo(text)
     click.echo(f"wrote {out / 'goodput.md'} and {out / 'goodput.png'}")

@@ -36,6 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, cast
 
+from agpt import safewrite
 from agpt.errors import AgptError, BadInput
 from agpt.ours import ours_or_empty
 from agpt.yeet import gnutar
@@ -168,7 +169,8 @@ class Stage:
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(self.tmp, 0o777 & ~umask)
-        (self.tmp / MARKER).write_text("made by agpt yeet: replaced as a whole by the next yeet\n")
+        note = "made by agpt yeet: replaced as a whole by the next yeet\n"
+        safewrite.replace(self.tmp / MARKER, note, sync=False)
         moved = False
         if os.path.lexists(self.dest):
             os.rename(self.dest, self.old)

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from agpt import safewrite
 from agpt.yeet.extract import QueueReader, Stage, safe_extract
 from agpt.yeet.relocate import is_venv, relocate
 
@@ -99,7 +100,7 @@ class _Staging:
     def write_failed_hosts(self, hosts: list[str]) -> None:
         """Record the hosts that did not get DEST, inside the tree that is about to be committed."""
         if hosts:
-            (self.stage.tmp / FAILED_HOSTS).write_text("".join(f"{h}\n" for h in hosts))
+            safewrite.replace(self.stage.tmp / FAILED_HOSTS, "".join(f"{h}\n" for h in hosts), sync=False)
 
     def seconds(self) -> float:
         return time.monotonic() - self.t0

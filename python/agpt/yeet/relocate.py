@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from agpt import safewrite
+
 ACTIVATE = ("activate", "activate.csh", "activate.fish", "Activate.ps1", "activate.nu", "activate.bat")
 MAX_SHEBANG = 127  # older Linux kernels truncate longer `#!` lines
 MAX_SCRIPT = 1 << 20
@@ -94,6 +96,6 @@ def relocate(root: Path, new_prefix: str) -> int:
         for line in lines
     ]
     if fixed != lines:
-        cfg.write_text("".join(fixed))
+        safewrite.replace(cfg, "".join(fixed), sync=False)  # a link at pyvenv.cfg is replaced, not followed
         changed += 1
     return changed

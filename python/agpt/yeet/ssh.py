@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from agpt import safewrite
 from agpt.yeet.node import FAILED_HOSTS, NodeResult
 from agpt.yeet.pack import Tarball, resolve_source
 from agpt.yeet.report import failed_hosts, needed, node_name, render_dest, report_lines, spell
@@ -252,7 +253,7 @@ def _record_failed(
     me = spell(node_name(), hosts)
     path = dests[me] / FAILED_HOSTS if me in dests else None
     if path is not None and path.parent.is_dir():
-        path.write_text("".join(f"{h}\n" for h in bad))
+        safewrite.replace(path, "".join(f"{h}\n" for h in bad), sync=False)
         emit(f"yeet: failed hosts recorded in {path}")
     else:
         emit(f"yeet: failed hosts (not recorded: this node is not in the hostfile): {','.join(bad)}")
