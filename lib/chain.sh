@@ -89,8 +89,15 @@ _chain_unmutex() {
 
 # Usage: _chain_lock_write SUCCESSOR : chain.lock = `SUCCESSOR THIS_JOB EPOCH`, in one step (temporary + mv).
 _chain_lock_write() {
-  local tmp="$AGPT_RUN_DIR/chain.lock.tmp.$$"
-  printf '%s %s %s\n' "$1" "$CHAIN_JOB_ID" "$(date +%s)" >"$tmp" && mv -f "$tmp" "$AGPT_RUN_DIR/chain.lock"
+  local tmp
+  # A temporary name made exclusively (mktemp), so a link planted beside chain.lock is never written through.
+  tmp="$(mktemp "$AGPT_RUN_DIR/.chain.lock.XXXXXX")" || return 1
+  if chmod 0644 "$tmp" && printf '%s %s %s\n' "$1" "$CHAIN_JOB_ID" "$(date +%s)" >"$tmp" &&
+    mv -f "$tmp" "$AGPT_RUN_DIR/chain.lock"; then
+    return 0
+  fi
+  rm -f -- "$tmp"
+  return 1
 }
 
 # Usage: _chain_lock_state (under the mutex) : what chain.lock means for this job, one line:

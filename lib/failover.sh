@@ -478,6 +478,7 @@ _failover_attempts() {
     _failover_env envs "$n" "$deadline"
     log="$AGPT_RUN_DIR/attempts/$FAILOVER_JOBID.$n.log"
     _failover_say "attempt $n on ${envs[2]#*=} host(s) (${envs[1]#*=}): ${argv[*]}"
+    rm -f -- "$log" # a link planted at the log's name is removed, never truncated through (docs/trust.md)
     : >"$log"
     started="$(date +%s.%N)"
     rc=0

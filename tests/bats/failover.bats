@@ -127,6 +127,19 @@ check_sourcing() {  # check_sourcing "SET OPTIONS": sourcing changes nothing out
   assert [ -s "$RUN/attempts/j1.2.log" ]
 }
 
+@test "a link planted at the next attempt's log is removed, never truncated or written through (issue 37)" {
+  mkdir -p "$RUN/attempts"
+  echo precious >"$BATS_TEST_TMPDIR/victim"
+  ln -s "$BATS_TEST_TMPDIR/victim" "$RUN/attempts/j1.1.log"
+  run bash "$(job <<<'')"
+  assert_success
+  assert_line "verdict: 0"
+  run cat "$BATS_TEST_TMPDIR/victim"
+  assert_output precious
+  assert [ ! -L "$RUN/attempts/j1.1.log" ]
+  assert [ -s "$RUN/attempts/j1.1.log" ]
+}
+
 @test "{hosts} {nhosts} {hostfile} are replaced and FAILOVER_* exported to each attempt" {
   f="$BATS_TEST_TMPDIR/echo.sh"
   cat >"$f" <<SH
