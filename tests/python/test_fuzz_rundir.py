@@ -228,6 +228,7 @@ def _readers() -> dict[str, Any]:
     from agpt.sim import model as simmodel
     from agpt.train import metrics as tmetrics
     from agpt.train import provenance
+    from agpt.watch.evidence import LineEvidence
 
     return {
         "ckpt/step-2/.complete": lambda d: ckptdir.read_marker(d / "ckpt/step-2"),
@@ -253,6 +254,7 @@ def _readers() -> dict[str, Any]:
         "profile.sh": lambda d: _no_read(site.parse_profile(d / "profile.sh").errors),
         "model.yaml": lambda d: simmodel.load(d / "model.yaml"),
         "meta.json": lambda d: provenance.read(d),
+        "attempts/j.ends.json": lambda d: LineEvidence.from_file(str(d / "attempts/j.ends.json")),
     }
 
 
@@ -293,7 +295,7 @@ def _bounded(seconds: int = 20) -> Iterator[None]:
 
 @pytest.mark.parametrize("kind", NOT_A_FILE)
 @pytest.mark.parametrize("rel", sorted(READERS))
-def test_every_reader_refuses_what_is_not_a_regular_file(rel: str, kind: str) -> None:  # every pair: 72 cases
+def test_every_reader_refuses_what_is_not_a_regular_file(rel: str, kind: str) -> None:  # every pair
     with run_dir() as d:
         p = d / rel
         p.parent.mkdir(parents=True, exist_ok=True)

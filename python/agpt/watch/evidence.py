@@ -16,12 +16,12 @@ lowercase copy and a few substring searches per chunk.  Standard library only.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
 import time
 
+from agpt import rundir
 from agpt.errors import BadInput
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs start-up time
@@ -43,10 +43,9 @@ class LineEvidence:
     def from_file(cls, path: str) -> LineEvidence:
         """Read --kill-on FILE; a missing or malformed file is BadInput naming it (before the child starts)."""
         try:
-            with open(path, encoding="utf-8") as f:
-                raw = json.load(f)
+            raw = rundir.read_record(path, limit=rundir.TEXT_MAX)  # the one reader: never a FIFO, bounded
         except OSError as e:
-            raise BadInput(f"--kill-on {path}: {e.strerror}") from None
+            raise BadInput(f"--kill-on {path}: {e.strerror or e}") from None
         except ValueError as e:
             raise BadInput(f"--kill-on {path}: not JSON ({e})") from None
         if not isinstance(raw, list):
