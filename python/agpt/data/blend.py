@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from agpt import safewrite
 from agpt.data import bytecount, mmidx, rng, workdir
 from agpt.data import manifest as mf
 from agpt.data.dist import Comm, world
@@ -524,9 +525,7 @@ def _write(
         "files": [{k: v for k, v in f.items() if k != "dtype"} for f in files],
         "index_files": index,
     }
-    tmp = out / (mf.MANIFEST + ".tmp")
-    tmp.write_text(json.dumps(manifest, indent=1) + "\n")
-    os.replace(tmp, out / mf.MANIFEST)
+    safewrite.replace(out / mf.MANIFEST, json.dumps(manifest, indent=1) + "\n")
     shutil.rmtree(out / WORK, ignore_errors=True)
     manifest["up_to_date"] = False
     manifest["seconds"] = round(time.monotonic() - t0, 3)

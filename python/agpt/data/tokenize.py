@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from agpt import shellword
+from agpt import safewrite, shellword
 from agpt.data import mmidx, workdir
 from agpt.data.dist import Comm, local_ranks, world
 from agpt.data.readers import Chunk, expand_inputs, iter_documents, plan_chunks
@@ -374,9 +374,7 @@ def _prepare(s: TokenizeSettings, out: Path, ident: dict[str, Any]) -> str:
         if not same:
             shutil.rmtree(work)
     workdir.make(work, "agpt tokenize")
-    tmp = ident_file.with_suffix(".tmp")
-    tmp.write_text(json.dumps(ident, indent=1))
-    os.replace(tmp, ident_file)
+    safewrite.replace(ident_file, json.dumps(ident, indent=1))
     return "run"
 
 
@@ -515,9 +513,7 @@ def _finish(
         for p in plans
     ]
     lines = [f"{p.tokens / max(total_tokens, 1):.12g} {p.prefix} {corpus}\n" for p in plans]
-    tmp = out / (FILELIST + ".tmp")
-    tmp.write_text("".join(lines))
-    os.replace(tmp, out / FILELIST)
+    safewrite.replace(out / FILELIST, "".join(lines))
     elapsed = time.monotonic() - t0
     report = {
         "identity": state["ident"],
@@ -542,9 +538,7 @@ def _finish(
         },
         "settings": {k: v for k, v in asdict(s).items() if k not in {"progress", "quiet", "overwrite"}},
     }
-    tmp = out / (META + ".tmp")
-    tmp.write_text(json.dumps(report, indent=1) + "\n")
-    os.replace(tmp, out / META)
+    safewrite.replace(out / META, json.dumps(report, indent=1) + "\n")
     shutil.rmtree(out / WORK, ignore_errors=True)
     report["skipped"] = False
     return report
