@@ -60,15 +60,22 @@ def cli() -> None:
 @click.option("--model", "spec", default="aurora-20b", show_default=True, help=MODEL_HELP)
 @click.option("--nodes", type=params.count(1, numeric.MAX_NODES), help="active nodes (default: the model's)")
 @click.option("--spares", help="spare nodes, or 'auto' (~2%, at least 4)")
-@click.option("--heartbeats/--no-heartbeats", default=None, help="hangs named by heartbeats")
+@click.option(
+    "--heartbeats/--no-heartbeats",
+    default=None,
+    help="hangs named by heartbeats (default: the model's; the trainer's heartbeat.enabled, on)",
+)
 @click.option("--async-save/--sync-save", default=None, help="async or blocking checkpoint saves")
 @click.option(
-    "--interval-s", type=params.seconds(), help="checkpoint.interval_s: save by time instead of steps"
+    "--interval-s",
+    type=params.seconds(),
+    help="checkpoint.interval_s: save by time (default: the job-start plan's, Young/Daly)",
 )
 @click.option("--interval", "interval_steps", type=params.count(), help="checkpoint.interval: steps between "
               "saves (0: by --interval-s alone)")  # fmt: skip
 @click.option("--local-tier/--no-local-tier", default=None,
-              help="the local checkpoint tier, saving at Daly's interval for its own stall")  # fmt: skip
+              help="the local checkpoint tier at Daly's interval for its own stall (default: the job-start "
+              "plan's: on where the site's SITE_HOST_MEM_GIB holds it)")  # fmt: skip
 @click.option("--local-interval-s", type=params.seconds(), help="the local tier's interval instead of Daly's")
 @click.option("--local-stage-gb-s", type=params.Number(lo=0, hi=1e6), help="the local save's staging copy, "
               "GB/s per device (model: costs.local_stage_gb_s)")  # fmt: skip
@@ -239,7 +246,8 @@ def table_cmd(
     chosen = _variants(variants) if variants else sweep.VARIANTS
     from agpt.progress import Progress
 
-    with Progress(len(ns) * len(chosen) * len(ss), "sim table", unit="runs") as bar:
+    runs = len(ns) * sum(len(ss) if name in sweep.ALL_SEEDS else 1 for name, _ in chosen)
+    with Progress(runs, "sim table", unit="runs") as bar:
 
         def done(line: str) -> None:  # each simulation's result line, above the bar
             bar.write(line)
