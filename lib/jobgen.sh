@@ -165,7 +165,7 @@ _jobgen_directives() {
   echo "# Regenerate rather than edit.  Lines marked EDIT are yours; every other value names its source: a"
   echo "# SITE_* key of $prof or a job.* key of the config."
   local plan line # the checkpoint plan (agpt.ckptplan) as the job's first start makes it; nothing for a job that does not train
-  plan="$(PYTHONPATH="$home/python${PYTHONPATH:+:$PYTHONPATH}" "$py" -m agpt.ckptplan "$site" "$config")" || return 2
+  plan="$(PYTHONPATH="$home/python${PYTHONPATH:+:$PYTHONPATH}" "$py" -m agpt.check "$site" "$config")" || return 2
   if [[ -n "$plan" ]]; then
     echo "# Checkpoints: the job's \`agpt check --run-dir\` plans them at every start (SITE_HOST_MEM_GIB, SITE_NODE_MTBF_H,"
     echo "# the previous job's measured stall; docs/checkpoints.md); the first job's plan, the config's own keys kept:"

@@ -154,6 +154,28 @@ def _shown(words: list[str]) -> str:
     return " ".join(shlex.quote(w) for w in words)
 
 
+# FAILOVER_WARM for each launcher of lib/launch.sh: one task on every host ({hosts}: all the job's, spares too),
+# beside the attempts' launches for the whole job.
+LAUNCH_WORDS = {
+    "srun": "srun --overlap --no-kill --kill-on-bad-exit=0 -N {nhosts} --nodelist {hosts} --ntasks-per-node=1",
+    "pals": "mpiexec -n {nhosts} --ppn 1 --hostfile {hostfile}",
+    "hydra": "mpiexec -f {hostfile} -n {nhosts} -ppn 1",
+    "openmpi": "mpirun -np {nhosts} --hostfile {hostfile} --map-by ppr:1:node",
+}
+
+
+def warm_row(launcher: str, container: str, image: str) -> str:
+    """`agpt check`'s warm-ranks line: the FAILOVER_WARM words for the site's launcher, or why it cannot keep
+    parked processes across attempts (the loop then runs without warm ranks)."""
+    if container not in ("", "none") and image:
+        return (f"cannot keep parked processes: ranks run in an image (SITE_CONTAINER={container}), the parked "
+                "processes would run on the host; the loop runs without warm ranks")  # fmt: skip
+    words = LAUNCH_WORDS.get(launcher)
+    if words is None:
+        return f"cannot keep parked processes: no launch of one task per host for SITE_LAUNCHER={launcher!r}"
+    return f"FAILOVER_WARM='{words}' and {{warm}} before the rank's command (off: FAILOVER_WARM empty)"
+
+
 def _site_rows(rep: Report, facts: SiteFacts, job: dict[str, Any], cfg_path: Path) -> None:
     """How the environment reaches the nodes, what wraps each rank, how the checkpoint directory is laid out: the
     profile's choices (lib/env.sh env_stage, lib/launch.sh, env_ckpt_layout apply them), one line each."""
@@ -183,9 +205,7 @@ def _site_rows(rep: Report, facts: SiteFacts, job: dict[str, Any], cfg_path: Pat
             f"{opts} CMD",
         }[facts.container]
     rep.info("container", f"{facts.container} (SITE_CONTAINER): {wrap}")
-    from agpt import warm  # standard library only, no torch
-
-    rep.info("warm ranks", warm.site_row(facts.launcher, facts.container, image))
+    rep.info("warm ranks", warm_row(facts.launcher, facts.container, image))
     lay = facts.ckpt_layout
     if not lay:
         layout = "the filesystem's default (SITE_CKPT_LAYOUT empty)"
@@ -652,3 +672,22 @@ def check(
             shrinklib.write_layout(Path(run_dir), lay)
             ckptplan.write(Path(run_dir), plan)
     return rep
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m agpt.check SITE CONFIG`: the checkpoint plan's lines for a job script's header (lib/jobgen.sh)."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2:
+        print("usage: python -m agpt.check SITE CONFIG", file=sys.stderr)
+        return 2
+    try:
+        lines = plan_lines(args[1], site=args[0])
+    except BadInput as e:
+        print(f"agpt: {e}", file=sys.stderr)
+        return 2
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

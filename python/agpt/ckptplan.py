@@ -251,27 +251,3 @@ def apply(ck: Any, pinned: set[str], run_dir: Path | None) -> list[str]:
     if kept:
         lines.append("checkpoint plan: the config's " + ", ".join(f"checkpoint.{k}" for k in kept) + " kept")
     return lines
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m agpt.ckptplan SITE CONFIG`: the plan's lines for a job script's header (lib/jobgen.sh)."""
-    import sys
-
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 2:
-        print("usage: python -m agpt.ckptplan SITE CONFIG", file=sys.stderr)
-        return 2
-    from agpt import check
-    from agpt.errors import BadInput
-
-    try:
-        lines = check.plan_lines(args[1], site=args[0])
-    except BadInput as e:
-        print(f"agpt: {e}", file=sys.stderr)
-        return 2
-    print("\n".join(lines))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

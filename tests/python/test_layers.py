@@ -28,12 +28,15 @@ PKG = ROOT / "python" / "agpt"
 # Top to bottom: a module may import from its own layer or any layer below it, never from one above.
 # A module belongs to the layer of the longest name here that is it or a package holding it.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("entry points", ("agpt.__main__", "agpt.failover.__main__", "agpt.watch.__main__")),
-    ("commands", ("agpt.cli", "agpt.watch.cli")),
+    ("entry points", ("agpt.__main__", "agpt.failover.__main__", "agpt.watch.__main__", "agpt.warm.__main__")),
+    ("commands", ("agpt.cli", "agpt.watch.cli",
+              "agpt.warm.parked")),  # a parked rank imports the train command and runs it when claimed
     ("tools over the trainer", ("agpt.sim", "agpt.check", "agpt.preflight", "agpt.probe", "agpt.runplot",
-                                "agpt.ckpt", "agpt.views", "agpt.evalexport")),
+                                "agpt.ckpt", "agpt.views", "agpt.evalexport",
+                                "agpt.warm")),  # warm ranks: the agent and the claim
     ("trainer", ("agpt.train",)),
-    ("job chain and sites", ("agpt.chain", "agpt.site")),
+    ("job chain and sites", ("agpt.chain", "agpt.site",
+                             "agpt.ckptplan")),  # the checkpoint plan a job's start makes
     ("subsystems", ("agpt.failover", "agpt.watch", "agpt.yeet", "agpt.data", "agpt.observe", "agpt.evals")),
     ("heartbeats", ("agpt.heartbeat",)),
     ("run directory and shared formats", ("agpt.rundir", "agpt.ckptdir", "agpt.digest", "agpt.ours", "agpt.goodput",

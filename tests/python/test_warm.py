@@ -106,10 +106,10 @@ def test_an_accepted_claim_under_hydra_trains_as_the_rank_and_the_clock_says_war
 
 
 def test_agpt_check_says_how_a_site_keeps_warm_ranks_or_why_it_cannot() -> None:
-    from agpt import warm
+    from agpt import check
 
-    assert warm.site_row("srun", "none", "").startswith("FAILOVER_WARM='srun --overlap --no-kill")
-    assert "cannot keep parked processes: ranks run in an image (SITE_CONTAINER=apptainer)" in warm.site_row(
+    assert check.warm_row("srun", "none", "").startswith("FAILOVER_WARM='srun --overlap --no-kill")
+    assert "cannot keep parked processes: ranks run in an image (SITE_CONTAINER=apptainer)" in check.warm_row(
         "pals", "apptainer", "img.sif"
     )
     out = subprocess.run([str(ROOT / "bin" / "agpt"), "check", "--site", "aurora", "--no-data",

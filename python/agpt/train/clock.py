@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import time
 from pathlib import Path
 from typing import Any
 
 from agpt import numeric, rundir, safewrite
+from agpt.errors import BadInput
 
 
 def process_start() -> float:
@@ -64,10 +64,10 @@ def record(run_dir: Path, marks: dict[str, float], step: int, **fields: Any) -> 
         **fields,
     }
     try:  # lib/env.sh env_stage: the venv brought to every node before the loop began (a record never fails)
-        staged = float(os.environ.get("AGPT_STAGE_S") or "nan")
-    except ValueError:
-        staged = math.nan
-    if 0 <= staged <= numeric.MAX_SECONDS:
+        staged = numeric.env_number(os.environ, "AGPT_STAGE_S", None, lo=0, hi=numeric.MAX_SECONDS)
+    except BadInput:
+        staged = None
+    if staged is not None:
         rec["staging_s"] = staged
     if os.environ.get("AGPT_WARM_STARTED"):
         rec["warm"] = True  # a parked process took this rank (agpt.warm): imports were paid before the launch

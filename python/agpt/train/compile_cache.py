@@ -17,7 +17,7 @@ import shutil
 import threading
 from pathlib import Path
 
-from agpt import nodelocal, rundir
+from agpt import nodelocal, numeric, rundir
 
 DIR = "compile_cache"  # RUN_DIR/compile_cache/{inductor,triton}
 VARS = {"inductor": "TORCHINDUCTOR_CACHE_DIR", "triton": "TRITON_CACHE_DIR"}
@@ -59,7 +59,9 @@ def prepare(run_dir: Path | None, rank: int, env: dict[str, str] | None = None) 
     assert env is not None
     root = nodelocal.base(env.get("SITE_LOCAL_DIR"), env.get("SITE_LOCAL_CKPT_DIR"))
     local = nodelocal.folder(root, "compile", run_dir, nodelocal.host_name(env))
-    local_rank = next((int(env[v]) for v in rundir.LOCAL_RANK_VARS if env.get(v, "").isdigit()), 0)
+    local_rank = next(
+        (numeric.whole(env[v], v) for v in rundir.LOCAL_RANK_VARS if env.get(v, "").isdigit()), 0
+    )
     try:
         nodelocal.make_private(local)
     except OSError as e:

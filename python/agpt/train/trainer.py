@@ -91,7 +91,8 @@ class Trainer:
             # Ranks sharing a node's cores: oversubscribed OpenMP threads spin and slow everyone.
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, self.info.local_world_size)))
         tdist.init(self.info, backend, self.device_str, tc.dist_timeout_s)
-        self.init_marks = {"pg_init": time.time()}  # the recovery clock's process group stage (train/clock.py)
+        # the recovery clock's process group stage (train/clock.py)
+        self.init_marks = {"pg_init": time.time()}
         self.source: tdata.Source
         if cfg.data.stages:
             self.source = tstages.Staged(cfg.data.stages, cfg.model.vocab_size, tc.seq_len)
@@ -563,7 +564,8 @@ class Trainer:
                     self.run_dir, {**self.clock_marks, "first_step": time.time()}, self.step, **self.restored
                 )
             self.clock_marks = None
-            if self.compile_cache is not None:  # the first step compiled what this run needs: keep it with the run
+            # the first step compiled what this run needs: keep it with the run
+            if self.compile_cache is not None:
                 self.compile_cache.save_async()
 
     def _stop(self, agreed: Stop, emit: Callable[[str], None], rec: StepRecord) -> int:

@@ -19,25 +19,5 @@ How they live across attempts (the torchrun elastic agent's shape, with the fail
           claim execs the command): no agent or parked process on the node, a parked process whose environment
           differs (the venv digest), a command other than `agpt train`, a rank of this attempt already held.
 Standard library only in the agent and the claim (the recovery path); the parked process is the trainer.
+The FAILOVER_WARM words for each site's launcher: `agpt check` (agpt.check.warm_row).
 """
-
-# FAILOVER_WARM for each launcher of lib/launch.sh: one task on every host ({hosts}: all the job's, spares too),
-# beside the attempts' launches for the whole job.
-LAUNCH_WORDS = {
-    "srun": "srun --overlap --no-kill --kill-on-bad-exit=0 -N {nhosts} --nodelist {hosts} --ntasks-per-node=1",
-    "pals": "mpiexec -n {nhosts} --ppn 1 --hostfile {hostfile}",
-    "hydra": "mpiexec -f {hostfile} -n {nhosts} -ppn 1",
-    "openmpi": "mpirun -np {nhosts} --hostfile {hostfile} --map-by ppr:1:node",
-}
-
-
-def site_row(launcher: str, container: str, image: str) -> str:
-    """`agpt check`'s warm-ranks line: the FAILOVER_WARM words for the site's launcher, or why it cannot keep
-    parked processes across attempts (the loop then runs without warm ranks)."""
-    if container not in ("", "none") and image:
-        return (f"cannot keep parked processes: ranks run in an image (SITE_CONTAINER={container}), the parked "
-                "processes would run on the host; the loop runs without warm ranks")  # fmt: skip
-    words = LAUNCH_WORDS.get(launcher)
-    if words is None:
-        return f"cannot keep parked processes: no launch of one task per host for SITE_LAUNCHER={launcher!r}"
-    return f"FAILOVER_WARM='{words}' and {{warm}} before the rank's command (off: FAILOVER_WARM empty)"

@@ -20,7 +20,7 @@ import threading
 import time
 from pathlib import Path
 
-from agpt import nodelocal, rundir
+from agpt import nodelocal, numeric, rundir
 from agpt.warm import common
 
 HELD_WAIT_S = 10.0  # how long a claim may take to send its assignment
@@ -28,9 +28,12 @@ HELD_WAIT_S = 10.0  # how long a claim may take to send its assignment
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="agpt warm parked")
-    ap.add_argument("--slot", type=int, required=True)
+    ap.add_argument("--slot", type=numeric.flag("--slot", lo=0, integer=True), required=True)
     ap.add_argument(
-        "--notify-fd", type=int, default=-1, help="the agent's pipe: 'ready' and 'assigned' lines"
+        "--notify-fd",
+        type=numeric.flag("--notify-fd", lo=-1, integer=True),
+        default=-1,
+        help="the agent's pipe: 'ready' and 'assigned' lines",
     )
     ap.add_argument("cmd", nargs=argparse.REMAINDER)
     args = ap.parse_args(argv)
