@@ -243,11 +243,22 @@ def tensor_parallel(raw: dict[str, Any], path: Path) -> int:
 def count_params(mc: tconfig.ModelConfig) -> tuple[int, int]:
     """(total parameters, parameters of one block), from the model built on the meta device."""
     import torch
+    from torch import nn
 
     from agpt.train.model import Transformer
 
-    with torch.device("meta"):
-        model = Transformer(mc)
+    # Built without the layers' default initialisers: meta tensors hold no values, and nn.init on one loads
+    # torch._dynamo (seconds of every `agpt check`, for nothing).
+    inits = ("normal_", "uniform_", "kaiming_uniform_", "trunc_normal_", "zeros_", "ones_", "constant_")
+    kept = {name: getattr(nn.init, name) for name in inits}
+    try:
+        for name in inits:
+            setattr(nn.init, name, lambda tensor, *_a, **_k: tensor)
+        with torch.device("meta"):
+            model = Transformer(mc)
+    finally:
+        for name, fn in kept.items():
+            setattr(nn.init, name, fn)
     total = sum(p.numel() for p in model.parameters())
     block = sum(p.numel() for p in model.layers[0].parameters()) if mc.n_layers else 0
     return total, block

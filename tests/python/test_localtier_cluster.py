@@ -190,9 +190,9 @@ def test_a_killed_node_resumes_at_the_newest_local_step_from_its_partners_copy(
                             text=True).stdout  # fmt: skip
     line = next(x for x in report.splitlines() if x.startswith(f"recovery clock after {jobid}.1 (node)"))
     print(line)
-    assert re.search(r"detection [\d.]+ s, teardown [\d.]+ s, relaunch [\d.]+ s, process start [\d.]+ s, model "
-                     r"build [\d.]+ s, state restore [\d.]+ s \(local tier\), first step [\d.]+ s; first step back "
-                     r"[\d.]+ s after its last progress", line)  # fmt: skip
+    assert re.search(r"detection [\d.]+ s, teardown [\d.]+ s, relaunch [\d.]+ s, process start [\d.]+ s, "
+                     r"imports [\d.]+ s, process group [\d.]+ s, model build [\d.]+ s, state restore [\d.]+ s "
+                     r"\(local tier\), first step [\d.]+ s; first step back [\d.]+ s after its last progress", line)  # fmt: skip
 
 
 def test_a_corrupt_local_shard_is_found_and_the_global_tier_used(
