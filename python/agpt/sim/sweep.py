@@ -123,10 +123,10 @@ def _stops(r: Row) -> str:
     for res in r.results:
         for k, v in res.person_stops.items():
             total[k] = total.get(k, 0) + v
-    if not total:
-        return "0"
+    wait = f"{r.hours('waiting_for_a_person'):.0f} h"
     runs = len(r.results)
-    return ", ".join(f"{v / runs:g} {name}" for name, v in sorted(total.items()))
+    said = ", ".join(f"{v} {name}" for name, v in sorted(total.items())) or "0"
+    return f"{said} in {runs} runs ({wait} per run)" if runs > 1 else f"{said} ({wait})"
 
 
 def table(rows: list[Row], m: model.FaultModel) -> str:
@@ -147,8 +147,8 @@ def table(rows: list[Row], m: model.FaultModel) -> str:
             f"| {r0.nodes:,} | {row.variant} | {ratio} | "
             f"{row.mean(lambda r: r.wall_ratio):.3f} | "
             f"{row.mean(lambda r: r.vs_ideal):.3f} | {row.mean(lambda r: len(r.faults)):.0f} | "
-            + " | ".join(f"{hours[k]:.1f} h" for k in SHOWN)
-            + f" | {hours['queue']:.0f} h | {_stops(row)} ({hours['waiting_for_a_person']:.0f} h) |"
+            + " | ".join(f"{max(hours[k], 0.0):.1f} h" for k in SHOWN)  # never "-0.0 h"
+            + f" | {hours['queue']:.0f} h | {_stops(row)} |"
         )
     lines.append("")
     multi = [r for r in rows if len(r.results) > 1]
@@ -158,7 +158,8 @@ def table(rows: list[Row], m: model.FaultModel) -> str:
     lines.append(
         f"{days:g} simulated days per row, fault model `{m.name}`, {which}; effective ratio = productive step time / allocated "
         "time; wall ratio = the same over the time since the first job started (queues and stops in); "
-        "steps/node-h counts the spares' node-hours too; the hour columns are totals over the run."
+        "steps/node-h counts the spares' node-hours too; the hour columns are totals over the run (the mean run's "
+        "where there are seeds), the stops for a person the seeds' sum."
     )
     return "\n".join(lines)
 
