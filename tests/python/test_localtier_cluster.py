@@ -13,7 +13,10 @@ The first prints the steps lost by the failure from the tier it resumed from, an
   (Both nodes failed for good cannot be drilled on this test cluster: when two nodes of one job step fail
   together, slurmctld removes both from the job but keeps the rest of the step "busy" (`srun: Job N step creation
   temporarily disabled, retrying (Requested nodes are busy)`), so no relaunch in that allocation can start; the
-  same loss with both nodes gone is drilled with real ranks on pretend nodes in test_train_localtier.py.)"""
+  same loss with both nodes gone is drilled with real ranks on pretend nodes in test_train_localtier.py.)
+- Wrong numbers (issue 38): a bit flipped in one rank's forward (AGPT_FAULT_BITFLIP, tests only) spikes the loss;
+  the trainer's rerun names that rank's host (`sdc: nK rank R: ...`), the loop evicts it on that evidence, the
+  relaunch on a spare resumes from node memory before the flip, and every step's loss is the reference's."""
 
 from __future__ import annotations
 
@@ -52,9 +55,9 @@ def _env(cluster: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def _job(tmp: Path, run: Path, backoff: str, hold: str) -> Path:
+def _job(tmp: Path, run: Path, backoff: str, hold: str, config: str = CONFIG, faults: str = "") -> Path:
     cfg = tmp / "tiny-local.yaml"
-    cfg.write_text(CONFIG)
+    cfg.write_text(config)
     job = tmp / "job.sh"
     job.write_text(f"""#!/bin/bash
 set -euo pipefail
@@ -62,6 +65,7 @@ source '{ROOT}/lib/sched.sh'
 source '{ROOT}/lib/failover.sh'
 export AGPT_RUN_DIR='{run}'
 export AGPT_FAULT_SLEEP_AT='{hold}'
+{faults}
 FAILOVER_SPARES=2 FAILOVER_BACKOFF="{backoff}" FAILOVER_IDLE_TIMEOUT=60 FAILOVER_STARTUP_TIMEOUT=180
 FAILOVER_GRACE=2 FAILOVER_RESOLVE_TIMEOUT=2 FAILOVER_MIN_ATTEMPT_S=30
 rc=0
@@ -242,3 +246,37 @@ def test_two_partners_lost_at_once_resume_from_the_global_tier(
     assert f"resumed from {run}/ckpt/step-10 " in back, back
     print(f"n3 failed and its partner {lost[0]} lost its memory: resumed from the global step 10")
     assert _final(logs) == reference
+
+
+def test_a_flipped_bit_names_its_host_which_the_loop_evicts_and_training_ends_as_unfaulted(
+    cluster: dict[str, str], tmp_path: Path, reference: dict[int, str]
+) -> None:
+    env = _env(cluster)
+    run = tmp_path / "run"
+    config = CONFIG.replace(
+        "master_dtype: fp32}", "master_dtype: fp32,\n        spike: {factor: 3, window: 2}}"
+    )
+    assert config != CONFIG
+    faults = "export AGPT_TEST_FAULTS=1 AGPT_FAULT_BITFLIP=8:1:matmul"  # rank 1 (n2), step 8, once per run
+    job = _job(tmp_path, run, "1", "", config=config, faults=faults)
+    sub = subprocess.run(["sbatch", "--parsable", "-N", "6", "-t", "15:00", "--no-kill", "-o", str(tmp_path / "job.out"),
+                          str(job)], env=env, cwd=tmp_path, capture_output=True, text=True)  # fmt: skip
+    assert sub.returncode == 0, sub.stderr
+    jobid = sub.stdout.strip()
+    state = _wait(jobid, env)
+    out = (tmp_path / "job.out").read_text()
+    assert state == "COMPLETED" and "verdict: 0" in out, out
+    logs = [p.read_text() for p in sorted((run / "attempts").glob(f"{jobid}.*.log"),
+                                            key=lambda p: int(p.name.split(".")[1]))]  # fmt: skip
+    sdc = [ln for ln in logs[0].splitlines() if re.match(r"^(\d+: )?sdc: ", ln)]
+    assert len(sdc) == 1 and re.search(r"sdc: n2 rank 1: step 8 \(spike\) recomputed", sdc[0]), logs[0]
+    events = [json.loads(x) for x in (run / "events.jsonl").read_text().splitlines()]
+    first = next(e for e in events if e.get("event") == "attempt")
+    assert first["class"] == "node" and first["bad_hosts"] == ["n2"], first
+    bad = (run / "hosts/bad").read_text().splitlines()
+    assert len(bad) == 1 and bad[0].startswith("n2\t") and "sdc: n2 rank 1" in bad[0], bad
+    assert "n2" not in (run / "hosts/active").read_text().split()
+    print(f"flip on n2 at step 8: {sdc[0].split('sdc: ', 1)[1][:120]}; evicted, {len(logs)} attempts")
+    assert (
+        _final(logs) == reference
+    )  # the step with the flip redone from node memory: every loss as unfaulted
