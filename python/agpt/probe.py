@@ -31,6 +31,7 @@ import argparse
 import contextlib
 import glob
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -117,11 +118,32 @@ def check_driver(gpus: int) -> str:
     return f"{len(found)} device node(s)"
 
 
+def _bounded(cmd: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+    """CMD run in a session of its own, its output captured; at TIMEOUT the whole session is killed (what it
+    started too: a child left running would hold the pipes open and the probe past its timeout), then
+    TimeoutExpired."""
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)  # fmt: skip
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        try:
+            proc.communicate(
+                timeout=5
+            )  # a process that left the session may still hold a pipe: not waited on
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
 def check_device(timeout: float, device: str) -> str:
     """Every accelerator computes and the backend initialises, in a child: a crash there fails only this check."""
     cmd = [sys.executable, "-m", "agpt.probe", "--device-init", "--device", device]
     try:
-        p = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout)
+        p = _bounded(cmd, timeout)
     except subprocess.TimeoutExpired:
         raise Failed(f"device: initialisation did not finish within {timeout:g} s") from None
     lines = [ln for ln in (p.stdout + p.stderr).splitlines() if ln.strip()]
@@ -137,14 +159,7 @@ def check_site(command: str, timeout: float) -> str:
     if not command.strip():
         return ""
     try:
-        p = subprocess.run(
-            ["bash", "-c", command],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            start_new_session=True,
-        )
+        p = _bounded(["bash", "-c", command], timeout)
     except subprocess.TimeoutExpired:
         raise Failed(f"site check did not finish within {timeout:g} s: {command}") from None
     lines = [ln for ln in (p.stdout + p.stderr).splitlines() if ln.strip()]

@@ -91,6 +91,21 @@ def test_probe_fails_with_the_failing_line(args: list[str], failed: str) -> None
     assert failed in probe("--no-device", *args)
 
 
+def test_a_site_check_past_its_timeout_is_killed_with_what_it_started(tmp_path: Path) -> None:
+    """The timeout ends the check's whole session: a process it left running would hold the probe's pipes open
+    (the probe past its timeout) and keep a sick node's check running after the sweep moved on."""
+    pid_file = tmp_path / "pid"
+    out = probe("--no-device", "--check", f"sh -c 'echo $$ > {pid_file}; exec sleep 300' & wait",
+                "--check-timeout", "2")  # fmt: skip
+    assert "FAILED: site check did not finish within 2 s" in out
+    status = Path(f"/proc/{pid_file.read_text().strip()}/status")
+    for _ in range(50):  # killed at once; reaped by whoever inherited it a moment later
+        if not status.exists() or "State:\tZ" in status.read_text():
+            break
+        time.sleep(0.1)
+    assert not status.exists() or "State:\tZ" in status.read_text(), "the site check's child outlived the timeout"
+
+
 def test_probe_initialises_the_backend_and_names_why_it_cannot() -> None:
     """The device init of the preflight, per host: gloo pointed at an interface that does not exist fails here."""
     assert " ok: " in probe("--local-dir", "/tmp") and "gloo" in probe("--local-dir", "/tmp")
