@@ -103,7 +103,9 @@ def test_a_site_check_past_its_timeout_is_killed_with_what_it_started(tmp_path: 
         if not status.exists() or "State:\tZ" in status.read_text():
             break
         time.sleep(0.1)
-    assert not status.exists() or "State:\tZ" in status.read_text(), "the site check's child outlived the timeout"
+    assert not status.exists() or "State:\tZ" in status.read_text(), (
+        "the site check's child outlived the timeout"
+    )
 
 
 def test_probe_initialises_the_backend_and_names_why_it_cannot() -> None:
