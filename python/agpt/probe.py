@@ -129,10 +129,8 @@ def _bounded(cmd: list[str], timeout: float) -> subprocess.CompletedProcess[str]
     except subprocess.TimeoutExpired:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        try:
-            proc.communicate(
-                timeout=5
-            )  # a process that left the session may still hold a pipe: not waited on
+        try:  # a process that left the session may still hold a pipe: not waited on
+            proc.communicate(timeout=5)
         except subprocess.TimeoutExpired:
             proc.kill()
         raise

@@ -129,10 +129,7 @@ def _drill(cluster: dict[str, str], tmp: Path, kill: list[str], at: int, *, back
     step AT however slow the kill is on loaded cores; its replacement does not hold."""
     env = _env(cluster)
     run = tmp / "run"
-    sub = subprocess.run(["sbatch", "--parsable", "-N", "6", "-t", "15:00", "--no-kill", "-o", str(tmp / "job.out"),
-                          str(_job(tmp, run, backoff, f"{at + 1}:{kill[-1]}"))], env=env, cwd=tmp, capture_output=True, text=True)  # fmt: skip
-    assert sub.returncode == 0, sub.stderr
-    jobid = sub.stdout.strip()
+    jobid = _submit(env, tmp, _job(tmp, run, backoff, f"{at + 1}:{kill[-1]}"))
     log = run / "attempts" / f"{jobid}.1.log"
     _until(
         lambda: log.is_file() and re.search(rf"^(\d+: )?step={at} ", log.read_text(), re.M), 300, f"step {at}"
@@ -148,9 +145,21 @@ def _drill(cluster: dict[str, str], tmp: Path, kill: list[str], at: int, *, back
         _node(cluster, "restore", n)
     out = (tmp / "job.out").read_text()
     assert state == "COMPLETED" and "verdict: 0" in out, out
-    logs = [p.read_text() for p in sorted((run / "attempts").glob(f"{jobid}.*.log"),
-                                            key=lambda p: int(p.name.split(".")[1]))]  # fmt: skip
-    return run, jobid, logs
+    return run, jobid, _attempt_logs(run, jobid)
+
+
+def _submit(env: dict[str, str], tmp: Path, job: Path) -> str:
+    """sbatch JOB on all 6 nodes (4 active + 2 spares), its output in TMP/job.out: the job id."""
+    sub = subprocess.run(["sbatch", "--parsable", "-N", "6", "-t", "15:00", "--no-kill", "-o", str(tmp / "job.out"),
+                          str(job)], env=env, cwd=tmp, capture_output=True, text=True)  # fmt: skip
+    assert sub.returncode == 0, sub.stderr
+    return sub.stdout.strip()
+
+
+def _attempt_logs(run: Path, jobid: str) -> list[str]:
+    """The text of each attempt's log of JOBID, in attempt order."""
+    return [p.read_text() for p in sorted((run / "attempts").glob(f"{jobid}.*.log"),
+                                          key=lambda p: int(p.name.split(".")[1]))]  # fmt: skip
 
 
 def _final(logs: list[str]) -> dict[int, str]:
@@ -258,16 +267,11 @@ def test_a_flipped_bit_names_its_host_which_the_loop_evicts_and_training_ends_as
     )
     assert config != CONFIG
     faults = "export AGPT_TEST_FAULTS=1 AGPT_FAULT_BITFLIP=8:1:matmul"  # rank 1 (n2), step 8, once per run
-    job = _job(tmp_path, run, "1", "", config=config, faults=faults)
-    sub = subprocess.run(["sbatch", "--parsable", "-N", "6", "-t", "15:00", "--no-kill", "-o", str(tmp_path / "job.out"),
-                          str(job)], env=env, cwd=tmp_path, capture_output=True, text=True)  # fmt: skip
-    assert sub.returncode == 0, sub.stderr
-    jobid = sub.stdout.strip()
+    jobid = _submit(env, tmp_path, _job(tmp_path, run, "1", "", config=config, faults=faults))
     state = _wait(jobid, env)
     out = (tmp_path / "job.out").read_text()
     assert state == "COMPLETED" and "verdict: 0" in out, out
-    logs = [p.read_text() for p in sorted((run / "attempts").glob(f"{jobid}.*.log"),
-                                            key=lambda p: int(p.name.split(".")[1]))]  # fmt: skip
+    logs = _attempt_logs(run, jobid)
     sdc = [ln for ln in logs[0].splitlines() if re.match(r"^(\d+: )?sdc: ", ln)]
     assert len(sdc) == 1 and re.search(r"sdc: n2 rank 1: step 8 \(spike\) recomputed", sdc[0]), logs[0]
     events = [json.loads(x) for x in (run / "events.jsonl").read_text().splitlines()]
@@ -277,6 +281,5 @@ def test_a_flipped_bit_names_its_host_which_the_loop_evicts_and_training_ends_as
     assert len(bad) == 1 and bad[0].startswith("n2\t") and "sdc: n2 rank 1" in bad[0], bad
     assert "n2" not in (run / "hosts/active").read_text().split()
     print(f"flip on n2 at step 8: {sdc[0].split('sdc: ', 1)[1][:120]}; evicted, {len(logs)} attempts")
-    assert (
-        _final(logs) == reference
-    )  # the step with the flip redone from node memory: every loss as unfaulted
+    # the step with the flip redone from node memory: every loss as unfaulted
+    assert _final(logs) == reference
