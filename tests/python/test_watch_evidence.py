@@ -83,6 +83,21 @@ def test_an_orderly_exit_notice_is_no_evidence(tmp_path: Path) -> None:
     assert proc.returncode == 0 and "evidence" not in times and "evidence" not in proc.stderr
 
 
+def test_a_task_that_exits_with_an_error_ends_the_attempt_under_srun_and_pals(tmp_path: Path) -> None:
+    # Its peers wait in a collective for a rank that is gone; srun (--kill-on-bad-exit) ends the step anyway.
+    for line, pid in (("srun: error: n2: task 5: Exited with exit code 1", "srun.task_exit_code"),
+                      ("x1002c0s3b0n0: rank 5 exited with code 255", "pals.rank_exit_code")):  # fmt: skip
+        proc, times = run_watch(tmp_path, line, "--kill-on", str(ends_file(tmp_path)))
+        assert proc.returncode == 137 and times["evidence"] == f"{line} [{pid}]"
+
+
+def test_a_teardowns_own_exit_notice_is_no_evidence(tmp_path: Path) -> None:
+    # 143 and 137: tasks the launcher (or a pre-emption) terminated; a save may be under way.
+    proc, times = run_watch(tmp_path, "x1002c0s3b0n0: rank 5 exited with code 143",
+                            "--kill-on", str(ends_file(tmp_path)), sleep=0.5)  # fmt: skip
+    assert proc.returncode == 0 and "evidence" not in times
+
+
 def test_a_bad_kill_on_file_is_refused_naming_it(tmp_path: Path) -> None:
     bad = tmp_path / "ends.json"
     bad.write_text("{not json")
@@ -133,4 +148,12 @@ def test_every_ends_pattern_is_a_launchers_node_failure_or_task_death() -> None:
     found = [p for p in patterns.load(patterns.DEFAULT_SETS) if p.ends]
     assert {p.set_name for p in found} == {"srun", "pals", "hydra", "openmpi"}
     assert all(p.cls in ("node", "crash") for p in found)
-    assert not any("code" in p.groups for p in found)  # an exit code may be the trainer's orderly 75
+    for p in (p for p in found if "code" in p.groups):  # an exit code may be the trainer's orderly 75
+        for ex in p.positive:
+            m = p.regex.search(ex.line)
+            assert m is not None and m.group("code") not in ("75", "137", "143")
+            for code in ("75", "137", "143"):
+                assert not p.regex.search(ex.line[: m.start("code")] + code + ex.line[m.end("code") :]), (
+                    p.id,
+                    code,
+                )
