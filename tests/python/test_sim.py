@@ -408,3 +408,39 @@ def test_kill_on_evidence_ends_node_failures_and_stopped_hosts_sooner() -> None:
     node_on = [f.detected_s for f in on.faults if f.cls == "node" and f.detected_s is not None]
     node_off = [f.detected_s for f in off.faults if f.cls == "node" and f.detected_s is not None]
     assert node_on and min(node_on) == pytest.approx(2.0) and min(node_off) == pytest.approx(30.0)
+
+
+def test_an_attempt_ends_on_the_launchers_error_exit_whatever_its_log_is_read_as() -> None:
+    """The watch's kill on evidence runs the real `ends` patterns over the attempt's log: an application error (every
+    rank exits 1) and a node failure whose lines the classifier cannot read (only the failing rank's error exit is
+    legible) end after the 2 s evidence grace, not the 30 s teardown; a hang still waits for the heartbeats."""
+    m = small(mix={"node": 0.5, "app": 0.5}, misread={"node": {"recoverable": 1.0}})
+    r = engine.simulate(m, seed=3)
+    for cls in ("node", "app"):
+        detected = [f.detected_s for f in r.faults if f.cls == cls and f.detected_s is not None]
+        assert detected and max(detected) == pytest.approx(2.0), cls
+    assert r.classes.get("crash")  # the node failures were read as a crash that names nobody
+    off = engine.simulate(model.override(m, kill_on_evidence=False), seed=3)
+    assert min(f.detected_s for f in off.faults if f.detected_s is not None) == pytest.approx(30.0)
+
+
+def test_sim_run_shows_the_first_step_back_by_class_and_a_jobs_cold_start(tmp_path: Path) -> None:
+    m = small(mix={"node": 0.6, "system": 0.4}, heartbeats=True)
+    d = engine.simulate(m, seed=2).as_dict()
+    back = d["first_step_back_s"]
+    node = back["by_class"]["node"]
+    assert node["n"] and node["p50"] <= node["p95"]
+    # the failures the job recovers from itself leave out the site outages and the waits for the next job
+    assert back["in_job"]["n"] == back["all"]["n"] - back["site_outages"]["n"] - sum(
+        1 for f in d["faults"] if f["next_job"] and f["class"] != "system"
+    )
+    cold = d["cold_start_s"]
+    assert 1 <= cold["jobs"] <= d["jobs"]  # every job whose first attempt trained
+    assert cold["mean"] == pytest.approx(sum(cold["stages"].values()), abs=0.5)
+    r = subprocess.run([str(BIN / "agpt"), "sim", "run", "--nodes", "64", "--days", "1", "--seed", "2"],
+                       env=agpt_env(), capture_output=True, text=True)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "first step back after a failure" in r.stdout
+    assert re.search(
+        r"cold start of a chained job's first attempt .*: [\d.]+ s: job start [\d.]+, process start", r.stdout
+    )

@@ -170,6 +170,26 @@ def _show(m: model.FaultModel, r: engine.Result, seed: int) -> None:
         f"recovery clock (mean, s after the failure): detected {clock['detected']}, relaunched "
         f"{clock['relaunched']}, first step back {clock['first_step_back']}"
     )
+    back = d["first_step_back_s"]
+
+    def stat(s: dict[str, object]) -> str:
+        return f"p50 {s['p50']}, p95 {s['p95']}, mean {s['mean']} ({s['n']})" if s["n"] else "none"
+
+    click.echo(
+        "first step back after a failure (s; nearest-rank p50, p95, mean, (failures)): "
+        + "; ".join(f"{c} {stat(s)}" for c, s in back["by_class"].items())
+    )
+    click.echo(
+        f"  all failures {stat(back['all'])}; in the job (no site outage, no wait for the next job) "
+        f"{stat(back['in_job'])}; site outages {stat(back['site_outages'])}; waited for the next job "
+        f"{stat(back['next_job'])}"
+    )
+    cold = d["cold_start_s"]
+    if cold is not None:
+        click.echo(
+            f"cold start of a chained job's first attempt (its start to its first step, mean of {cold['jobs']} "
+            f"jobs): {cold['mean']} s: " + ", ".join(f"{k} {v}" for k, v in cold["stages"].items())
+        )
     if r.local is not None:
         lt = r.local
         click.echo(

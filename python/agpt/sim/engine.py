@@ -90,6 +90,7 @@ from agpt.sim import model as simmodel
 from agpt.sim.model import FaultModel
 from agpt.sim.result import BUCKETS, FaultRecord, Result
 from agpt.sim.training import INF, AttemptEnd, Training
+from agpt.watch.evidence import LineEvidence
 
 # the misreads a fault's recurrences are read as again (Sim._misread)
 STICKY = ("stopped", "evicted", "unresolved")
@@ -120,6 +121,9 @@ class Sim(Training):
         self.run_dir = workdir / "run"
         self.run_dir.mkdir(parents=True)
         self.pool = logs.host_names(m.machine_nodes, m.launcher)
+        self._ends: list[tuple[str, re.Pattern[bytes], tuple[bytes, ...] | None]] | None = (
+            None  # Sim._ends_on
+        )
         # FAILOVER_SPARES unset: what job generation asks for (agpt.rundir.spares_for, the fallback SITE_SPARES_*),
         # which the failover loop's split gives back.
         asked = rundir.spares_for(m.nodes, percent=rundir.SPARES_PERCENT, minimum=rundir.SPARES_MIN)
@@ -158,6 +162,8 @@ class Sim(Training):
         self.classes: dict[str, int] = {}
         self.person: dict[str, int] = {}
         self.jobs = 0
+        self.job_start = 0.0  # the current job's start (its allocation granted)
+        self.cold_starts: list[dict[str, float]] = []  # each job's first attempt, its start-up by stage
         self.attempts = 0
         self.sweep_s = 0.0  # the health sweep's time after the attempt just planned
         self.probe_now = 0.0  # the sweep's moment on the virtual clock (the attempt's end)
@@ -260,6 +266,7 @@ class Sim(Training):
             attempts=self.attempts,
             verdict=self.verdict,
             first_start_s=self.first_start or 0.0,
+            cold_starts=self.cold_starts,
             local=None if self.local is None else simlocal.summary(m, self.local.costs),
             shrinks=self.shrinks,
             shrunk_s=self.shrunk_s,
@@ -282,7 +289,7 @@ class Sim(Training):
             return
         self.jobs += 1
         jobid = str(1000 + self.jobs)
-        start = self.t
+        start = self.job_start = self.t
         if self.first_start is None:
             self.first_start = start
         deadline = start + m.costs.walltime_h * 3600.0
@@ -388,16 +395,29 @@ class Sim(Training):
             if f.back_s is None:  # what this attempt would cost, if it comes back
                 f.tier, f.stages = tier, simlocal.stages(self.m, f, launch, restore)
         end = self._train(active, launch, ready, resumed, deadline)
+        if n == 1 and end.first is not None:  # a job's cold start: its first attempt's first step
+            self.cold_starts.append(self._cold_start(launch, restore, len(active)))
         read = self._misread(end, active)  # how its log reads: what evidence the watch can end it on
-        ended = self._detected(end, launch, ready, deadline, read[0])
+        log = self._write_log(jobid, n, end, active, resumed, read) if end.kind != "horizon" else None
+        ended = self._detected(end, launch, ready, deadline, read[0], log is not None and self._ends_on(log))
         self._account(end, launch, ready, ended)
         if self.pace > 1.0:
             self.shrunk_s += ended - launch
         self.t = ended
-        if end.kind == "horizon":
+        if log is None:  # the horizon
             self.done = True
             return 75, planlib.Plan(action="stop", verdict="resubmit", exit=75)
-        return self._classify_and_plan(jobid, n, end, active, resumed, launch, ended, deadline, read)
+        return self._classify_and_plan(jobid, n, end, active, launch, ended, deadline, log, read[0])
+
+    def _cold_start(self, launch: float, restore: float, hosts: int) -> dict[str, float]:
+        """A chained job's first attempt by stage, the job's start to its first step done: the job script's
+        own start (`costs.job_start_s`), the launcher, a cold rank's imports and model build, the communicator's
+        init, the state restore (the global checkpoint: node memory holds nothing in a new allocation)."""
+        c = self.m.costs
+        ranks = hosts * self.layout.ranks_per_node
+        return {"job start": launch - self.job_start, "process start": c.launcher_start_s,
+                "imports": c.imports_s, "model build": c.model_build_s, "communicator": c.comm_init_s(ranks),
+                "state restore": restore, "first step": self.m.train.step_s}  # fmt: skip
 
     def _resume_point(self, t: float) -> tuple[int, float, str | None]:
         """(step, restore seconds, tier) of an attempt launched at T: the newest complete local step of this job
@@ -410,12 +430,13 @@ class Sim(Training):
         return self.ckpt, c.load_s if self.ckpt else 0.0, "global" if self.ckpt else None
 
     def _detected(self, end: AttemptEnd, launch: float, ready: float, deadline: float,
-                  misread: str | None = None) -> float:  # fmt: skip
+                  misread: str | None = None, line_evidence: bool = False) -> float:  # fmt: skip
         """When the failover loop sees the attempt over: the watchdog, the heartbeats or the launcher's
         teardown after the failure, never past the job's deadline.  Kill on evidence (FAILOVER_KILL_ON_EVIDENCE,
-        agpt.watch.evidence): a node failure the launcher reports (a log read right, or one naming a host) ends
-        after the evidence grace, not the launcher's teardown; a hung host the heartbeats show stopped, after two
-        publish intervals of silence and a second look one interval later."""
+        agpt.watch.evidence): an attempt whose log holds a line the real `ends` patterns match (LINE_EVIDENCE,
+        Sim._ends_on: a node failure, a task's death or error exit, whatever the classifier later makes of the
+        log) ends after the evidence grace, not the launcher's teardown; a hung host the heartbeats show stopped,
+        after two publish intervals of silence and a second look one interval later."""
         c = self.m.costs
         evidence = self.m.failover.kill_on_evidence
         if end.kind == "hang":
@@ -429,7 +450,7 @@ class Sim(Training):
                 at = end.at + c.watchdog_timeout_s + c.grace_s
         elif end.kind in ("deadline", "done", "horizon", "straggler"):  # the trainer's own stop: no teardown
             at = end.at
-        elif end.kind == "node" and evidence and misread in (None, "evicted"):
+        elif evidence and line_evidence:
             at = end.at + min(c.evidence_grace_s, c.teardown_s)
         else:
             at = end.at + c.teardown_s
@@ -447,6 +468,7 @@ class Sim(Training):
         kept = self._resume_point(ended)[0]
         fault = end.fault
         if fault is not None:
+            fault.job = self.jobs
             fault.detected_s = ended - fault.time_s
             fault.steps_lost = max(0, end.step - kept)
             self.open.append(fault)
@@ -454,6 +476,7 @@ class Sim(Training):
             for f in self.open:
                 if f is not fault and f.back_s is None:
                     f.back_s = ready + tr.step_s - f.time_s  # the first step back done
+                    f.next_job = f.job != self.jobs
             self.open = [f for f in self.open if f is fault]
         lost = end.step - kept  # steps past the newest complete checkpoint (of either tier): done again
         if lost > 0 and end.kind not in ("done", "horizon"):
@@ -461,11 +484,9 @@ class Sim(Training):
             self.time["productive"] -= lost * tr.step_s
             self.time["slow_steps"] -= lost * tr.step_s * (self.slow * self.pace - 1.0)
 
-    def _classify_and_plan(self, jobid: str, n: int, end: AttemptEnd, active: list[str], resumed: int,
-                           launch: float, ended: float, deadline: float,
-                           read: tuple[str | None, str | None]) -> tuple[int, planlib.Plan]:  # fmt: skip
-        """The attempt's log in the launcher's format, the real classifier on it, the real planner's decision."""
-        m = self.m
+    def _write_log(self, jobid: str, n: int, end: AttemptEnd, active: list[str], resumed: int,
+                   read: tuple[str | None, str | None]) -> tuple[Path, int]:  # fmt: skip
+        """The attempt's log in the launcher's format, as its misread (READ) makes it; (path, exit status)."""
         log = self.run_dir / "attempts" / f"{jobid}.{n}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         misread, named = read
@@ -479,8 +500,26 @@ class Sim(Training):
             kind = "app_error"
         elif misread == "evicted":
             kind = "node"
-        rc = logs.write(log, launcher=m.launcher, kind=kind, hosts=active, bad=named, resumed=resumed or None,
+        rc = logs.write(log, launcher=self.m.launcher, kind=kind, hosts=active, bad=named, resumed=resumed or None,
                         first=end.first, last=end.last)  # fmt: skip
+        return log, rc
+
+    def _ends_on(self, written: tuple[Path, int]) -> bool:
+        """Whether the watch's kill on evidence ends this attempt at once: the real `ends` patterns (`agpt failover
+        patterns --ends`, what lib/failover.sh hands `agpt watch --kill-on`) run over its log by the watch's own
+        matcher (agpt.watch.evidence.LineEvidence)."""
+        if self._ends is None:
+            found = patlib.ends(patlib.load(patlib.DEFAULT_SETS))
+            self._ends = [(str(e["id"]), re.compile(e["regex"].encode(), re.IGNORECASE if "i" in e.get("flags", "")
+                           else 0), None) for e in found]  # fmt: skip
+        return LineEvidence(self._ends).feed(0, written[0].read_bytes()) is not None
+
+    def _classify_and_plan(self, jobid: str, n: int, end: AttemptEnd, active: list[str], launch: float,
+                           ended: float, deadline: float, written: tuple[Path, int],
+                           misread: str | None) -> tuple[int, planlib.Plan]:  # fmt: skip
+        """The real classifier on the attempt's log, the real planner's decision."""
+        m = self.m
+        log, rc = written
         found = classifylib.classify(
             log, rc, active, None, EPOCH + deadline, EPOCH + ended, None,
             margin_s=m.failover.walltime_margin_s,

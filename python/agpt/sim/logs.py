@@ -42,7 +42,8 @@ def write(
     kind: node (a crash that names its host), hang (silence, then the watchdog), crash (a rank killed, no host
     named), system (the filesystem fails), app (NaN loss on every rank), deadline (the trainer saved before the
     deadline and asked to be resubmitted), done, unreadable (a failure whose lines the classifier does not know:
-    only the launcher tearing the others down is legible, so it reads as a crash that names nobody), app_error
+    only the launcher's notice that rank 0 exited with an error is legible, so it reads as a crash that names
+    nobody, and the watch ends the attempt on that notice: the `ends` patterns), app_error
     (a Python exception every rank raises, as a fault outside the job can make it, a data service that answers
     nothing: it reads as the application's).
     """
@@ -115,7 +116,8 @@ def _srun_ending(kind: str, h0: str, bad: str, rank: int, last: int | None) -> l
     if kind == "app":
         return [*_app_lines("0: ", last), f"srun: error: {h0}: task 0: Exited with exit code 1"]
     if kind == "unreadable":
-        return [_unreadable_line("0: ", rank), f"srun: error: {h0}: task 0: Terminated"]
+        # rank 0 exits with an error (its collective lost a peer), which srun reports: a line naming no culprit
+        return [_unreadable_line("0: ", rank), f"srun: error: {h0}: task 0: Exited with exit code 1"]
     if kind == "app_error":
         return [f"srun: error: {h0}: task 0: Exited with exit code 1"]
     return [_deadline_line("0: ", last)] if kind == "deadline" else []
@@ -137,7 +139,7 @@ def _pals_ending(kind: str, h0: str, bad: str, rank: int, last: int | None) -> l
     if kind == "app":
         return [*_app_lines("", last), f"{h0}: rank 0 exited with code 1"]
     if kind == "unreadable":
-        return [_unreadable_line("", rank), f"{h0}: rank 0 died from signal 15"]
+        return [_unreadable_line("", rank), f"{h0}: rank 0 exited with code 1"]
     if kind == "app_error":
         return [f"{h0}: rank 0 exited with code 1"]
     return [_deadline_line("", last)] if kind == "deadline" else []

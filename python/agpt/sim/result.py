@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +34,10 @@ class FaultRecord:
     back_s: float | None = None  # failure -> the first step back
     attempts: int = 0  # attempts until the first step back (1: the next one worked)
     tier: str | None = None  # where the first attempt back restored its state from: local or global
+    job: int = 0  # the chained job it struck
+    next_job: bool = (
+        False  # its first step back came in a later job (the loop resubmitted, or a person restarted)
+    )
     stages: dict[str, float] = field(
         default_factory=dict
     )  # of the attempt that came back (the recovery clock)
@@ -59,6 +64,7 @@ class Result:
     attempts: int = 0
     verdict: str = ""
     first_start_s: float = 0.0
+    cold_starts: list[dict[str, float]] = field(default_factory=list)  # each job's first attempt, by stage
     local: dict[str, float] | None = None  # the local tier's interval and costs (sim.local), when it is on
     shrinks: int = 0  # relaunches on fewer nodes (FAILOVER_SHRINK)
     shrunk_s: float = 0.0  # of the allocated time, attempts on fewer nodes than the job started with
@@ -106,6 +112,8 @@ class Result:
             "shrunk_h": round(self.shrunk_s / 3600, 3),
             "verdict": self.verdict,
             "recovery_clock_s": _clock(self.faults),
+            "first_step_back_s": first_step_back(self.faults),
+            "cold_start_s": _cold(self.cold_starts),
             "local_tier": self.local,
             "faults": [
                 {
@@ -117,6 +125,7 @@ class Result:
                     "relaunched_s": _r(f.relaunched_s),
                     "back_s": _r(f.back_s),
                     "attempts": f.attempts,
+                    "next_job": f.next_job,
                 }
                 for f in self.faults
             ],
@@ -150,3 +159,39 @@ def _clock(faults: list[FaultRecord]) -> dict[str, float | None]:
         out["stages"] = {k: mean([f.stages.get(k) for f in stops if f.stages]) for k in simlocal.STAGES}
         out["local_restores"] = sum(f.tier == "local" for f in stops)
     return out
+
+
+def _pct(vals: list[float], q: float) -> float:
+    """The nearest-rank percentile Q (0-100) of VALS (not empty)."""
+    s = sorted(vals)
+    return s[max(0, math.ceil(q / 100 * len(s)) - 1)]
+
+
+def _stats(vals: list[float]) -> dict[str, float | int | None]:
+    if not vals:
+        return {"n": 0, "p50": None, "p95": None, "mean": None}
+    return {"n": len(vals), "p50": round(_pct(vals, 50), 1), "p95": round(_pct(vals, 95), 1),
+            "mean": round(sum(vals) / len(vals), 1)}  # fmt: skip
+
+
+def first_step_back(faults: list[FaultRecord]) -> dict[str, Any]:
+    """Seconds from each failure to its first step back: per class (n, nearest-rank p50 and p95, mean), over all
+    failures, and over the failures the job recovers from itself: not a site-wide outage (`system`, which lasts
+    as long as the fault model says) and not one whose step back waited for the next job in the queue."""
+    back = [(f, f.back_s) for f in faults if f.back_s is not None]
+    return {
+        "by_class": {c: _stats([s for f, s in back if f.cls == c]) for c in sorted({f.cls for f, _ in back})},
+        "all": _stats([s for _, s in back]),
+        "in_job": _stats([s for f, s in back if f.cls != "system" and not f.next_job]),
+        "site_outages": _stats([s for f, s in back if f.cls == "system"]),
+        "next_job": _stats([s for f, s in back if f.next_job]),
+    }
+
+
+def _cold(starts: list[dict[str, float]]) -> dict[str, Any] | None:
+    """A chained job's first attempt, its start to its first step: the mean and each stage's mean."""
+    if not starts:
+        return None
+    n = len(starts)
+    stages = {k: round(sum(s[k] for s in starts) / n, 1) for k in starts[0]}
+    return {"jobs": n, "mean": round(sum(sum(s.values()) for s in starts) / n, 1), "stages": stages}
