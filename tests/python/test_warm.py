@@ -23,30 +23,44 @@ from train_util import MPIEXEC, TINY
 HOST = "wh1"
 
 
-@pytest.fixture(scope="module")
-def parked(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    tmp = tmp_path_factory.mktemp("warm")
-    run = tmp / "run"
-    run.mkdir()
-    env = agpt_env({"AGPT_RUN_DIR": str(run), "AGPT_HEARTBEAT_HOST": HOST, "SITE_LOCAL_CKPT_DIR": str(tmp),
+PALS_HOST = "wh3"  # a second pretend node, whose parked process a claim started as PALS starts ranks takes
+
+
+def _park(run: Path, tmp: Path, host: str) -> tuple[subprocess.Popen[str], dict[str, str]]:
+    env = agpt_env({"AGPT_RUN_DIR": str(run), "AGPT_HEARTBEAT_HOST": host, "SITE_LOCAL_CKPT_DIR": str(tmp),
                     "OMP_NUM_THREADS": "1", "AGPT_TEST_ZYGOTE": "0"})  # fmt: skip
     proc = subprocess.Popen([sys.executable, "-m", "agpt.warm.parked", "--slot", "0", "--", "agpt", "train",
                              "--config", str(TINY)], env=env, stderr=subprocess.PIPE, text=True)  # fmt: skip
-    addr = common.address(str(run), HOST, 0)
-    deadline = time.monotonic() + 120
+    return proc, env
+
+
+def _listening(proc: subprocess.Popen[str], addr: str, deadline: float) -> None:
     while True:
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             s.connect(addr)  # a connection it then refuses as unreadable: it keeps waiting
             s.close()
-            break
+            return
         except OSError:
             s.close()
             assert proc.poll() is None and time.monotonic() < deadline, "the parked process never listened"
             time.sleep(0.2)
-    yield tmp, run, env
-    proc.kill()
-    proc.wait()
+
+
+@pytest.fixture(scope="module")
+def parked(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """(tmp, run, env of HOST, env of PALS_HOST): one parked process on each pretend node, started together."""
+    tmp = tmp_path_factory.mktemp("warm")
+    run = tmp / "run"
+    run.mkdir()
+    procs = {h: _park(run, tmp, h) for h in (HOST, PALS_HOST)}
+    deadline = time.monotonic() + 180
+    for h, (proc, _) in procs.items():
+        _listening(proc, common.address(str(run), h, 0), deadline)
+    yield tmp, run, procs[HOST][1], procs[PALS_HOST][1]
+    for proc, _ in procs.values():
+        proc.kill()
+        proc.wait()
 
 
 def claim(env: dict[str, str], *cmd: str, python: str | None = None, rank: str = "0") -> subprocess.CompletedProcess[str]:  # fmt: skip
@@ -57,21 +71,21 @@ def claim(env: dict[str, str], *cmd: str, python: str | None = None, rank: str =
 
 
 def test_no_parked_process_is_the_normal_launch_said_once(parked) -> None:  # type: ignore[no-untyped-def]
-    _, _, env = parked
+    _, _, env, _ = parked
     r = claim({**env, "AGPT_HEARTBEAT_HOST": "wh2"}, "sh", "-c", "echo cold $RANK")
     assert r.returncode == 0 and r.stdout == "cold 0\n"
     assert r.stderr == "agpt warm: no parked process for slot 0 on wh2: normal launch\n"
 
 
 def test_a_command_other_than_agpt_train_is_refused_and_run_as_it_is(parked) -> None:  # type: ignore[no-untyped-def]
-    _, _, env = parked
+    _, _, env, _ = parked
     r = claim(env, "sh", "-c", "echo cold")
     assert r.stdout == "cold\n"
     assert "refused: only `agpt train` runs warm" in r.stderr and "normal launch" in r.stderr
 
 
 def test_another_venv_is_refused_with_both_digests(parked, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    _, _, env = parked
+    _, _, env, _ = parked
     other = "/usr/bin/python3"
     if not Path(other).exists() or os.path.realpath(other) == os.path.realpath(sys.executable):
         pytest.skip("no second interpreter here")
@@ -81,7 +95,7 @@ def test_another_venv_is_refused_with_both_digests(parked, tmp_path: Path) -> No
 
 
 def test_a_rank_already_held_on_the_node_is_refused(parked) -> None:  # type: ignore[no-untyped-def]
-    tmp, run, env = parked
+    tmp, run, env, _ = parked
     d = nodelocal.make_private(nodelocal.folder(tmp, "warm", str(run), HOST))
     (d / "held.j.1.7").write_text(str(os.getpid()))  # rank 7 of attempt j.1, held by a live process
     r = claim(env, "agpt", "train", "--config", str(tmp / "missing.yaml"), rank="7")
@@ -90,7 +104,7 @@ def test_a_rank_already_held_on_the_node_is_refused(parked) -> None:  # type: ig
 
 
 def test_an_accepted_claim_under_hydra_trains_as_the_rank_and_the_clock_says_warm(parked) -> None:  # type: ignore[no-untyped-def]
-    _, run, env = parked
+    _, run, env, _ = parked
     # The claim as hydra's mpiexec starts it: its rank and local rank are hydra's (PMI_RANK, MPI_LOCALRANKID).
     env = {**env, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29612", "AGPT_ATTEMPT_ID": "j.2"}
     r = subprocess.run([str(MPIEXEC), "-n", "1", sys.executable, "-m", "agpt.warm", "claim", "--", "agpt", "train",
@@ -103,6 +117,26 @@ def test_an_accepted_claim_under_hydra_trains_as_the_rank_and_the_clock_says_war
     # A parked process serves one rank: the next claim of the slot finds none (here no agent parks another).
     r = claim(env, "sh", "-c", "echo cold")
     assert r.stdout == "cold\n" and "no parked process for slot 0" in r.stderr
+
+
+def test_an_accepted_claim_under_pals_trains_as_the_rank(parked) -> None:  # type: ignore[no-untyped-def]
+    _, run, _, env = parked  # the run directory the hydra claim trained to step 2: this one goes on to 4
+    # PALS' mpiexec (Aurora, Polaris) gives each rank PALS_RANKID, PALS_LOCAL_RANKID, PALS_LOCAL_SIZE and, with Cray
+    # MPICH, PMI_SIZE (https://docs.alcf.anl.gov/aurora/running-jobs-aurora/): no RANK, no LOCAL_RANK.
+    pals = {"PALS_RANKID": "0", "PALS_LOCAL_RANKID": "0", "PALS_LOCAL_SIZE": "1", "PMI_SIZE": "1",
+            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29613", "AGPT_ATTEMPT_ID": "j.3"}  # fmt: skip
+    env = {
+        k: v
+        for k, v in {**env, **pals}.items()
+        if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+    }
+    r = subprocess.run([sys.executable, "-m", "agpt.warm", "claim", "--", "agpt", "train", "--config", str(TINY),
+                        "--run-dir", str(run), "--steps", "4"], env=env, capture_output=True, text=True,
+                       timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "step=4 " in r.stdout and "normal launch" not in r.stderr and "refused" not in r.stderr
+    clock = [json.loads(x) for x in (run / "events.jsonl").read_text().splitlines() if '"clock"' in x][-1]
+    assert clock["warm"] is True
 
 
 def test_agpt_check_says_how_a_site_keeps_warm_ranks_or_why_it_cannot() -> None:
