@@ -348,8 +348,13 @@ _failover_warm_start() {
   _failover_subst launch "${words[@]}"
   _failover_env envs 0 "$deadline"
   _failover_say "warm ranks: $(grep -c . "$_failover_hf") host(s): ${launch[*]} agpt warm serve -- ${rank[*]}"
-  env "${envs[@]}" "${launch[@]}" "$_failover_root/bin/agpt-warm" serve -- "${rank[@]}" \
-    >>"$AGPT_RUN_DIR/attempts/$FAILOVER_JOBID.warm.log" 2>&1 &
+  local wlog="$AGPT_RUN_DIR/attempts/$FAILOVER_JOBID.warm.log"
+  # Removed, then made anew exclusively (noclobber, in the subshell only): never written through a planted link.
+  rm -f -- "$wlog"
+  (
+    set -o noclobber
+    exec env "${envs[@]}" "${launch[@]}" "$_failover_root/bin/agpt-warm" serve -- "${rank[@]}" >"$wlog" 2>&1
+  ) &
   _failover_warm_pid=$!
 }
 
@@ -367,14 +372,18 @@ _failover_warm_stop() {
 _failover_ends() {
   [[ "$FAILOVER_KILL_ON_EVIDENCE" == 1 ]] || return 0
   local -n _failover_x="$1"
-  local ends="$AGPT_RUN_DIR/attempts/$FAILOVER_JOBID.ends.json" sets=()
+  local ends="$AGPT_RUN_DIR/attempts/$FAILOVER_JOBID.ends.json" sets=() tmp=""
   [[ -n "$FAILOVER_PATTERN_SETS" ]] && sets=(--sets "$FAILOVER_PATTERN_SETS")
   if declare -p SITE_FAILOVER_PATTERNS >/dev/null 2>&1 && [[ -z "$FAILOVER_PATTERN_SETS" ]]; then
     sets=(--sets "$(IFS=,; printf '%s' "${SITE_FAILOVER_PATTERNS[*]}")")
   fi
-  if _failover_py patterns --ends "${sets[@]}" >"$ends"; then
+  # A temporary name made exclusively (mktemp), then mv: a link planted at the file's name is replaced, never
+  # written through.
+  if tmp="$(mktemp "$ends.XXXXXX")" && chmod 0644 "$tmp" && _failover_py patterns --ends "${sets[@]}" >"$tmp" &&
+    mv -f -- "$tmp" "$ends"; then
     _failover_x+=(--kill-on "$ends" --heartbeat-dir "$AGPT_RUN_DIR/heartbeat" --detach-teardown)
   else
+    [[ -z "$tmp" ]] || rm -f -- "$tmp"
     _failover_say "cannot list the patterns that end an attempt; waiting for silence instead"
   fi
 }
@@ -478,8 +487,10 @@ _failover_attempts() {
     _failover_env envs "$n" "$deadline"
     log="$AGPT_RUN_DIR/attempts/$FAILOVER_JOBID.$n.log"
     _failover_say "attempt $n on ${envs[2]#*=} host(s) (${envs[1]#*=}): ${argv[*]}"
-    rm -f -- "$log" # a link planted at the log's name is removed, never truncated through (docs/trust.md)
-    : >"$log"
+    # A link planted at the log's name is removed, never truncated through, and the log is made exclusively
+    # (noclobber, in a subshell: the caller's options are untouched), so one planted after the rm fails (docs/trust.md).
+    rm -f -- "$log"
+    (set -o noclobber && : >"$log")
     started="$(date +%s.%N)"
     rc=0
     env "${envs[@]}" "${watch[@]}" --log "$log" --times "${log%.log}.times.json" -- "${argv[@]}" || rc=$?

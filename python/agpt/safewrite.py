@@ -9,6 +9,8 @@ The rules (docs/trust.md, "What writers never follow"):
   old file or the new one, never half of one; a killed writer leaves at most its own temporary file.
 - The target itself is never followed: the rename replaces a symbolic link at the target by the new file, it
   never writes into what the link points at.
+- A file written over time (`Pending`: a token shard, an export's shard) takes the same way, its temporary file
+  held open until `commit` renames it.
 - An append (`append`) opens the file itself with O_APPEND|O_NOFOLLOW, without blocking, and writes only to a
   regular file: a link, a FIFO or a device at a record's path is refused; every byte is written (a short write
   on a full disk is continued until it fails), so a record is whole or torn, never silently cut.
@@ -45,7 +47,8 @@ class WriteError(BadInput, OSError):
 
 
 def fault(op: str, path: Path) -> None:
-    """Called before each write and each rename (op "write", "rename", "append"); tests replace it to raise
+    """Called before each write, each commit's fsync and each rename (op "write", "sync", "rename", "append");
+    tests replace it to raise
     ENOSPC or to stop the writer there, one step at a time.  Does nothing in a real run."""
 
 
@@ -73,6 +76,12 @@ def _write_all(fd: int, data: bytes | bytearray | memoryview, path: Path) -> Non
         view = view[os.write(fd, view) :]
 
 
+def leftovers(folder: Path, name: str) -> list[Path]:
+    """The temporary files killed writers of FOLDER/NAME left (NAME may be a glob): `.NAME.<pid>.<random>.tmp`,
+    for the one writer of a folder to remove once it is done (a link among them is removed, never followed)."""
+    return sorted(p for p in folder.glob(f".{name}.[0-9]*.*{TMP_SUFFIX}") if p.name.count(".") >= 4)
+
+
 def _create_tmp(path: Path, mode: int) -> tuple[int, Path]:
     """An fd on a new file beside PATH, under a name nobody else had (never a link followed)."""
     for _ in range(_TRIES):
@@ -85,29 +94,86 @@ def _create_tmp(path: Path, mode: int) -> tuple[int, Path]:
     raise FileExistsError(errno.EEXIST, f"no free temporary name beside it after {_TRIES} tries", str(path))
 
 
+class Pending:
+    """A whole file written over time (a token shard, an export's shard, a figure): the bytes go to a temporary
+    name made exclusively beside PATH (as `replace`: never a link followed), `commit` fsyncs it and renames it
+    over PATH, `abort` removes it.  As a context manager it commits when the block ends and aborts when it
+    raises.  Every failure of the environment is WriteError naming PATH, with PATH left as it was."""
+
+    def __init__(self, path: Path | str, *, mode: int = 0o644) -> None:
+        self.path = Path(path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, self.tmp = _create_tmp(self.path, mode)
+        except OSError as exc:
+            raise error(self.path, exc) from None
+        self.file: BinaryIO = os.fdopen(fd, "wb")
+        self._open = True
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        """Every byte of DATA, or WriteError naming PATH (the caller aborts)."""
+        try:
+            self.file.flush()
+            _write_all(self.file.fileno(), data, self.path)
+        except OSError as exc:
+            raise error(self.path, exc) from None
+
+    def size(self) -> int:
+        """The bytes written so far."""
+        self.file.flush()
+        return os.fstat(self.file.fileno()).st_size
+
+    def commit(self, *, sync: bool = True) -> None:
+        try:
+            self.file.flush()
+            fault(
+                "sync", self.path
+            )  # where a full disk shows on filesystems that allocate late (NFS, Lustre)
+            if sync:
+                os.fsync(self.file.fileno())
+            self.file.close()
+            fault("rename", self.path)
+            os.replace(self.tmp, self.path)
+            self._open = False
+        except OSError as exc:
+            self.abort()
+            raise error(self.path, exc) from None
+
+    def abort(self) -> None:
+        """Remove the temporary file (PATH is untouched); safe to call twice."""
+        if not self._open:
+            return
+        self._open = False
+        with contextlib.suppress(OSError):
+            self.file.close()
+        with contextlib.suppress(OSError):
+            os.unlink(self.tmp)
+
+    def __enter__(self) -> Pending:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        if kind is None:
+            self.commit()
+            return
+        self.abort()
+        if isinstance(exc, OSError):
+            raise error(self.path, exc) from None
+
+
 def replace_with(
     path: Path | str, fill: Callable[[BinaryIO], None], *, mode: int = 0o644, sync: bool = True
 ) -> None:
     """Replace PATH by what FILL writes into the binary file it is handed (see the module's rules)."""
-    path = Path(path)
-    tmp: Path | None = None
+    pending = Pending(path, mode=mode)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = _create_tmp(path, mode)
-        with os.fdopen(fd, "wb") as f:
-            fill(f)
-            f.flush()
-            if sync:
-                os.fsync(f.fileno())
-        fault("rename", path)
-        os.replace(tmp, path)
-        tmp = None
-    except OSError as exc:
-        raise error(path, exc) from None
-    finally:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+        fill(pending.file)
+    except BaseException as exc:
+        pending.abort()
+        if isinstance(exc, OSError):
+            raise error(pending.path, exc) from None
+        raise
+    pending.commit(sync=sync)
 
 
 def replace(

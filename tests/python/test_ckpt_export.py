@@ -180,3 +180,41 @@ def test_config_of_another_model_exit_2_naming_the_tensor(trained: Path, tmp_pat
     )
     assert r.returncode == 2, r.stderr
     assert "model.layers.0.ffn.w1.weight" in r.stderr and "[180, 64]" in r.stderr, r.stderr
+
+
+def test_a_folder_or_link_at_the_old_partial_name_is_left_alone_and_a_full_disk_is_one_line(
+    trained: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 37: the export was built in `.OUT.partial`, a fixed name beside OUT, deleting whatever folder was
+    there and following a link planted there; now in a folder made under a new name (mkdtemp).  ENOSPC while a
+    shard is written is one line naming the shard, and nothing is left behind."""
+    import errno
+    import os
+
+    from agpt import safewrite
+    from agpt.ckpt import export
+
+    step = trained / "ckpt" / f"step-{STEPS}"
+    theirs = tmp_path / ".hf.partial"
+    theirs.mkdir()
+    (theirs / "keep.txt").write_text("mine\n")
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (tmp_path / ".hf2.partial").symlink_to(victim)
+    for name in ("hf", "hf2"):
+        r = run_agpt("ckpt", "export", str(step), str(tmp_path / name), "--dtype", "fp32")
+        assert r.returncode == 0, r.stderr
+        assert (tmp_path / name / "config.json").is_file()
+    assert (theirs / "keep.txt").read_text() == "mine\n" and list(victim.iterdir()) == []
+
+    def full(op: str, path: Path) -> None:
+        if op == "write" and path.name.startswith("model-"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(safewrite, "fault", full)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    with pytest.raises(safewrite.WriteError) as err:
+        export.export_hf(step, tmp_path / "hf3", dtype="fp32")
+    line = str(err.value)
+    assert "\n" not in line and "model-00001-of-" in line and "No space left on device" in line, line
+    assert sorted(p.name for p in tmp_path.iterdir()) == before

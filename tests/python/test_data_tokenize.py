@@ -140,12 +140,15 @@ def test_rerun_skips_finished_shards(tmp_path: Path, sp_model: Path, monkeypatch
     r = tokenize_cli(sp_model, [src], out, "--shard-tokens", "3000")
     assert r.returncode == 0 and "up to date" in r.stdout
 
-    # A crash while writing shard 2: shards 0 and 1 are complete, shard 2 is a half-written .tmp.
+    # A crash while writing shard 2: shards 0 and 1 are complete, shard 2 is a half-written temporary file.
     real = tk.write_shard
 
     def crash(args: tuple) -> int:  # type: ignore[type-arg]
         if args[0].index == 2:
-            Path(f"{args[0].prefix}.bin.tmp").write_bytes(b"half")
+            prefix = Path(args[0].prefix)
+            (prefix.parent / f".{prefix.name}.bin.4242.0badcafe.tmp").write_bytes(
+                b"half"
+            )  # agpt.safewrite's name
             raise RuntimeError("node died")
         return real(args)
 
@@ -162,7 +165,7 @@ def test_rerun_skips_finished_shards(tmp_path: Path, sp_model: Path, monkeypatch
     tk.run(settings)
     assert {n: (again / n).stat().st_mtime_ns for n in done} == done  # finished shards were skipped
     assert tree_bytes(again) == before
-    assert not list(again.glob("*.tmp"))
+    assert not list(again.glob("*.tmp")) and not list(again.glob(".*.tmp"))
 
     # Shards with no record of how they were made are never trusted nor overwritten silently.
     (out / "tokenize.json").unlink()

@@ -291,3 +291,181 @@ def test_chain_end_mark_bad_and_eval_mark_on_a_full_or_read_only_run_directory_a
         err = capsys.readouterr().err
         assert rc == 2 and len(err.strip().splitlines()) == 1 and why in err and name in err, (argv[0], err)
         assert files() == before, argv[0]
+
+
+# ------------------------------------------------------------------------------------ every other writer
+def _shard(out: Path) -> Path:
+    """agpt tokenize's shard writer (agpt.data.mmidx): `.bin` streamed, then `.idx`."""
+    import numpy as np
+
+    from agpt.data import mmidx
+
+    w = mmidx.ShardWriter(out / "data_00000", np.dtype(np.uint16))
+    try:
+        w.add_documents(np.arange(6, dtype=np.uint16), np.array([2, 4]))
+        w.close()
+    except BaseException:
+        w.abort()
+        raise
+    return out / "data_00000.bin"
+
+
+def _blend_index(out: Path) -> Path:
+    """agpt blend's index files: per-file arrays saved in .work, then concatenated into OUT/NAME.npy."""
+    import numpy as np
+
+    from agpt.data import blend
+
+    (out / ".work").mkdir(exist_ok=True)
+    part = out / ".work" / "f000000.doc_order.npy"
+    blend._save(part, np.arange(5, dtype=np.int32))
+    blend._concat(out / "doc_order.npy", [part], np.dtype(np.int32), None)
+    assert list(np.load(out / "doc_order.npy")) == [0, 1, 2, 3, 4]
+    return out / "doc_order.npy"
+
+
+def _eval_tasks(out: Path) -> Path:
+    """The harness's task files (agpt.evalexport.harness.write_tasks): NAME.jsonl and NAME.yaml."""
+    from agpt.evalexport import harness
+    from agpt.evals.tasks import Item, Prepared, TaskSpec
+
+    prep = Prepared(specs=(TaskSpec(name="t", path="t.jsonl", format="jsonl"),),
+                    items=((Item(context="2+2=", choices=("4", "5"), answer=0, line=1),),), rows=())  # fmt: skip
+    harness.write_tasks(prep, out)
+    return out / "t.jsonl"
+
+
+def _stacks(out: Path) -> Path:
+    """A heartbeat's stack dump in its node-local folder (stacks.rankN.txt)."""
+    from agpt.heartbeat import writer as hb
+
+    w = hb.Heartbeat(out / "run", attempt="j.1", rank=0, host="n1", dump_after_s=0.0, local_dir=out)
+    w._maybe_dump()
+    path = w.local_dir / "stacks.rank0.txt"
+    assert path.read_text().startswith("# rank 0 pid")
+    return path
+
+
+def _lrfind_plot(out: Path) -> Path:
+    from agpt.train import lrfind
+
+    sweep = lrfind.Sweep(
+        lrs=[1e-4, 1e-3], losses=[3.0, 2.0], smoothed=[3.0, 2.0], steepest_lr=1e-3, blowup_lr=None
+    )
+    lrfind.plot(sweep, out / "lr.png")
+    return out / "lr.png"
+
+
+TOOL_WRITERS: list[tuple[str, Callable[[Path], Path], list[str]]] = [
+    ("tokenize shard", _shard, ["data_00000.bin.tmp", "data_00000.idx.tmp", "data_00000.bin", "data_00000.idx"]),
+    ("blend index", _blend_index, ["doc_order.tmp.npy", ".work/f000000.doc_order.tmp.npy", "doc_order.npy"]),
+    ("eval task files", _eval_tasks, ["t.jsonl", "t.yaml"]),
+    ("heartbeat stacks", _stacks, ["{local}/stacks.rank0.txt"]),
+    ("lr-find plot", _lrfind_plot, ["lr.png"]),
+]  # fmt: skip
+
+
+def _local(out: Path) -> Path:
+    from agpt import nodelocal
+
+    folder = nodelocal.folder(out, "heartbeat", out / "run", "j.1", "n1")
+    nodelocal.private_dir(folder)
+    return folder
+
+
+@pytest.mark.parametrize(("what", "write", "plants"), TOOL_WRITERS, ids=[w[0] for w in TOOL_WRITERS])
+def test_no_tools_output_is_written_through_a_link_at_its_name_or_its_old_temporary_name(
+    tmp_path: Path, what: str, write: Callable[[Path], Path], plants: list[str]
+) -> None:
+    """Issue 37, item 1: these wrote through a link planted at the file (open "w", savefig) or at their fixed
+    temporary name (`PREFIX.bin.tmp`, `NAME.tmp.npy`); the link's target must stay as it was."""
+    out = tmp_path / "out"
+    out.mkdir()
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    for name in plants:
+        link = Path(name.format(local=_local(out))) if "{local}" in name else out / name
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(victim)
+    written = write(out)
+    assert victim.read_text() == "precious\n", what
+    assert written.is_file() and not written.is_symlink(), what
+
+
+@pytest.mark.parametrize(("what", "write", "plants"), TOOL_WRITERS, ids=[w[0] for w in TOOL_WRITERS])
+def test_a_full_disk_under_a_tools_output_is_one_line_naming_it_and_leaves_nothing_half_written(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    what: str,
+    write: Callable[[Path], Path],
+    plants: list[str],
+) -> None:
+    """Issue 37, item 4: ENOSPC while one of these is written is one line naming the file (WriteError: exit 2
+    from the CLI), no temporary file is left and the output is not there half-written."""
+    from agpt import safewrite
+
+    out = tmp_path / "out"
+    out.mkdir()
+
+    def full(op: str, path: Path) -> None:
+        if op in ("write", "sync"):  # a figure or a stack dump is written by a library: full at its commit
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(safewrite, "fault", full)
+    with pytest.raises(safewrite.WriteError) as err:
+        write(out)
+    line = str(err.value)
+    assert "\n" not in line and "No space left on device" in line and str(out) in line, line
+    named = Path(line.split(": cannot write (")[0])
+    assert not named.exists() and not list(out.rglob(".*.tmp")), (what, sorted(out.rglob("*")))
+
+
+def test_a_node_local_folder_is_never_entered_through_a_link_at_any_level(tmp_path: Path) -> None:
+    """Issue 37, item 2: only the last folder was opened with O_NOFOLLOW, so a node folder swapped for a link
+    (or any folder between agpt-UID and step-N) was entered and step-N made inside whatever it pointed at."""
+    from agpt import nodelocal
+
+    node = nodelocal.folder(tmp_path / "shm", "ckpt", tmp_path / "run", "n1")
+    (tmp_path / "shm").mkdir()
+    nodelocal.private_dir(node)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    node.rmdir()
+    node.symlink_to(elsewhere)
+    with pytest.raises(nodelocal.NodeLocalError, match="is a symbolic link") as err:
+        nodelocal.private_dir(node / "step-3")
+    assert str(err.value).startswith(f"{node}:") and list(elsewhere.iterdir()) == []
+    uid_dir = node.parent
+    node.unlink()
+    uid_dir.rename(tmp_path / "shm" / "moved")
+    uid_dir.symlink_to(tmp_path / "shm" / "moved")  # agpt-UID itself a link
+    with pytest.raises(nodelocal.NodeLocalError, match="is a symbolic link") as err:
+        nodelocal.private_dir(node / "step-3")
+    assert str(err.value).startswith(f"{uid_dir}:")
+    assert not (tmp_path / "shm" / "moved" / node.name).exists()
+
+
+def test_the_failover_loops_bash_writes_never_follow_a_link_planted_in_attempts(tmp_path: Path) -> None:
+    """Issue 37, item 3: `failover_run` wrote the kill-on-evidence patterns with `>"$ends"`, truncating whatever a
+    link planted at attempts/JOBID.ends.json pointed at; now mktemp + mv."""
+    from conftest import ROOT
+
+    run = tmp_path / "run"
+    (run / "attempts").mkdir(parents=True)
+    (tmp_path / "alloc").write_text("h1\nh2\n")
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    (run / "attempts" / "j1.ends.json").symlink_to(victim)
+    job = tmp_path / "job.sh"
+    job.write_text(f"""set -euo pipefail
+source '{ROOT}/lib/failover.sh'
+export AGPT_RUN_DIR='{run}'
+FAILOVER_HOSTS_FROM='{tmp_path / "alloc"}' FAILOVER_SPARES=1 FAILOVER_BACKOFF=0 FAILOVER_JOBID=j1
+FAILOVER_KILL_ON_EVIDENCE=1 FAILOVER_SWEEP=off failover_run true
+""")
+    r = subprocess.run(["bash", str(job)], env=agpt_env(), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert victim.read_text() == "precious\n"
+    ends = run / "attempts" / "j1.ends.json"
+    assert ends.is_file() and not ends.is_symlink() and json.loads(ends.read_text())
+    assert [p.name for p in (run / "attempts").glob("j1.ends.json.*")] == []  # no temporary file left

@@ -4,7 +4,8 @@ Each weight is read from the DCP files on its own (torch.distributed.checkpoint 
 ranks' shards of that one tensor), converted to the output dtype and written into its place in a
 safetensors shard whose header was laid out beforehand from the checkpoint's metadata, so the peak
 memory is one tensor (plus its converted copy) whatever the model's size.  The folder is built
-beside OUT and renamed into place at the end, so a failed export leaves nothing that looks finished.
+beside OUT, in a folder made exclusively under a new name (mkdtemp: nothing planted there is entered), and
+renamed into place at the end, so a failed export leaves nothing that looks finished.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import json
 import os
 import shutil
 import sys
+import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
@@ -30,7 +32,15 @@ TORCH_DTYPE_NAME = {"bf16": "bfloat16", "fp32": "float32"}
 DEFAULT_SHARD_BYTES = 5 * 1024**3  # transformers' save_pretrained default max_shard_size "5GB"
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def check_out(out: Path) -> None:
+    if out.is_symlink():
+        raise BadInput(f"{out}: is a symbolic link; choose a new output folder")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise BadInput(f"{out}: exists and is not empty (choose a new output folder)")
 
@@ -193,7 +203,7 @@ def _write_folder(
     total = 0
     for i, entries in enumerate(shards):
         name = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
-        with open(tmp / name, "wb") as f:
+        with safewrite.Pending(tmp / name) as f:  # a full disk: one line naming the shard
             f.write(stfile.header_bytes([(hf, shape) for hf, _ours, shape in entries], st_dtype))
             for hf, ours, _shape in entries:
                 t = reader.read(f"model.{ours}").to(torch_dtype).contiguous()
@@ -204,8 +214,6 @@ def _write_folder(
                 weight_map[hf] = name
                 del t, raw, data
                 bar.update()
-            f.flush()
-            os.fsync(f.fileno())
     bar.close()
     _write_json(
         tmp / "model.safetensors.index.json", {"metadata": {"total_size": total}, "weight_map": weight_map}
@@ -248,18 +256,21 @@ def export_hf(
     _st_dtype, itemsize = DTYPES[dtype]
     plan = layout.tensor_plan(cfg.model)
     shards = plan_shards(plan, itemsize, max_shard_bytes)
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dst.parent / f".{dst.name}.partial"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
+    try:  # a folder of our own beside OUT, made exclusively under a new name: nothing planted is entered
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", suffix=".partial", dir=dst.parent))
+    except OSError as exc:
+        raise safewrite.error(dst, exc) from None
     try:
         total = _write_folder(tmp, sd, cfg, shards, dtype, tok, progress)
+        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp's folder is 0700; OUT is made as mkdir would make it
         if dst.exists():
             dst.rmdir()  # checked empty above
         os.replace(tmp, dst)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)  # nothing half-written is left behind
+        if isinstance(exc, OSError):  # a full disk, a read-only folder: one line naming the file
+            raise safewrite.error(exc.filename or dst, exc) from None
         raise
     return {
         "out": str(dst),

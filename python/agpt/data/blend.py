@@ -204,9 +204,11 @@ def _work(out: Path, f: int, what: str) -> Path:
 
 
 def _save(path: Path, array: np.ndarray) -> None:
-    tmp = path.with_suffix(".tmp.npy")
-    np.save(tmp, array, allow_pickle=False)
-    os.replace(tmp, path)
+    """PATH replaced by ARRAY (agpt.safewrite: a temporary name of its own, never a link followed)."""
+    safewrite.replace_with(path, lambda f: np.save(f, array, allow_pickle=False), sync=False)
+
+
+COPY_BYTES = 64 << 20  # _concat copies at most this much at a time
 
 
 def _concat(path: Path, parts: list[Path], dtype: np.dtype, width: int | None) -> dict[str, Any]:
@@ -214,15 +216,13 @@ def _concat(path: Path, parts: list[Path], dtype: np.dtype, width: int | None) -
     arrays = [np.load(p, mmap_mode="r") for p in parts]
     total = sum(int(a.shape[0]) for a in arrays)
     shape: tuple[int, ...] = (total,) if width is None else (total, width)
-    tmp = path.with_suffix(".tmp.npy")
-    out = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=shape)
-    at = 0
-    for a in arrays:
-        out[at : at + a.shape[0]] = a
-        at += int(a.shape[0])
-    out.flush()
-    del out
-    os.replace(tmp, path)
+    header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": shape}
+    with safewrite.Pending(path) as out:  # a temporary name of its own; a full disk is one line naming PATH
+        np.lib.format.write_array_header_1_0(out.file, header)  # the header np.lib.format.open_memmap writes
+        for a in arrays:
+            rows = max(1, COPY_BYTES // max(1, dtype.itemsize * (width or 1)))
+            for at in range(0, int(a.shape[0]), rows):
+                out.write(np.ascontiguousarray(a[at : at + rows], dtype=dtype).tobytes())
     return {"bytes": path.stat().st_size}
 
 

@@ -21,10 +21,10 @@ from __future__ import annotations
 import os
 import struct
 from pathlib import Path
-from typing import BinaryIO
 
 import numpy as np
 
+from agpt import safewrite
 from agpt.errors import DataError
 
 MAGIC = b"MMIDIDX\x00\x00"
@@ -93,17 +93,18 @@ def _fsync_dir(path: Path) -> None:
 
 
 class ShardWriter:
-    """Write one shard: tokens stream into `PREFIX.bin.tmp`; `close()` writes the index and renames.
+    """Write one shard: tokens stream into a temporary file beside `PREFIX.bin` (agpt.safewrite.Pending: a name
+    made exclusively, never a link followed); `close()` renames it, then writes the index the same way.
 
     `.bin` is renamed before `.idx`, so an `.idx` on disk means a complete shard: a crash leaves only
-    `.tmp` files (or a `.bin` without `.idx`), which a re-run ignores and rewrites.
+    temporary files (or a `.bin` without `.idx`), which a re-run ignores and rewrites.  A full disk is one
+    line naming the file (WriteError).
     """
 
     def __init__(self, prefix: str | Path, dtype: np.dtype) -> None:
         self.prefix = Path(prefix)
         self.dtype = np.dtype(dtype)
-        self._bin_tmp = Path(f"{self.prefix}.bin.tmp")
-        self._fh: BinaryIO = open(self._bin_tmp, "wb")  # noqa: SIM115 (closed in close/abort)
+        self._bin = safewrite.Pending(bin_path(self.prefix))
         self._sizes: list[np.ndarray] = []
         self.tokens = 0
 
@@ -112,13 +113,13 @@ class ShardWriter:
         tokens = np.ascontiguousarray(tokens, dtype=self.dtype)
         if int(np.sum(sizes, dtype=np.int64)) != tokens.size:
             raise DataError(f"{self.prefix}: sizes do not add up to the token count")
-        self._fh.write(tokens.tobytes())
+        self._bin.write(tokens.tobytes())
         self._sizes.append(np.asarray(sizes, dtype=np.int64))
         self.tokens += int(tokens.size)
 
     def write_raw(self, data: bytes | memoryview) -> None:
         """Append already-encoded token bytes (their sizes are given later with `add_sizes`)."""
-        self._fh.write(data)
+        self._bin.write(data)
 
     def add_sizes(self, sizes: np.ndarray) -> None:
         self._sizes.append(np.asarray(sizes, dtype=np.int64))
@@ -126,23 +127,15 @@ class ShardWriter:
 
     def close(self) -> None:
         sizes = np.concatenate(self._sizes) if self._sizes else np.zeros(0, dtype=np.int64)
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
-        self._fh.close()
-        if self._bin_tmp.stat().st_size != int(sizes.sum()) * self.dtype.itemsize:
+        if self._bin.size() != int(sizes.sum()) * self.dtype.itemsize:
+            self._bin.abort()
             raise DataError(f"{self.prefix}.bin: size does not match its documents")
-        idx_tmp = Path(f"{self.prefix}.idx.tmp")
-        with open(idx_tmp, "wb") as fh:
-            fh.write(encode_index(sizes, self.dtype))
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(self._bin_tmp, bin_path(self.prefix))
-        os.replace(idx_tmp, idx_path(self.prefix))
+        self._bin.commit()
+        safewrite.replace(idx_path(self.prefix), encode_index(sizes, self.dtype))
         _fsync_dir(self.prefix.parent)
 
     def abort(self) -> None:
-        self._fh.close()
-        self._bin_tmp.unlink(missing_ok=True)
+        self._bin.abort()
 
 
 class Index:

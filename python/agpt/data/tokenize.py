@@ -7,8 +7,8 @@ Two phases, so the output is byte-identical for any number of workers and ranks:
    write `DIR/.work/cNNNNNN.tok` (tokens) and `.len` (document lengths, written last = complete).
 2. Rank 0 lays the documents, in input order, into shards of `shard_tokens` tokens (a shard closes
    after the document that reaches the budget; documents are never split). Each shard has exactly one
-   writer, which copies its chunks' token bytes in large blocks into `PREFIX.bin.tmp`, writes the
-   index, and renames (`.bin`, then `.idx`: an `.idx` means a complete shard).
+   writer, which copies its chunks' token bytes in large blocks into a temporary file beside `PREFIX.bin`
+   (agpt.safewrite), writes the index, and renames (`.bin`, then `.idx`: an `.idx` means a complete shard).
 
 A re-run with the same inputs and settings reuses finished chunks and shards; one with different
 ones refuses to touch the directory (unless `overwrite`), so nothing already written is damaged.
@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from agpt import safewrite, shellword
+from agpt import rundir, safewrite, shellword
 from agpt.data import mmidx, workdir
 from agpt.data.dist import Comm, local_ranks, world
 from agpt.data.readers import Chunk, expand_inputs, iter_documents, plan_chunks
@@ -139,10 +139,15 @@ def tokenize_chunk(job: _Job) -> tuple[int, int, int, int, int]:
     sp = _processor(job.model)
     dtype = np.dtype(job.dtype)
     tok_path, len_path = _chunk_paths(job.work, job.index)
-    tmp_tok = tok_path.with_suffix(".tok.tmp")
-    tmp_len = len_path.with_suffix(".len.tmp")
     docs = tokens = skipped = 0
-    with open(tmp_tok, "wb") as out, open(tmp_len, "wb") as out_len:
+    # agpt.safewrite.Pending: temporary names made exclusively, never a link followed; a full disk is one line
+    out = safewrite.Pending(tok_path)
+    try:
+        out_len = safewrite.Pending(len_path)
+    except BaseException:
+        out.abort()
+        raise
+    try:
         batch: list[str] = []
         where: list[int] = []
 
@@ -173,8 +178,12 @@ def tokenize_chunk(job: _Job) -> tuple[int, int, int, int, int]:
                 flush()
         if batch:
             flush()
-    os.replace(tmp_tok, tok_path)
-    os.replace(tmp_len, len_path)  # last: a .len means the chunk is complete
+        out.commit(sync=False)
+        out_len.commit(sync=False)  # last: a .len means the chunk is complete
+    except BaseException:
+        out.abort()
+        out_len.abort()
+        raise
     return job.index, docs, tokens, job.chunk.nbytes, skipped
 
 
@@ -266,7 +275,7 @@ def write_shard(args: tuple[_ShardPlan, str, str]) -> int:
         writer.abort()
         raise
     # The .bin's digest, read back right after it was written (page cache): the blend manifest pins it.
-    _marker(work, plan).write_text(file_sha256(mmidx.bin_path(plan.prefix)) + "\n")
+    safewrite.replace(_marker(work, plan), file_sha256(mmidx.bin_path(plan.prefix)) + "\n", sync=False)
     return plan.index
 
 
@@ -349,7 +358,7 @@ def _prepare(s: TokenizeSettings, out: Path, ident: dict[str, Any]) -> str:
     work = workdir.claim(out, "agpt tokenize", also_ours=("identity.json",))
     if meta.exists():
         try:
-            old = json.loads(meta.read_text())
+            old = rundir.read_record(meta)
         except (OSError, ValueError, RecursionError):
             raise DataError(f"{meta}: unreadable; remove it or use another --output") from None
         if not isinstance(old, dict) or not isinstance(old.get("shards", []), list):
@@ -368,7 +377,7 @@ def _prepare(s: TokenizeSettings, out: Path, ident: dict[str, Any]) -> str:
     ident_file = work / "identity.json"
     if work.exists():
         try:
-            same = json.loads(ident_file.read_text()) == ident
+            same = rundir.read_record(ident_file) == ident  # the one reader: a FIFO there is never opened
         except (OSError, ValueError, RecursionError):
             same = False
         if not same:
@@ -500,6 +509,8 @@ def _finish(
         if tail.isdigit() and int(tail) >= len(plans):
             stale.unlink()
             stale.with_suffix(".bin").unlink(missing_ok=True)
+    for left in safewrite.leftovers(out, f"{s.name}_*"):  # a killed writer's half shard
+        left.unlink(missing_ok=True)
     total_tokens = sum(p.tokens for p in plans)
     shards = [
         {

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from agpt import safewrite
 from agpt.errors import BadInput
 from agpt.ours import ours_or_empty
 
@@ -64,9 +65,19 @@ def claim(out: Path, tool: str, *, also_ours: tuple[str, ...] = ()) -> Path:
 
 
 def make(work: Path, tool: str) -> None:
-    """Create WORK (if missing) and mark it as this tool's."""
-    work.mkdir(exist_ok=True)
-    (work / MARKER).write_text(f"scratch space of {tool}: deleted when it finishes\n")
+    """Create WORK (if missing) and mark it as this tool's.  A link or a file planted at WORK since `claim` is
+    refused, never entered: everything the tool writes there goes into a real folder."""
+    try:
+        os.mkdir(work)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise BadInput(f"{work}: cannot create it ({exc.strerror})") from None
+    if not stat.S_ISDIR(os.lstat(work).st_mode):
+        raise BadInput(
+            f"{work}: exists and is not a directory {tool} made (a link or a file); remove it yourself"
+        )
+    safewrite.replace(work / MARKER, f"scratch space of {tool}: deleted when it finishes\n", sync=False)
 
 
 @contextlib.contextmanager

@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from agpt import safewrite
 from agpt.errors import AgptError, BadInput
 from agpt.evals.tasks import TARGET_DELIMITER, Prepared
 
@@ -70,16 +71,15 @@ def write_tasks(prep: Prepared, out_dir: Path) -> list[str]:
     names = []
     for spec, items in zip(prep.specs, prep.items, strict=True):
         data = out_dir / f"{spec.name}.jsonl"
-        with data.open("w") as fh:
-            for it in items:
-                fh.write(
-                    json.dumps({"context": it.context, "choices": list(it.choices), "answer": it.answer})
-                    + "\n"
-                )
+        rows = (json.dumps({"context": it.context, "choices": list(it.choices), "answer": it.answer}) + "\n"
+                for it in items)  # fmt: skip
+        safewrite.replace(data, "".join(rows), sync=False)  # agpt.safewrite: never through a planted link
         task = PREFIX + spec.name
-        (out_dir / f"{spec.name}.yaml").write_text(
+        safewrite.replace(
+            out_dir / f"{spec.name}.yaml",
             TASK_YAML.format(n=len(items), source=spec.path, fmt=spec.format, task=task,
-                             data=json.dumps(str(data.resolve())), delimiter=json.dumps(TARGET_DELIMITER))
+                             data=json.dumps(str(data.resolve())), delimiter=json.dumps(TARGET_DELIMITER)),
+            sync=False,
         )  # fmt: skip
         names.append(task)
     return names

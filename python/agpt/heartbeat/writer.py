@@ -34,9 +34,9 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
-from agpt import nodelocal, numeric, rundir
+from agpt import nodelocal, numeric, rundir, safewrite
 from agpt.errors import BadInput
 from agpt.heartbeat.format import DIR, FORMAT, node_file, stacks_dir, write_atomic
 from agpt.nodelocal import host_name
@@ -217,13 +217,18 @@ class Heartbeat:
         if time.monotonic() - self._t_step < self.dump_after_s:
             return
         self._dumped_step = self._step
-        with open(self.local_dir / f"stacks.rank{self.rank}.txt", "w") as f:
-            f.write(
-                f"# rank {self.rank} pid {os.getpid()} on {self.host}: step {self._step} not advanced for "
-                f"{time.monotonic() - self._t_step:.1f} s, in phase {self._phase}\n"
-            )
+        head = (
+            f"# rank {self.rank} pid {os.getpid()} on {self.host}: step {self._step} not advanced for "
+            f"{time.monotonic() - self._t_step:.1f} s, in phase {self._phase}\n"
+        )
+
+        def fill(f: BinaryIO) -> None:
+            f.write(head.encode())
             f.flush()
             faulthandler.dump_traceback(file=f, all_threads=True)
+
+        # agpt.safewrite: a link planted at the stack file's name is replaced, never written through
+        safewrite.replace_with(self.local_dir / f"stacks.rank{self.rank}.txt", fill, sync=False)
 
     def publish(self) -> None:
         """Local rank 0: gather the node's rank records into one atomic file in the run directory."""
@@ -280,7 +285,11 @@ class Heartbeat:
             d.mkdir(parents=True, exist_ok=True)
             target = d / f"{self.host}.txt"
             text = "\n".join(stacks)
-            if not target.is_file() or target.read_text() != text:
+            try:  # the one reader: a FIFO or a link to /dev/zero planted there is never read
+                same = rundir.read_text(target, what="stacks", missing_ok=True) == text
+            except (OSError, BadInput):
+                same = False
+            if not same:
                 write_atomic(target, text)
         if self.on_publish is not None:
             self.on_publish(self)

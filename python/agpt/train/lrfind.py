@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from agpt import figure
+from agpt import figure, safewrite
 from agpt.errors import BadInput
 from agpt.train.config import load_config
 
@@ -78,9 +77,11 @@ def plot(sweep: Sweep, path: Path) -> None:
     ax.set_title("agpt lr-find")
     ax.legend()
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    fmt = path.suffix.lstrip(".").lower() or "png"
+    try:
+        safewrite.replace_with(path, lambda f: fig.savefig(f, format=fmt, dpi=100))  # never through a link
+    finally:
+        plt.close(fig)
 
 
 def lr_find(
@@ -137,9 +138,7 @@ def lr_find(
             "lrs": sweep.lrs,
             "losses": sweep.losses,
         }
-        tmp = png.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(result, indent=1) + "\n")
-        os.replace(tmp, png.with_suffix(".json"))
+        safewrite.replace(png.with_suffix(".json"), json.dumps(result, indent=1) + "\n")
         where = f"{sweep.blowup_lr:.3e}" if sweep.blowup_lr is not None else "none within the sweep"
         print(
             f"lr-find: steepest descent lr={sweep.steepest_lr:.3e}; blow-up lr={where}; "

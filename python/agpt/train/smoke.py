@@ -12,6 +12,7 @@ import os
 import sys
 from pathlib import Path
 
+from agpt import safewrite
 from agpt.errors import BadInput
 from agpt.textfile import read_utf8
 from agpt.train.config import load_config
@@ -85,10 +86,7 @@ def smoke(
             f"# agpt smoke baseline: config={Path(config or DEFAULT_CONFIG).name} steps={steps} "
             f"world={trainer.world} device={trainer.device.type} torch={torch.__version__}\n"
         )
-        base.parent.mkdir(parents=True, exist_ok=True)
-        tmp = base.with_name(base.name + ".tmp")
-        tmp.write_text(header + "\n".join(got) + "\n")
-        os.replace(tmp, base)
+        safewrite.replace(base, header + "\n".join(got) + "\n")  # never through a link at a temporary name
         print(f"smoke: recorded {steps} steps to {base}", flush=True)
         return 0
     diff = first_difference(got, want)
