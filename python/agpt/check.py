@@ -47,6 +47,7 @@ class Row:
     name: str
     value: str
     ok: bool | None = True
+    warn: bool = False
 
 
 @dataclass(kw_only=True, slots=True)
@@ -56,6 +57,7 @@ class Report:
     title: str
     rows: list[Row] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     def add(self, name: str, value: str, fail: str = "") -> None:
         self.rows.append(Row(name=name, value=value, ok=not fail))
@@ -65,10 +67,15 @@ class Report:
     def info(self, name: str, value: str) -> None:
         self.rows.append(Row(name=name, value=value, ok=None))
 
+    def warn(self, name: str, value: str) -> None:
+        """A row marked WARN and a line on standard error, but not a failure: the exit stays 0."""
+        self.rows.append(Row(name=name, value=value, ok=None, warn=True))
+        self.warnings.append(value)
+
     def table(self) -> str:
         lines = [self.title]
         for r in self.rows:
-            mark = {True: "ok  ", False: "FAIL", None: "    "}[r.ok]
+            mark = "WARN" if r.warn else {True: "ok  ", False: "FAIL", None: "    "}[r.ok]
             lines.append(f"  {mark} {r.name:<11} {r.value}")
         return "\n".join(lines)
 
@@ -413,9 +420,11 @@ def _run_dir_checks(rep: Report, run_dir: Path) -> None:
         rep.add("run dir", value)
     for b in bad:
         rep.add("run dir", value, b)
+    # Exit 0 on purpose: the job script stops the chain on check's failure, and the trainer can still resume from
+    # this step (data checked by size) or fall back to an older complete one (docs/trust.md).
     for d in dirs:
         if d.unreadable:
-            rep.info("run dir", f"{d.marker}: unreadable; the trainer tries step {d.step} with its data checked "
+            rep.warn("run dir", f"{d.marker}: unreadable; the trainer tries step {d.step} with its data checked "
                      "by size only (never pruned)")  # fmt: skip
 
 

@@ -192,6 +192,20 @@ def test_check_run_dir_refuses_nothing_it_cannot_read(rd: Path) -> None:
     no_traceback(r, 0, 2)
 
 
+def test_check_run_dir_warns_on_a_garbage_marker_and_exits_0_so_the_chain_goes_on(tmp_path: Path) -> None:
+    """Issue 37, item 6 (decided): a `.complete` that does not parse is the trainer's resume step (data checked by
+    size, an older complete step if that fails), and the job script ends the chain when check fails, so check
+    does not fail: it warns, a WARN row and one line on standard error naming the file, exit 0."""
+    step = tmp_path / "run" / "ckpt" / "step-30"
+    step.mkdir(parents=True)
+    (step / ".complete").write_bytes(b"\x00garbage{")
+    r = agpt("check", str(ROOT / "jobs/configs/smoke.yaml"), "--no-data", "--run-dir", str(tmp_path / "run"))
+    no_traceback(r, 0)
+    assert f"  WARN run dir     {step}/.complete: unreadable; the trainer tries step 30" in r.stdout, r.stdout
+    warnings = [ln for ln in r.stderr.splitlines() if ln.startswith("agpt check: warning: ")]
+    assert len(warnings) == 1 and f"{step}/.complete: unreadable" in warnings[0], r.stderr
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_task_file_that_is_not_a_regular_file_is_one_line(tmp_path: Path, kind: str) -> None:
     plant(tmp_path / "t.jsonl", kind)

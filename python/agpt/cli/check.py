@@ -55,6 +55,8 @@ def cli(
     )
     if report.failures or not quiet:
         click.echo(report.table())
+    for line in report.warnings:
+        click.echo(f"agpt check: warning: {line}", err=True)
     for line in report.failures:
         click.echo(f"agpt check: {line}", err=True)
     if report.failures:
