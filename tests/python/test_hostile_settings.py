@@ -107,3 +107,15 @@ def test_a_missing_shard_names_the_file_list(tmp_path: Path) -> None:
                        env=agpt_env(), capture_output=True, text=True, timeout=120)  # fmt: skip
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert f"shard.idx: missing (the shard on line 1 of --file-list {lst})" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("how", ["yaml", "--set"])
+def test_a_negative_checkpoint_interval_names_its_key(tmp_path: Path, how: str) -> None:
+    """Round two, still listed in issue 37: `train` refused a negative checkpoint.interval naming no key."""
+    from agpt.errors import ConfigError
+    from agpt.train.config import load_config
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("checkpoint:\n  interval: -5\n" if how == "yaml" else "checkpoint:\n  interval: 10\n")
+    with pytest.raises(ConfigError, match=re.escape("checkpoint.interval: must be >= 0 (got -5)")):
+        load_config(cfg, ["checkpoint.interval=-5"] if how == "--set" else [])
