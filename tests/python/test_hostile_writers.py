@@ -4,6 +4,7 @@ Every instance the hostile-input sweep reproduced by hand is a test here."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -21,7 +22,7 @@ from agpt.failover import hosts as hostlib
 from agpt.failover import plan as P
 from agpt.failover import shrink as shrinklib
 from agpt.failover import sweep as sweeplib
-from conftest import agpt_env
+from conftest import ROOT, agpt_env
 from failover_util import run_with_attempt
 
 ECC = "step=1 loss=3\nstep=2 loss=2\nCUDA error: uncorrectable ECC error encountered on h2\n"
@@ -356,12 +357,73 @@ def _lrfind_plot(out: Path) -> Path:
     return out / "lr.png"
 
 
+def _chunk(out: Path) -> Path:
+    """agpt tokenize's first phase: one chunk's tokens (`c000000.tok`) then lengths (`.len`, last) in .work."""
+    from agpt.data import tokenize, tokenizer
+    from agpt.data.readers import plan_chunks
+    from data_util import SOURCES, STDLIB
+
+    text = out.parent / "tok" / "docs.txt"
+    text.parent.mkdir(exist_ok=True)
+    text.write_text(
+        "\n".join((STDLIB / n).read_text() for n in SOURCES)
+    )  # also the tokenizer's training text
+    model = text.parent / "m.model"
+    tokenizer.train(tokenizer.TrainSettings(inputs=[str(text)], output=str(model), vocab_size=600))
+    job = tokenize._Job(index=0, chunk=plan_chunks([text], 1 << 20)[0], work=str(out), model=str(model),
+                        text_key="text", append_eod=True, bos=False, skip_empty=True, dtype="<u2")  # fmt: skip
+    assert tokenize.tokenize_chunk(job)[2] > 0
+    return out / "c000000.len"
+
+
+@contextlib.contextmanager
+def _trainer_here() -> Iterator[None]:
+    """A trainer run in this process (smoke, lr-find), on one thread (as smoke runs: a shared machine's cores are
+    oversubscribed otherwise); the process-wide settings it changes are put back."""
+    import torch
+
+    from agpt.train import dist as tdist
+
+    threads, omp = torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS")
+    det = torch.are_deterministic_algorithms_enabled()
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        tdist.finish()
+        torch.set_num_threads(threads)
+        torch.use_deterministic_algorithms(det)
+        os.environ.pop("OMP_NUM_THREADS", None) if omp is None else os.environ.update(OMP_NUM_THREADS=omp)
+
+
+def _smoke_baseline(out: Path) -> Path:
+    """`agpt smoke --record` (it wrote BASELINE.tmp, then renamed it)."""
+    from agpt.train import smoke
+
+    with _trainer_here():
+        assert smoke.smoke(None, baseline=str(out / "base.txt"), steps=2, record=True) == 0
+    return out / "base.txt"
+
+
+def _lrfind_json(out: Path) -> Path:
+    """`agpt lr-find`'s JSON beside its plot (it wrote NAME.json.tmp, then renamed it)."""
+    from agpt.train import lrfind
+
+    with _trainer_here():
+        assert lrfind.lr_find(str(ROOT / "jobs/configs/smoke.yaml"), out=str(out / "lr.png"), steps=3) == 0
+    return out / "lr.json"
+
+
 TOOL_WRITERS: list[tuple[str, Callable[[Path], Path], list[str]]] = [
     ("tokenize shard", _shard, ["data_00000.bin.tmp", "data_00000.idx.tmp", "data_00000.bin", "data_00000.idx"]),
+    ("tokenize chunk", _chunk, ["c000000.tok.tmp", "c000000.len.tmp", "c000000.tok", "c000000.len"]),
     ("blend index", _blend_index, ["doc_order.tmp.npy", ".work/f000000.doc_order.tmp.npy", "doc_order.npy"]),
     ("eval task files", _eval_tasks, ["t.jsonl", "t.yaml"]),
     ("heartbeat stacks", _stacks, ["{local}/stacks.rank0.txt"]),
     ("lr-find plot", _lrfind_plot, ["lr.png"]),
+    ("lr-find json", _lrfind_json, ["lr.json.tmp", "lr.json"]),
+    ("smoke baseline", _smoke_baseline, ["base.txt.tmp", "base.txt"]),
 ]  # fmt: skip
 
 
@@ -388,7 +450,7 @@ def test_no_tools_output_is_written_through_a_link_at_its_name_or_its_old_tempor
         link.parent.mkdir(parents=True, exist_ok=True)
         link.symlink_to(victim)
     written = write(out)
-    assert victim.read_text() == "precious\n", what
+    assert victim.read_bytes() == b"precious\n", what  # (a token chunk written through it is binary)
     assert written.is_file() and not written.is_symlink(), what
 
 
@@ -420,6 +482,24 @@ def test_a_full_disk_under_a_tools_output_is_one_line_naming_it_and_leaves_nothi
     assert not named.exists() and not list(out.rglob(".*.tmp")), (what, sorted(out.rglob("*")))
 
 
+@pytest.mark.parametrize("target", ["folder", "file"])
+def test_a_work_folder_that_became_a_link_is_refused_never_entered(tmp_path: Path, target: str) -> None:
+    """Issue 37, item 1: `workdir.make` (agpt tokenize's and agpt blend's `.work`) ran `mkdir(exist_ok=True)`,
+    which takes a link to a folder for the folder, and wrote its marker (then every chunk) into what the link
+    pointed at; a link to a file was a traceback.  Both are now one line naming `.work`, the target untouched."""
+    from agpt.data import workdir
+
+    victim = tmp_path / "victim"
+    victim.mkdir() if target == "folder" else victim.write_text("precious\n")
+    work = tmp_path / "out" / ".work"
+    work.parent.mkdir()
+    work.symlink_to(victim)
+    with pytest.raises(BadInput, match="a link or a file") as err:
+        workdir.make(work, "agpt tokenize")
+    assert str(err.value).startswith(f"{work}:") and "\n" not in str(err.value)
+    assert (list(victim.iterdir()) == []) if target == "folder" else victim.read_text() == "precious\n"
+
+
 def test_a_node_local_folder_is_never_entered_through_a_link_at_any_level(tmp_path: Path) -> None:
     """Issue 37, item 2: only the last folder was opened with O_NOFOLLOW, so a node folder swapped for a link
     (or any folder between agpt-UID and step-N) was entered and step-N made inside whatever it pointed at."""
@@ -445,27 +525,36 @@ def test_a_node_local_folder_is_never_entered_through_a_link_at_any_level(tmp_pa
     assert not (tmp_path / "shm" / "moved" / node.name).exists()
 
 
-def test_the_failover_loops_bash_writes_never_follow_a_link_planted_in_attempts(tmp_path: Path) -> None:
-    """Issue 37, item 3: `failover_run` wrote the kill-on-evidence patterns with `>"$ends"`, truncating whatever a
-    link planted at attempts/JOBID.ends.json pointed at; now mktemp + mv."""
-    from conftest import ROOT
-
+@pytest.mark.parametrize(
+    ("name", "settings", "cmd", "holds"),
+    [("j1.ends.json", "FAILOVER_KILL_ON_EVIDENCE=1", "true", '"regex"'),
+     ("j1.warm.log", "FAILOVER_WARM=echo", "{warm} true", "agpt-warm serve -- true")],
+    ids=["ends.json", "warm.log"],
+)  # fmt: skip
+def test_the_failover_loops_bash_writes_never_follow_a_link_planted_in_attempts(
+    tmp_path: Path, name: str, settings: str, cmd: str, holds: str
+) -> None:
+    """Issue 37, item 3: `failover_run` wrote the kill-on-evidence patterns with `>"$ends"` and the warm ranks' log
+    with `>>"$wlog"`, writing into whatever a link planted at attempts/JOBID.ends.json or JOBID.warm.log pointed
+    at; now mktemp + mv, and rm then a create with noclobber."""
     run = tmp_path / "run"
     (run / "attempts").mkdir(parents=True)
     (tmp_path / "alloc").write_text("h1\nh2\n")
     victim = tmp_path / "victim"
     victim.write_text("precious\n")
-    (run / "attempts" / "j1.ends.json").symlink_to(victim)
+    (run / "attempts" / name).symlink_to(victim)
     job = tmp_path / "job.sh"
     job.write_text(f"""set -euo pipefail
 source '{ROOT}/lib/failover.sh'
 export AGPT_RUN_DIR='{run}'
 FAILOVER_HOSTS_FROM='{tmp_path / "alloc"}' FAILOVER_SPARES=1 FAILOVER_BACKOFF=0 FAILOVER_JOBID=j1
-FAILOVER_KILL_ON_EVIDENCE=1 FAILOVER_SWEEP=off failover_run true
+{settings} FAILOVER_SWEEP=off failover_run {cmd}
 """)
     r = subprocess.run(["bash", str(job)], env=agpt_env(), capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     assert victim.read_text() == "precious\n"
-    ends = run / "attempts" / "j1.ends.json"
-    assert ends.is_file() and not ends.is_symlink() and json.loads(ends.read_text())
-    assert [p.name for p in (run / "attempts").glob("j1.ends.json.*")] == []  # no temporary file left
+    written = run / "attempts" / name
+    assert written.is_file() and not written.is_symlink() and holds in written.read_text(), (
+        r.stdout + r.stderr
+    )
+    assert [p.name for p in (run / "attempts").glob(f"{name}.*")] == []  # no temporary file left
