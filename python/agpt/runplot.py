@@ -88,16 +88,20 @@ def read_run(run_dir: Path) -> RunCurve:
 
 def swap_text(swapped: Any) -> str:
     """`swap n3->n5` (or `blind swap ...`) from an event's `swapped`: the loop's {"out", "in", "blind"} record,
-    or a plain list of hosts."""
+    or a plain list of hosts (anything else, a record of the wrong shape, shows no swap)."""
     if isinstance(swapped, dict):
-        out = ",".join(str(h) for h in swapped.get("out") or [])
+        out = _host_list(swapped.get("out"))
         if not out:
             return ""
-        new = ",".join(str(h) for h in swapped.get("in") or [])
+        new = _host_list(swapped.get("in"))
         return ("blind swap " if swapped.get("blind") else "swap ") + out + (f"->{new}" if new else "")
     if isinstance(swapped, list) and swapped:
-        return "swap " + ",".join(str(h) for h in swapped)
+        return "swap " + _host_list(swapped)
     return ""
+
+
+def _host_list(hosts: Any) -> str:
+    return ",".join(str(h) for h in hosts) if isinstance(hosts, list) else ""
 
 
 def plot_run(run_dir: Path, out: Path, *, title: str | None = None) -> Path:

@@ -248,6 +248,40 @@ def test_the_views_take_metrics_records_of_any_shape(rd: Path, tmp_path: Path) -
     no_traceback(agpt("plot", str(rd), "-o", str(tmp_path / "p.png")), 0)
 
 
+HOSTILE_EVENTS = [
+    '{"event": "attempt", "jobid": "j1", "attempt": true, "rc": "--1", "class": ["node"], "bad_hosts": "h3", '
+    '"evidence": 5, "swapped": {"out": 1, "in": [[]]}, "hosts": {"h1": 1}, "log": 7}',
+    '{"event": "attempt", "jobid": "j1", "attempt": ' + "9" * 400 + ', "rc": 1}',
+    '{"event": "attempt", "jobid": "j1", "attempt": 4, "rc": 1e308, "started": 1e308, "ended": -1e308, '
+    '"first_step": 1e308, "last_step": "\u00b2", "ckpt_step": ' + "9" * 30 + "}",
+    '{"event": "stop", "jobid": "j1\\ud800", "verdict": {"x": 1}, "exit": 1e308, "time": "x", "reason": [1]}',
+    '{"event": "shrink", "jobid": "j1", "from": "x", "to": true, "nodes": -1e308}',
+    '{"event": "attempt", "x": ' + "[" * 5000 + "]" * 5000 + "}",
+    "[1, 2]",
+    "null",
+]
+
+
+def test_the_views_and_the_plan_take_events_records_of_any_shape(rd: Path, tmp_path: Path) -> None:
+    """Issue 37: events.jsonl records of the wrong type, 400-digit integers, 1e308, lone surrogates, deep nesting."""
+    with (rd / "events.jsonl").open("a") as f:
+        f.write("\n".join(HOSTILE_EVENTS) + "\n")
+    for argv in (["monitor", str(rd), "--once"], ["failover", "report", str(rd)], ["chain", "status", str(rd)],
+                 ["report", str(rd), "--html", str(tmp_path / "r.html")],
+                 ["plot", str(rd), "-o", str(tmp_path / "p.png")]):  # fmt: skip
+        no_traceback(agpt(*argv), 0)
+    plan = [sys.executable, "-m", "agpt.failover", "plan", "--run-dir", str(rd), "--jobid", "j1"]
+    r = run([*plan, "--next-attempt"])  # the loop's count of this job's attempts, read from the same records
+    no_traceback(r, 0)
+    n = r.stdout.strip()
+    assert n.isdigit() and int(n) >= 3, r.stdout
+    (rd / f"attempts/j1.{n}.log").write_text("step=12\n")
+    r = run([*plan, "--attempt", n, "--rc", "1", "--log", str(rd / f"attempts/j1.{n}.log"), "--started", "1",
+             "--ended", "2", "--apply", "--shell"])  # fmt: skip
+    no_traceback(r, 0)
+    assert r.stdout.split()[0] in ("relaunch", "stop"), r.stdout
+
+
 BAD_CASES = [
     ({"rc": True}, "rc"),
     ({"rc": 1e308}, "rc"),
@@ -287,6 +321,68 @@ def test_a_task_answer_that_is_not_a_choice_index_is_one_line(tmp_path: Path, an
         json.dumps({"context": "c", "choices": ["a", "b"], "answer": answer}) + "\n"
     )
     with pytest.raises(BadInput, match=r"t.jsonl:1: answer: must be a choice index"):
+        tasks.read_items(tasks.TaskSpec(name="t", path=str(tmp_path / "t.jsonl"), format=""))
+
+
+BAD_PATTERNS = [
+    ({"weak": "yes"}, "weak must be true or false"),
+    ({"ends": 1}, "ends must be true or false"),
+    ({"min_reporters": True}, "min_reporters must be a whole number"),
+    ({"min_reporters": 1e308}, "min_reporters must be a whole number"),
+    ({"min_reporters": 10**400}, "not JSON"),
+    ({"positive": [{"line": "aaaa", "rank": "--1"}]}, "positive example rank must be a whole number"),
+    ({"positive": [{"line": "aaaa", "host": ["h1"]}]}, "positive example host must be a string"),
+    ({"negative": "b"}, "negative must be a list of strings"),
+    ({"regex": "a\ud800"}, "not JSON"),
+    ({"x": json.loads("[" * 100 + "]" * 100)}, "not JSON"),
+]
+
+
+@pytest.mark.parametrize(("bad", "why"), BAD_PATTERNS, ids=[next(iter(b)) for b, _ in BAD_PATTERNS])
+def test_a_site_pattern_of_the_wrong_shape_is_one_line_naming_the_file(
+    tmp_path: Path, bad: dict[str, object], why: str
+) -> None:
+    """Issue 37: a pattern file's booleans, min_reporters and example ranks of the wrong type, a 400-digit integer,
+    a lone surrogate or nesting past 64 are one line naming the file (classify falls back with a note)."""
+    from agpt.failover import patterns
+
+    pattern = {
+        "id": "mysite.x",
+        "class": "node",
+        "regex": "aaaa",
+        "positive": ["aaaa"],
+        "negative": ["b"],
+        **bad,
+    }
+    path = tmp_path / "mysite.json"
+    path.write_text(json.dumps({"set": "mysite", "patterns": [pattern]}))
+    with pytest.raises(patterns.PatternError) as err:
+        patterns.load_file(path, "mysite")
+    assert str(err.value).startswith(f"{path}: ") and why in str(err.value) and "\n" not in str(err.value), (
+        err.value
+    )
+
+
+BAD_TASK_LINES = [
+    ('{"context": "a\\ud800", "choices": ["a", "b"], "answer": 0}', "line: not one JSON object"),
+    ('{"context": "c", "choices": ' + "[" * 100 + "]" * 100 + ', "answer": 0}', "line: not one JSON object"),
+    ('{"context": 5, "choices": ["a", "b"], "answer": 0}', "context: must be a string"),
+    (
+        '{"context": "c", "choices": [1e308, "b"], "answer": 0}',
+        "choices: must be a list of at least 2 strings",
+    ),
+]
+
+
+@pytest.mark.parametrize(("line", "why"), BAD_TASK_LINES, ids=["surrogate", "nested", "type", "1e308"])
+def test_a_task_line_of_the_wrong_shape_is_one_line_naming_the_field(
+    tmp_path: Path, line: str, why: str
+) -> None:
+    from agpt.errors import BadInput
+    from agpt.evals import tasks
+
+    (tmp_path / "t.jsonl").write_text(line + "\n")
+    with pytest.raises(BadInput, match=rf"t.jsonl:1: {why}"):
         tasks.read_items(tasks.TaskSpec(name="t", path=str(tmp_path / "t.jsonl"), format=""))
 
 
