@@ -221,7 +221,7 @@ def test_hosts_init_refuses_extreme_settings_with_exit_2(flag: str, value: str) 
 # link or a folder there must give its documented fallback or BadInput, never block, never read without end.
 def _readers() -> dict[str, Any]:
     from agpt import ckptdir, site, textfile
-    from agpt.evals import due, tasks
+    from agpt.evals import due, records, tasks
     from agpt.failover import patterns, score, shrink
     from agpt.heartbeat import reader as hb
     from agpt.observe import status
@@ -244,7 +244,11 @@ def _readers() -> dict[str, Any]:
         "attempts/j.1.log": lambda d: plan.asked_resubmit(d / "attempts/j.1.log"),
         "events.jsonl": lambda d: rundir.read_jsonl(d / "events.jsonl", notes=[]),
         "chain.lock": lambda d: chain.read_lock(d),
+        "chain.jsonl": lambda d: chain.read_chain(d),
+        "eval.jsonl": lambda d: records.read(d, notes=[]),
         "hosts/active": lambda d: rundir.read_hostfile(d / "hosts/active"),
+        "hosts/bad": lambda d: hosts.read_bad(d / "hosts/bad"),
+        "hosts/.pending": lambda d: hosts.settle(d),  # the journal `plan --apply` and `hosts` settle first
         "task.jsonl": lambda d: tasks.read_items(
             tasks.TaskSpec(name="t", path=str(d / "task.jsonl"), format="")
         ),

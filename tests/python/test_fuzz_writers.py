@@ -17,10 +17,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agpt import chain, rundir, safewrite
+from agpt.evals import due
 from agpt.failover import each
 from agpt.failover import hosts as hostlib
 from agpt.failover import plan as P
 from agpt.failover import shrink as shrinklib
+from agpt.failover import sweep as sweeplib
 from agpt.heartbeat import format as hbformat
 from agpt.observe import markers, prom
 from fuzz_util import FUZZ
@@ -47,6 +49,25 @@ def _plan(run: Path) -> Path:
     return run / "hosts/active"
 
 
+def _sweep_log(run: Path) -> Path:
+    """The sweep's log in attempts/ (its probe's output); a write that failed is a note there, made an error here."""
+    res = sweeplib.for_attempt(run / "attempts/j.1.sweep.log", ["h1"], sweeplib.SweepSettings(mode="probe"),
+                               ident="j.1", time_left=None, min_attempt_s=0,
+                               prober=lambda hosts, _s: sweeplib.SweepResult(ran=True, mode="probe",
+                                                                            hosts=list(hosts), log="[h1] ok"))  # fmt: skip
+    if res.log != "attempts/j.1.sweep.log":
+        raise safewrite.WriteError(f"{run / 'attempts'}: sweep log not written")
+    return run / res.log
+
+
+def _eval_due(run: Path) -> list[int]:
+    """`chain eval-mark`: the step's hold, then the count in eval/due.json."""
+    step = run / "ckpt/step-2"
+    step.mkdir(parents=True, exist_ok=True)
+    (step / ".complete").write_text(json.dumps({"step": 2, "time": 1, "world_size": 1, "files": {}}) + "\n")
+    return due.mark(run, 1)
+
+
 # (name, the file it writes under RUN, how to write it, whether it appends)
 WRITERS: list[tuple[str, str, Callable[[Path], Any], bool]] = [
     ("hosts", "hosts/spare", lambda r: hostlib.write_hosts(r / "hosts/spare", ["h5", "h6"]), False),
@@ -60,6 +81,8 @@ WRITERS: list[tuple[str, str, Callable[[Path], Any], bool]] = [
     ("preflight log", "attempts/j.preflight.log",
      lambda r: each.write_prefixed(r / "attempts/j.preflight.log", ["h1"], {"h1": "ok"}, {}), False),
     ("plan --apply", "hosts/active", _plan, False),
+    ("sweep log", "attempts/j.1.sweep.log", _sweep_log, False),
+    ("eval due", "eval/due.json", _eval_due, False),
 ]  # fmt: skip
 
 # Names a link may be planted at, beside the file NAME: the old writers' fixed temporary names, the file itself.
@@ -69,7 +92,7 @@ PLANTS = ["{name}", ".{name}.tmp", ".{name}.tmp.png", ".{name}.{pid}.tmp", "{nam
 
 def _run_dir(root: Path) -> Path:
     run = root / "run"
-    for sub in ("hosts", "tb", "heartbeat", "attempts"):
+    for sub in ("hosts", "tb", "heartbeat", "attempts", "eval"):
         (run / sub).mkdir(parents=True)
     (run / "hosts/active").write_text("h1\nh2\nh3\nh4\n")
     (run / "hosts/spare").write_text("h5\nh6\n")
