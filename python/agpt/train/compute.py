@@ -36,10 +36,14 @@ class ComputeClock:
                 m.register_forward_pre_hook(self._before_gather, prepend=True)
                 m.register_forward_pre_hook(self._after_gather)
 
+    # Host clocks, never traced: with train.compile a compiled block runs its hooks, and dynamo would break the
+    # graph at perf_counter and guard on the float it adds to (a recompile once that changes).
+    @torch.compiler.disable
     def _before_gather(self, *_: Any) -> None:
         if self._active:
             self._t_gather = time.perf_counter()
 
+    @torch.compiler.disable
     def _after_gather(self, *_: Any) -> None:
         if self._active:
             self._gathered += time.perf_counter() - self._t_gather
