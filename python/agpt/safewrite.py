@@ -126,9 +126,8 @@ class Pending:
     def commit(self, *, sync: bool = True) -> None:
         try:
             self.file.flush()
-            fault(
-                "sync", self.path
-            )  # where a full disk shows on filesystems that allocate late (NFS, Lustre)
+            # where a full disk shows on filesystems that allocate late (NFS, Lustre)
+            fault("sync", self.path)
             if sync:
                 os.fsync(self.file.fileno())
             self.file.close()
