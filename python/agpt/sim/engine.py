@@ -121,9 +121,7 @@ class Sim(Training):
         self.run_dir = workdir / "run"
         self.run_dir.mkdir(parents=True)
         self.pool = logs.host_names(m.machine_nodes, m.launcher)
-        self._ends: list[tuple[str, re.Pattern[bytes], tuple[bytes, ...] | None]] | None = (
-            None  # Sim._ends_on
-        )
+        self._ends: LineEvidence | None = None  # the `ends` patterns, compiled once (Sim._ends_on)
         # FAILOVER_SPARES unset: what job generation asks for (agpt.rundir.spares_for, the fallback SITE_SPARES_*),
         # which the failover loop's split gives back.
         asked = rundir.spares_for(m.nodes, percent=rundir.SPARES_PERCENT, minimum=rundir.SPARES_MIN)
@@ -509,10 +507,10 @@ class Sim(Training):
         patterns --ends`, what lib/failover.sh hands `agpt watch --kill-on`) run over its log by the watch's own
         matcher (agpt.watch.evidence.LineEvidence)."""
         if self._ends is None:
-            found = patlib.ends(patlib.load(patlib.DEFAULT_SETS))
-            self._ends = [(str(e["id"]), re.compile(e["regex"].encode(), re.IGNORECASE if "i" in e.get("flags", "")
-                           else 0), None) for e in found]  # fmt: skip
-        return LineEvidence(self._ends).feed(0, written[0].read_bytes()) is not None
+            self._ends = LineEvidence.from_list(
+                patlib.ends(patlib.load(patlib.DEFAULT_SETS)), "ends patterns"
+            )
+        return LineEvidence(self._ends.entries).feed(0, written[0].read_bytes()) is not None  # a fresh carry
 
     def _classify_and_plan(self, jobid: str, n: int, end: AttemptEnd, active: list[str], launch: float,
                            ended: float, deadline: float, written: tuple[Path, int],

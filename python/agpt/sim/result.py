@@ -35,9 +35,7 @@ class FaultRecord:
     attempts: int = 0  # attempts until the first step back (1: the next one worked)
     tier: str | None = None  # where the first attempt back restored its state from: local or global
     job: int = 0  # the chained job it struck
-    next_job: bool = (
-        False  # its first step back came in a later job (the loop resubmitted, or a person restarted)
-    )
+    next_job: bool = False  # its first step back came in a later job (a resubmit, or a person's restart)
     stages: dict[str, float] = field(
         default_factory=dict
     )  # of the attempt that came back (the recovery clock)

@@ -48,17 +48,23 @@ class LineEvidence:
             raise BadInput(f"--kill-on {path}: {e.strerror or e}") from None
         except ValueError as e:
             raise BadInput(f"--kill-on {path}: not JSON ({e})") from None
+        return cls.from_list(raw, f"--kill-on {path}")
+
+    @classmethod
+    def from_list(cls, raw: Any, where: str) -> LineEvidence:
+        """The `ends` patterns as `agpt failover patterns --ends` lists them (agpt.failover.patterns.ends); a
+        malformed list is BadInput starting with WHERE."""
         if not isinstance(raw, list):
-            raise BadInput(f"--kill-on {path}: expected a list of {{id, regex, flags, needles}}")
+            raise BadInput(f"{where}: expected a list of {{id, regex, flags, needles}}")
         entries = []
         for i, item in enumerate(raw):
             if not isinstance(item, dict) or not isinstance(item.get("regex"), str):
-                raise BadInput(f"--kill-on {path}: entry {i}: expected an object with a regex")
+                raise BadInput(f"{where}: entry {i}: expected an object with a regex")
             flags = re.IGNORECASE if "i" in str(item.get("flags", "")) else 0
             try:
                 rx = re.compile(item["regex"].encode("utf-8"), flags)
             except re.error as err:
-                raise BadInput(f"--kill-on {path}: entry {i} ({item.get('id')}): bad regex: {err}") from None
+                raise BadInput(f"{where}: entry {i} ({item.get('id')}): bad regex: {err}") from None
             needles = item.get("needles")
             nd = tuple(str(n).lower().encode("utf-8") for n in needles) if isinstance(needles, list) else None
             entries.append((str(item.get("id", i)), rx, nd or None))
