@@ -64,7 +64,7 @@ def run_tag(run_dir: str | Path) -> str:
 
 def folder(root: Path, kind: str, run_dir: str | Path, *parts: str) -> Path:
     """ROOT/agpt-UID/KIND.TAG.PARTS: a run's (and an attempt's or a node's) folder under a node-local base, in
-    this user's own folder (make_private makes both)."""
+    this user's own folder (private_dir makes both)."""
     name = ".".join((kind, run_tag(run_dir), *parts))
     return root / f"agpt-{os.getuid()}" / name.replace("/", "_")
 
@@ -87,9 +87,6 @@ def private_dir(path: Path) -> Path:
         fd = _enter(fd, name, here)  # closes the fd it is given, even when it raises
     os.close(fd)
     return Path(path)
-
-
-make_private = private_dir  # the name the node folders' makers call it by
 
 
 def _enter(parent: int, name: str, shown: Path) -> int:

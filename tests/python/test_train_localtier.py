@@ -157,7 +157,7 @@ def test_a_tier_that_cannot_work_is_off_with_one_warning_and_training_goes_on(
     planted = tmp_path / "elsewhere"
     if case == "step link":  # issue 37: a step-N folder planted as a link was written into; now never entered
         planted.mkdir()
-        node = nodelocal.make_private(folder(tmp_path / "shm", run, "nA"))
+        node = nodelocal.private_dir(folder(tmp_path / "shm", run, "nA"))
         (node / "step-3").symlink_to(planted)
     r = run_nodes(hosts, run, "--steps", "9", "--ckpt-interval", "4", *LOCAL, env=env, per_node=per_node)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -182,12 +182,12 @@ def test_node_local_folders_are_private_and_never_followed_through_a_link(tmp_pa
     link = tmp_path / "agpt-ckpt.x.nA"
     link.symlink_to(planted)
     with pytest.raises(nodelocal.NodeLocalError, match="symbolic link"):
-        nodelocal.make_private(link)
+        nodelocal.private_dir(link)
     loose = tmp_path / "loose"
     loose.mkdir(mode=0o777)
     loose.chmod(0o777)
-    nodelocal.make_private(loose)
+    nodelocal.private_dir(loose)
     assert loose.stat().st_mode & 0o777 == 0o700
     (tmp_path / "file").write_text("x")
     with pytest.raises(nodelocal.NodeLocalError, match="not a directory"):
-        nodelocal.make_private(tmp_path / "file")
+        nodelocal.private_dir(tmp_path / "file")

@@ -96,7 +96,7 @@ def test_another_venv_is_refused_with_both_digests(parked, tmp_path: Path) -> No
 
 def test_a_rank_already_held_on_the_node_is_refused(parked) -> None:  # type: ignore[no-untyped-def]
     tmp, run, env, _ = parked
-    d = nodelocal.make_private(nodelocal.folder(tmp, "warm", str(run), HOST))
+    d = nodelocal.private_dir(nodelocal.folder(tmp, "warm", str(run), HOST))
     (d / "held.j.1.7").write_text(str(os.getpid()))  # rank 7 of attempt j.1, held by a live process
     r = claim(env, "agpt", "train", "--config", str(tmp / "missing.yaml"), rank="7")
     assert f"refused: rank 7 of attempt j.1 is already held on {HOST} by pid {os.getpid()}" in r.stderr

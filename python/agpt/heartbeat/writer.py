@@ -149,8 +149,8 @@ class Heartbeat:
             self._wait.append(float(wait_s))
 
     def start(self) -> Heartbeat:
-        self.local_base.mkdir(parents=True, exist_ok=True)  # what is under it, make_private makes private
-        nodelocal.make_private(self.local_dir)
+        self.local_base.mkdir(parents=True, exist_ok=True)  # what is under it, private_dir makes private
+        nodelocal.private_dir(self.local_dir)
         if self.local_rank == 0:
             (self.run_dir / DIR).mkdir(parents=True, exist_ok=True)
             self._clean_earlier_attempts()

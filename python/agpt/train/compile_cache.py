@@ -63,7 +63,7 @@ def prepare(run_dir: Path | None, rank: int, env: dict[str, str] | None = None) 
         (numeric.whole(env[v], v) for v in rundir.LOCAL_RANK_VARS if env.get(v, "").isdigit()), 0
     )
     try:
-        nodelocal.make_private(local)
+        nodelocal.private_dir(local)
     except OSError as e:
         print(
             f"agpt: warning: compile cache: {local}: {e}; the caches stay where torch puts them", flush=True

@@ -280,7 +280,7 @@ class LocalTier:
         if not self.root.is_dir():
             return f"{self.root}: missing (checkpoint.local_dir, SITE_LOCAL_CKPT_DIR)", 0, 0
         try:
-            nodelocal.make_private(self.folder)
+            nodelocal.private_dir(self.folder)
             _write(self.folder / f".probe.{self.rank}", b"ok\n")
             os.unlink(self.folder / f".probe.{self.rank}")
             st = os.statvfs(self.folder)

@@ -152,7 +152,7 @@ def _held(run_dir: str, host: str, env: dict[str, str]) -> str | None:
     if rank is None:
         return None
     attempt = env.get("AGPT_ATTEMPT_ID", "-")
-    d = nodelocal.make_private(
+    d = nodelocal.private_dir(
         nodelocal.folder(nodelocal.base(env.get("SITE_LOCAL_CKPT_DIR")), "warm", run_dir or ".", host)
     )
     path = d / f"held.{attempt}.{rank}".replace("/", "_")
