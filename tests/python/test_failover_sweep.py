@@ -164,24 +164,42 @@ def test_a_host_that_is_gone_is_named_once_the_others_answered_not_at_the_timeou
     assert "(timed out)" not in r.log.split("\n")[0]
 
 
-def test_the_gone_watch_waits_for_every_live_probe_and_the_grace() -> None:
+def test_the_gone_watch_waits_for_every_live_probe_and_the_least_wait() -> None:
     now = [0.0]
     w = S.GoneWatch(hosts=["a", "b", "c"], grace=30, clock=lambda: now[0])
     up = "agpt-probe: a up\nagpt-probe: b up\n"
     assert not w("")  # nothing yet: the launch may be slow everywhere
     assert not w("agpt-probe: a u")  # a line still being written is read when it is whole
     assert not w(up)  # a and b still probing
-    now[0] = 10
+    now[0] = 5
     assert not w(up + "agpt-probe: a ok: x\n")
-    now[0] = 20
+    now[0] = 8
     done = up + "agpt-probe: a ok: x\nagpt-probe: b FAILED: y\n"
-    assert not w(done)  # 20 s after the last sign of life, less than the grace
-    now[0] = 31
-    assert w(done)
+    assert not w(done)  # 8 s after the last sign of life, less than the least wait (they came together)
+    now[0] = 10.5
+    assert w.wait() == S.GONE_LEAST_S == 10 and w(done)
     assert not w(done + "agpt-probe: c up\n")  # c was only late: wait for its answer
     every = done + "agpt-probe: c up\nagpt-probe: c ok: z\n"
     now[0] = 99
     assert not w(every)  # every host answered: the launch ends by itself
+
+
+def test_the_gone_watch_waits_as_long_again_as_the_signs_of_life_took_to_arrive_up_to_the_grace() -> None:
+    """A launch whose hosts started over 18 s (a slow launcher) waits 18 s more for a silent host, not 10; one that
+    spread over a minute waits the grace (a quarter of the timeout), as before the spread was measured."""
+    now = [0.0]
+    hosts = [f"n{i}" for i in range(5)]
+    w = S.GoneWatch(hosts=hosts, grace=30, clock=lambda: now[0])
+    out = ""
+    for i, t in enumerate((0.0, 6.0, 12.0, 18.0)):
+        now[0] = t
+        out += f"agpt-probe: n{i} up\nagpt-probe: n{i} ok: fine\n"
+        assert not w(out)
+    now[0] = 18 + 17.5
+    assert w.wait() == 18 and not w(out)
+    now[0] = 18 + 18
+    assert w(out)
+    assert S.wait_for_gone(60, 30) == 30 and S.wait_for_gone(0.2, 30) == 10 and S.wait_for_gone(0, 7.5) == 7.5
 
 
 def test_a_missing_probe_program_is_one_configuration_error_never_an_eviction(
@@ -536,3 +554,20 @@ def test_a_site_fault_is_backed_off_on_first_sight_and_swept_when_it_comes_back(
     prior = {"event": "attempt", "attempt": 1, "class": "system", "first_step": 1, "last_step": 3, "swapped": {},
              "signature": "3 Input/output error", "passed": ""}  # fmt: skip
     assert policy.wants_sweep(a, active=HOSTS[:4], history=[prior], settings=FAST)
+
+
+def test_bench_probe_times_the_probe_against_a_trainers_cold_start_and_prints_the_ratio(
+    tmp_path: Path,
+) -> None:
+    """tests/bench/bench_probe.py: the ground for the simulator's probe cost (agpt.sim.model.Probe.launch_s)."""
+    r = subprocess.run([sys.executable, str(ROOT / "tests/bench/bench_probe.py"), "--repeat", "1"],
+                       env=agpt_env({"TMPDIR": str(tmp_path)}), capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("probe (python -m agpt.probe): ") and "its sign of life after" in lines[0]
+    assert lines[1].startswith("trainer's cold start to its first step (jobs/configs/tiny.yaml): ")
+    assert float(lines[2].removeprefix("ratio probe / trainer's start: ")) > 0
+    assert not list(tmp_path.glob("bench_probe.*")), "the benchmark cleans up what it wrote"
+    bad = subprocess.run([sys.executable, str(ROOT / "tests/bench/bench_probe.py"), "--repeat", "0"],
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert bad.returncode != 0 and "--repeat must be at least 1" in bad.stderr

@@ -9,8 +9,10 @@ heartbeats cannot explain, or an unknown failure, `agpt failover plan` runs a sw
    site's own check (SITE_SWEEP_CHECK).  Each host answers one line, `agpt-probe: HOST ok|FAILED|config: ...`;
    a host that has not answered when the timeout ends (its probe hung, or the host is gone) fails as silent.
    Each probe first prints `agpt-probe: HOST up`: once every host that did has answered, a host that showed no
-   sign of life a quarter of the timeout after the last one did is gone (a dead node, a launch that never
-   started there), and the probe launch ends there instead of waiting out the timeout.
+   sign of life is gone (a dead node, a launch that never started there) when it has stayed silent after the
+   last one did for as long again as the others' signs of life took to arrive (the launch's own skew, measured in
+   this launch), 10 s at least and a quarter of the timeout at most, and the probe launch ends there instead of
+   waiting out the timeout.
 2. **collective** (mode `full`), when the probe named no host: the hosts run `python -m agpt.preflight --rank`
    together (a process group and an allreduce across hosts).  A host the probe names is the failure's evidence;
    what the probe cannot see on the others (a second fault at once, rare) is the next sweep's.  When the whole
@@ -61,7 +63,8 @@ DEFAULT_MAX_EVICT = 8  # FAILOVER_SWEEP_MAX_EVICT
 DEFAULT_MIN_FREE_MIB = 1024.0  # FAILOVER_SWEEP_MIN_FREE_MIB
 VERDICT = re.compile(r"agpt-probe: (?P<host>\S+) (?P<state>ok|FAILED|config): (?P<line>.*)")
 UP = re.compile(r"agpt-probe: (?P<host>\S+) up\s*$")  # a probe's sign of life, before its checks
-GRACE_SHARE = 0.25  # of the timeout: how long after the last sign of life a silent host is called gone
+GRACE_SHARE = 0.25  # of the timeout: the longest a silent host is waited for after the last sign of life
+GONE_LEAST_S = 10.0  # the shortest: however close together the others' signs of life came
 OUTPUT_CHARS = 1 << 20  # of one launch's output kept for the log
 CANNOT_RUN = (126, 127)  # the shell's "cannot execute", "not found"
 
@@ -176,18 +179,27 @@ def read_up(hosts: Sequence[str], output: str) -> set[str]:
 @dataclass(slots=True)
 class GoneWatch:
     """When a probe launch may end before its timeout: some hosts showed a sign of life and every one of them has
-    answered, and no other host has shown one for `grace` seconds since the last did.  Called with the output so
-    far (agpt.failover.sweep.run_bounded's `enough`), it reads only the lines added since its last look (10,000
-    hosts' lines: 0.2 s to read whole); the launcher itself keeps waiting for a host that is gone."""
+    answered, and no other host has shown one for `wait()` seconds since the last did: as long again as the signs
+    of life took to arrive, first to last (the launcher's start-up skew in this launch: a host that lags 4,095
+    others by their whole spread again is not slow but gone), `least` at least, `grace` at most.  Called with the
+    output so far (agpt.failover.sweep.run_bounded's `enough`), it reads only the lines added since its last look
+    (10,000 hosts' lines: 0.2 s to read whole); the launcher itself keeps waiting for a host that is gone."""
 
     hosts: Sequence[str]
     grace: float
+    least: float = GONE_LEAST_S
     clock: Callable[[], float] = time.monotonic
     _matcher: HostMatcher | None = None
     _pos: int = 0
     _up: set[str] = field(default_factory=set)
     _answered: set[str] = field(default_factory=set)
+    _first_up: float | None = None
     _last_up: float = 0.0
+
+    def wait(self) -> float:
+        """How long a silent host is waited for after the last sign of life."""
+        spread = self._last_up - self._first_up if self._first_up is not None else 0.0
+        return wait_for_gone(spread, self.grace, self.least)
 
     def __call__(self, output: str) -> bool:
         end = output.rfind("\n") + 1  # whole lines only: a line still being written is read next time
@@ -203,8 +215,15 @@ class GoneWatch:
             self._pos = end
             if len(self._up) != ups:
                 self._last_up = self.clock()
+                if self._first_up is None:
+                    self._first_up = self._last_up
         settled = 0 < len(self._up) < len(self.hosts) and self._up <= self._answered
-        return settled and self.clock() - self._last_up >= self.grace
+        return settled and self.clock() - self._last_up >= self.wait()
+
+
+def wait_for_gone(spread: float, grace: float, least: float = GONE_LEAST_S) -> float:
+    """GoneWatch's wait after the last sign of life, for signs of life that arrived SPREAD seconds apart."""
+    return min(grace, max(least, spread))
 
 
 def _config_errors(answers: dict[str, tuple[str, str]]) -> list[str]:
