@@ -7,6 +7,7 @@ import math
 import re
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -133,18 +134,49 @@ def test_a_misread_node_failure_is_evicted_on_the_sweeps_evidence_and_blind_with
     bad = hostlib.read_bad(tmp_path / "sweep" / "run" / "hosts" / "bad")
     assert bad and not any(b.blind for b in bad) and all(b.evidence.startswith("sweep: ") for b in bad)
     assert swept.time["detection"] > 0
-    # a failed node is gone (no sign of life): its probe launch ends with the others' answers, not at the timeout
+    # a failed node is gone (no sign of life): its probe launch ends with the others' answers and the wait their
+    # spread sets (the launcher's start at most: 10 s, GoneWatch's least), not at the timeout
     p, start = m.probe, m.costs.launcher_start_s
-    probe_s = max(p.probe_s, start + p.timeout_s * 0.25)
+    probe_s = max(p.launch_s(m.costs), start + 10.0)
     assert probe_s < p.timeout_s
     assert all(
-        e["sweep"]["cost_s"] == pytest.approx(probe_s + p.round_s * (e["sweep"]["rounds"] - 1), abs=0.1)
+        e["sweep"]["cost_s"]
+        == pytest.approx(
+            probe_s + p.round_for(m.costs, e["sweep"]["hosts"]) * (e["sweep"]["rounds"] - 1), abs=0.1
+        )
         for e in found
     )
     blind = engine.simulate(model.override(m, sweep=False), seed=2, workdir=tmp_path / "blind")
     bad = hostlib.read_bad(tmp_path / "blind" / "run" / "hosts" / "bad")
     assert any(b.blind for b in bad)
     assert blind.faults and swept.faults
+
+
+def test_a_failed_device_on_a_live_host_is_found_with_the_probes_answers_a_gone_host_after_the_wait(
+    tmp_path: Path,
+) -> None:
+    """`probe.gone`: a node whose host is gone costs the sweep the launch and the wait for a sign of life (as
+    long again as the launch took, 10 s at least); one whose host is up fails its device check as the others
+    answer, at the probe launch's cost, which is the model's own start-up stages when the model does not pin it."""
+    costs = {"queue_wait_s": 600, "walltime_h": 6, "launcher_start_s": 4.0, "imports_s": 3.0}
+
+    def sweeps(name: str, **probe: float) -> list[dict[str, Any]]:
+        m = small(mix={"node": 1.0}, misread={"node": 1.0}, probe={"finds_node": 1.0, **probe}, costs=costs)
+        engine.simulate(m, seed=2, workdir=tmp_path / name)
+        lines = (tmp_path / name / "run" / "events.jsonl").read_text().splitlines()
+        found = [e["sweep"] for e in map(json.loads, lines) if e.get("sweep", {}).get("failed")]
+        assert found
+        return found
+
+    device = sweeps("device", gone=0.0)
+    assert all(s["rounds"] == 1 and s["cost_s"] == pytest.approx(7.0) for s in device)
+    assert all("FAILED: device" in line for s in device for line in s["failed"].values())
+    gone = sweeps("gone", gone=1.0)
+    assert all(s["cost_s"] == pytest.approx(4.0 + 10.0) for s in gone)
+    pinned = small(probe={"probe_s": 20, "round_s": 9}).probe
+    assert pinned.launch_s(model.Costs()) == 20.0 and pinned.round_for(model.Costs(), 4096) == 9.0
+    comm = model.Costs(launcher_start_s=4.0, imports_s=3.0, comm_init_fixed_s=2.0, comm_init_per_rank_s=0.01)
+    assert model.Probe().round_for(comm, 1000) == pytest.approx(19.0)
 
 
 def test_without_spares_a_node_failure_ends_the_job_unless_the_job_shrinks(tmp_path: Path) -> None:

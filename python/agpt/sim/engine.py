@@ -584,12 +584,15 @@ class Sim(Training):
     def _probe(self, hosts: Sequence[str], settings: sweeplib.SweepSettings) -> sweeplib.SweepResult:
         """The health sweep as the model sees it: a failed node fails its probe with `finds_node`, a host that
         hangs every attempt fails the probe or the collective with `finds_hung`, every host fails during a site
-        outage. Its cost: the probe launch; a failed node is gone (no sign of life), which ends the launch a
-        quarter of the timeout after the others' signs of life (start-up) when that is later than their answers
-        (agpt.failover.sweep.GoneWatch); a probe that hangs on a live host costs the whole timeout.  Then, as the
-        real sweep does, a collective only when the probe named nobody: one round, or ceil(log2 N) + 1 of them
-        when it has a bad host to localise."""
+        outage. Its cost: the probe launch (`Probe.launch_s`); a failed node whose host is gone (`probe.gone`: no
+        sign of life) ends the launch after the others' signs of life (the launcher's start, which is also their
+        spread at most) and the wait for a silent host that spread sets (agpt.failover.sweep.GoneWatch) when that
+        is later than their answers, one whose host is up fails its device check with the others' answers; a probe that hangs on a live host costs the whole timeout.  Then, as the
+        real sweep does, a collective only when the probe named nobody: one round (`Probe.round_for`), or
+        ceil(log2 N) + 1 of them when it has a bad host to localise."""
         p, now = self.m.probe, self.probe_now
+        launch = p.launch_s(self.m.costs)
+        gone = False
         self.sweeps += 1
         res = sweeplib.SweepResult(ran=True, mode=settings.mode, hosts=list(hosts), rounds=1)
         hung: list[str] = []
@@ -599,22 +602,26 @@ class Sim(Training):
         else:
             for h in hosts:
                 if self.down_until.get(h, 0.0) > now and self.rng.random() < p.finds_node:
-                    res.failed[h] = "no sign of life: the host is gone"
+                    if p.gone >= 1.0 or self.rng.random() < p.gone:
+                        res.failed[h], gone = "no sign of life: the host is gone", True
+                    else:
+                        res.failed[h] = f"agpt-probe: {h} FAILED: device: the accelerator does not initialise"
                 elif self.hung_until.get(h, 0.0) > now and self.rng.random() < p.finds_hung:
                     hung.append(h)
         if outage:  # a hung mount hangs every probe
             cost = p.timeout_s
-        elif res.failed:
-            cost = max(p.probe_s, self.m.costs.launcher_start_s + p.timeout_s * sweeplib.GRACE_SHARE)
+        elif gone:
+            start = self.m.costs.launcher_start_s
+            cost = max(launch, start + sweeplib.wait_for_gone(start, p.timeout_s * sweeplib.GRACE_SHARE))
         else:
-            cost = p.probe_s
+            cost = launch
         if settings.mode == "full" and len(hosts) >= 2 and not res.failed:
             res.rounds += sweeplib.max_rounds(len(hosts)) if hung else 1
             res.failed.update({h: "collective: timed out" for h in hung})
         elif hung:  # no collective: only a probe that hangs on that host names it
             res.failed.update({h: "agpt-probe: no answer within the timeout" for h in hung})
             cost = p.timeout_s
-        cost += p.round_s * (res.rounds - 1)
+        cost += p.round_for(self.m.costs, len(hosts)) * (res.rounds - 1)
         sweeplib.guard(res, settings)
         res.cost_s = cost
         self.sweep_s = cost

@@ -196,11 +196,28 @@ class Layout:
 class Probe:
     """The health sweep (agpt.failover.sweep) as the simulator charges it: what it costs and what it can see."""
 
-    probe_s: float = 60.0  # the per-host probe launch on every host, all answering
-    round_s: float = 30.0  # one round of the cross-host collective
+    # The probe launch on every host, all answering, and one round of the cross-host collective.  None (unset):
+    # what the model's own start-up stages charge for the same work (`launch_s`, `round_for`), since both do less
+    # than a relaunch's start does (no model, no data); a model that measured them sets them.
+    probe_s: float | None = None
+    round_s: float | None = None
     timeout_s: float = SWEEP_TIMEOUT_S  # FAILOVER_SWEEP_TIMEOUT: a silent host costs the whole timeout
     finds_node: float = 0.9  # a failed node fails its probe (down, or its device or backend does not start)
+    # of the failed nodes the probe finds, the share whose host is gone (no sign of life: the launch waits for it as
+    # long again as the others' signs of life took, agpt.failover.sweep.GoneWatch); the rest start their probe and
+    # fail its device check
+    gone: float = 1.0
     finds_hung: float = 0.5  # a host that hangs every attempt fails the probe or the collective
+
+    def launch_s(self, costs: Costs) -> float:
+        """The probe launch, every host answering: the launcher's start and a cold rank's imports."""
+        return self.probe_s if self.probe_s is not None else costs.launcher_start_s + costs.imports_s
+
+    def round_for(self, costs: Costs, hosts: int) -> float:
+        """One collective round on HOSTS hosts (one rank each): the launch, the imports, the communicator's init."""
+        if self.round_s is not None:
+            return self.round_s
+        return costs.launcher_start_s + costs.imports_s + costs.comm_init_s(hosts)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -320,6 +337,7 @@ _FRACTIONS = {
     "behaviour.hang_persists",
     "behaviour.app_deterministic",
     "probe.finds_node",
+    "probe.gone",
     "probe.finds_hung",
 }
 
