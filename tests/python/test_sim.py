@@ -126,7 +126,7 @@ def test_a_misread_node_failure_is_evicted_on_the_sweeps_evidence_and_blind_with
     tmp_path: Path,
 ) -> None:
     """The planner decides what a log it cannot read leads to: the real sweep path (evidence), or blind swaps."""
-    m = small(mix={"node": 1.0}, misread={"node": 1.0}, probe={"finds_node": 1.0})
+    m = small(mix={"node": 1.0}, misread={"node": 1.0}, probe={"gone": 1.0})
     swept = engine.simulate(m, seed=2, workdir=tmp_path / "sweep")
     events = [json.loads(x) for x in (tmp_path / "sweep" / "run" / "events.jsonl").read_text().splitlines()]
     found = [e for e in events if e.get("sweep", {}).get("failed")]
@@ -171,8 +171,9 @@ def test_a_failed_device_on_a_live_host_is_found_with_the_probes_answers_a_gone_
     device = sweeps("device", gone=0.0)
     assert all(s["rounds"] == 1 and s["cost_s"] == pytest.approx(7.0) for s in device)
     assert all("FAILED: device" in line for s in device for line in s["failed"].values())
-    gone = sweeps("gone", gone=1.0)
+    gone = sweeps("gone", gone=1.0, finds_node=0.0)  # no sign of life is never missed
     assert all(s["cost_s"] == pytest.approx(4.0 + 10.0) for s in gone)
+    assert all(line.startswith("no sign of life") for s in gone for line in s["failed"].values())
     pinned = small(probe={"probe_s": 20, "round_s": 9}).probe
     assert pinned.launch_s(model.Costs()) == 20.0 and pinned.round_for(model.Costs(), 4096) == 9.0
     comm = model.Costs(launcher_start_s=4.0, imports_s=3.0, comm_init_fixed_s=2.0, comm_init_per_rank_s=0.01)

@@ -584,7 +584,7 @@ class Sim(Training):
     def _probe(self, hosts: Sequence[str], settings: sweeplib.SweepSettings) -> sweeplib.SweepResult:
         """The health sweep as the model sees it: a failed node fails its probe with `finds_node`, a host that
         hangs every attempt fails the probe or the collective with `finds_hung`, every host fails during a site
-        outage. Its cost: the probe launch (`Probe.launch_s`); a failed node whose host is gone (`probe.gone`: no
+        outage; a failed node whose host is gone (`probe.gone`) is always found: no sign of life.  Its cost: the probe launch (`Probe.launch_s`); a failed node whose host is gone (`probe.gone`: no
         sign of life) ends the launch after the others' signs of life (the launcher's start, which is also their
         spread at most) and the wait for a silent host that spread sets (agpt.failover.sweep.GoneWatch) when that
         is later than their answers, one whose host is up fails its device check with the others' answers; a probe that hangs on a live host costs the whole timeout.  Then, as the
@@ -601,11 +601,11 @@ class Sim(Training):
             res.failed = {h: "mount: the shared filesystem does not answer" for h in hosts}
         else:
             for h in hosts:
-                if self.down_until.get(h, 0.0) > now and self.rng.random() < p.finds_node:
-                    if p.gone >= 1.0 or self.rng.random() < p.gone:
-                        res.failed[h], gone = "no sign of life: the host is gone", True
-                    else:
-                        res.failed[h] = f"agpt-probe: {h} FAILED: device: the accelerator does not initialise"
+                down = self.down_until.get(h, 0.0) > now
+                if down and (p.gone >= 1.0 or (p.gone > 0.0 and self.rng.random() < p.gone)):
+                    res.failed[h], gone = "no sign of life: the host is gone", True  # silence is never missed
+                elif down and self.rng.random() < p.finds_node:
+                    res.failed[h] = f"agpt-probe: {h} FAILED: device: the accelerator does not initialise"
                 elif self.hung_until.get(h, 0.0) > now and self.rng.random() < p.finds_hung:
                     hung.append(h)
         if outage:  # a hung mount hangs every probe

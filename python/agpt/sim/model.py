@@ -202,11 +202,11 @@ class Probe:
     probe_s: float | None = None
     round_s: float | None = None
     timeout_s: float = SWEEP_TIMEOUT_S  # FAILOVER_SWEEP_TIMEOUT: a silent host costs the whole timeout
-    finds_node: float = 0.9  # a failed node fails its probe (down, or its device or backend does not start)
-    # of the failed nodes the probe finds, the share whose host is gone (no sign of life: the launch waits for it as
-    # long again as the others' signs of life took, agpt.failover.sweep.GoneWatch); the rest start their probe and
-    # fail its device check
-    gone: float = 1.0
+    # of the failed nodes, the share whose host is gone: no sign of life, which no probe misses (the launch waits
+    # for it as long again as the others' signs of life took, agpt.failover.sweep.GoneWatch); the rest start their
+    # probe, and their device or backend fails it with `finds_node`, as the others answer
+    gone: float = 0.0
+    finds_node: float = 0.9
     finds_hung: float = 0.5  # a host that hangs every attempt fails the probe or the collective
 
     def launch_s(self, costs: Costs) -> float:
