@@ -582,14 +582,14 @@ class Sim(Training):
         return kind, named
 
     def _probe(self, hosts: Sequence[str], settings: sweeplib.SweepSettings) -> sweeplib.SweepResult:
-        """The health sweep as the model sees it: a failed node fails its probe with `finds_node`, a host that
+        """The health sweep as the model sees it: a failed node whose host is gone (`probe.gone`) shows no sign of
+        life and is always found, a failed device on a live host fails its probe with `finds_node`, a host that
         hangs every attempt fails the probe or the collective with `finds_hung`, every host fails during a site
-        outage; a failed node whose host is gone (`probe.gone`) is always found: no sign of life.  Its cost: the probe launch (`Probe.launch_s`); a failed node whose host is gone (`probe.gone`: no
-        sign of life) ends the launch after the others' signs of life (the launcher's start, which is also their
-        spread at most) and the wait for a silent host that spread sets (agpt.failover.sweep.GoneWatch) when that
-        is later than their answers, one whose host is up fails its device check with the others' answers; a probe that hangs on a live host costs the whole timeout.  Then, as the
-        real sweep does, a collective only when the probe named nobody: one round (`Probe.round_for`), or
-        ceil(log2 N) + 1 of them when it has a bad host to localise."""
+        outage.  Its cost: the probe launch (`Probe.launch_s`), every host answering; with a host gone, the
+        others' signs of life (the launcher's start, which is also their spread at most) and the wait for a silent
+        host that spread sets (agpt.failover.sweep.GoneWatch) when that is later; a probe that hangs on a live
+        host, the whole timeout.  Then, as the real sweep does, a collective only when the probe named nobody: one
+        round (`Probe.round_for`), or ceil(log2 N) + 1 of them when it has a bad host to localise."""
         p, now = self.m.probe, self.probe_now
         launch = p.launch_s(self.m.costs)
         gone = False
