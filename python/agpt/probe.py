@@ -7,8 +7,9 @@ node shows first, cheapest first:
   memory      MemAvailable (/proc/meminfo) of at least --min-free-mib
   /dev/shm    free space of at least --min-free-mib, and a small file written and removed (full or read-only tmpfs)
   local dir   the node-local directory (SITE_LOCAL_DIR): the same
-  mounts      every --mount (the run directory, the site's required filesystems) is a readable directory; a hung
-              mount hangs the probe, and the sweep's timeout then names the host
+  mounts      every --mount (the run directory, the site's required filesystems) is a readable directory, looked at
+              in a thread with a deadline (--mount-timeout): a hung mount fails the host at the deadline, and the
+              probe prints its line and exits, leaving the stuck look to the kernel (it cannot be cancelled)
   driver      with --gpus N > 0: a device node of some accelerator driver (/dev/nvidia*, /dev/dri/renderD*, /dev/kfd)
   device      in a child process (a driver that crashes it fails this host only): every visible accelerator (or
               the CPU) computes, and a one-rank process group of the collective backend initialises and all-reduces,
@@ -35,6 +36,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -98,12 +100,37 @@ def check_dir(path: str, min_free_mib: float, what: str) -> str:
     return f"{path} {free / 1024:.1f} GiB"
 
 
-def check_mounts(paths: Sequence[str]) -> str:
-    for m in paths:
-        if not os.path.isdir(m) or not os.access(m, os.R_OK | os.X_OK):
-            raise Failed(f"mount {m}: not a readable directory on this host")
-        with contextlib.suppress(OSError):
-            os.listdir(m)  # a stale or hung mount stops here (the sweep's timeout names the host)
+_STUCK: list[
+    threading.Thread
+] = []  # looks at a hung mount still blocked in the kernel: `main` does not wait on them
+
+
+def check_mounts(paths: Sequence[str], timeout: float = 90.0) -> str:
+    """Every path a readable directory whose listing comes back within TIMEOUT seconds, all of them together.
+
+    The look runs in a daemon thread: a hung filesystem (a Lustre or NFS server that stopped answering) blocks
+    stat() and readdir() in the kernel, where no signal cancels them, so the probe does not wait for it: it
+    fails the host at the deadline, names the mount, and `main` exits without joining the stuck thread."""
+    done: list[str] = []
+    bad: list[str] = []
+
+    def look() -> None:
+        for m in paths:
+            if not os.path.isdir(m) or not os.access(m, os.R_OK | os.X_OK):
+                bad.append(m)
+                return
+            with contextlib.suppress(OSError):
+                os.listdir(m)  # a stale or hung mount stops here
+            done.append(m)
+
+    t = threading.Thread(target=look, name="agpt-probe-mounts", daemon=True)
+    t.start()
+    t.join(timeout)
+    if t.is_alive():
+        _STUCK.append(t)
+        raise Failed(f"mount {paths[len(done)]}: no answer within {timeout:g} s (the filesystem hangs)")
+    if bad:
+        raise Failed(f"mount {bad[0]}: not a readable directory on this host")
     return f"{len(paths)} mount(s)"
 
 
@@ -177,7 +204,7 @@ def probe(args: argparse.Namespace) -> tuple[str, str]:
         done.append(check_dir(args.shm_dir, args.min_free_mib, "/dev/shm"))
         if args.local_dir and os.path.realpath(args.local_dir) != os.path.realpath(args.shm_dir):
             done.append(check_dir(args.local_dir, args.min_free_mib, "local dir"))
-        done.append(check_mounts(args.mount))
+        done.append(check_mounts(args.mount, args.mount_timeout))
         done.append(check_driver(args.gpus))
         if not args.no_device:
             done.append(check_device(args.device_timeout, args.device))
@@ -237,6 +264,12 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--local-dir", default=os.environ.get("SITE_LOCAL_DIR", ""), help="node-local directory")
     ap.add_argument("--mount", action="append", default=[], help="a directory that must be readable (repeat)")
     ap.add_argument(
+        "--mount-timeout",
+        type=numeric.flag("--mount-timeout", lo=0, hi=numeric.MAX_SECONDS),
+        default=90.0,
+        help="seconds the mounts' look may take, all of them together: past it the filesystem hangs",
+    )
+    ap.add_argument(
         "--gpus",
         type=numeric.flag("--gpus", lo=0, hi=numeric.MAX_RANKS_PER_NODE, integer=True),
         default=0,
@@ -274,6 +307,9 @@ def main(argv: list[str] | None = None) -> int:
     verdict, line = probe(args)
     took = time.monotonic() - t0
     print(f"{PREFIX} {host_name()} {verdict}: {line} ({took:.1f} s)"[:600], flush=True)
+    if _STUCK:  # a thread blocked on a hung mount would hold the interpreter's exit: the answer is out, go
+        sys.stderr.flush()
+        os._exit(0)
     return 0
 
 

@@ -91,6 +91,35 @@ def test_probe_fails_with_the_failing_line(args: list[str], failed: str) -> None
     assert failed in probe("--no-device", *args)
 
 
+def test_a_hung_mount_fails_the_host_at_its_deadline_and_the_probe_exits(tmp_path: Path) -> None:
+    """A shared filesystem that stops answering blocks stat() and readdir() in the kernel, where nothing cancels
+    them: the probe looks at the mounts in a thread, fails the host at --mount-timeout naming the mount, and exits
+    without waiting for the look (here a listdir that never returns, patched in at interpreter start: a real hung
+    Lustre or NFS mount needs root to make)."""
+    lus = tmp_path / "lus"
+    lus.mkdir()
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import os, threading\n"
+        "_listdir = os.listdir\n"
+        f"def listdir(p='.'):\n"
+        f"    if str(p) == {str(lus)!r}:\n"
+        "        threading.Event().wait()  # never answers\n"
+        "    return _listdir(p)\n"
+        "os.listdir = listdir\n"
+    )
+    pythonpath = f"{hook}:{agpt_env()['PYTHONPATH']}"
+    out = probe("--no-device", "--mount", str(tmp_path), "--mount", str(lus), "--mount-timeout", "1",
+                env={"PYTHONPATH": pythonpath, "AGPT_HEARTBEAT_HOST": "n3"})  # fmt: skip
+    assert f"agpt-probe: n3 FAILED: mount {lus}: no answer within 1 s (the filesystem hangs)" in out
+
+
+def test_the_sweep_gives_the_probe_three_quarters_of_its_timeout_for_the_mounts() -> None:
+    words = S.LaunchRunner(settings=S.SweepSettings(timeout=120, mounts=("/lus/flare",))).probe_program()
+    assert words[words.index("--mount-timeout") + 1] == "90" and "/lus/flare" in words
+
+
 def test_a_site_check_past_its_timeout_is_killed_with_what_it_started(tmp_path: Path) -> None:
     """The timeout ends the check's whole session: a process it left running would hold the probe's pipes open
     (the probe past its timeout) and keep a sick node's check running after the sweep moved on."""
@@ -180,8 +209,7 @@ def test_the_gone_watch_waits_for_every_live_probe_and_the_least_wait() -> None:
     assert w.wait() == S.GONE_LEAST_S == 10 and w(done)
     assert not w(done + "agpt-probe: c up\n")  # c was only late: wait for its answer
     every = done + "agpt-probe: c up\nagpt-probe: c ok: z\n"
-    now[0] = 99
-    assert not w(every)  # every host answered: the launch ends by itself
+    assert w(every)  # every host answered: nothing left to wait for (a probe on a hung mount may never exit)
 
 
 def test_the_gone_watch_waits_as_long_again_as_the_signs_of_life_took_to_arrive_up_to_the_grace() -> None:
@@ -501,6 +529,33 @@ def test_an_app_error_stops_only_after_the_sweep_passed_and_one_reproduction(tmp
     assert (p.action, p.verdict, p.exit) == ("stop", "repeat", 4)
     assert p.reason.startswith("app: `[rank0]: ValueError: shape mismatch (4096, 0)` at step 1200 on attempts "
                                "1 and 2, every host passed the sweep (probe + collective): a person is needed")  # fmt: skip
+
+
+def test_a_failure_its_sweep_put_down_to_the_site_is_no_occurrence_of_a_reproduction(tmp_path: Path) -> None:
+    """A site outage whose log reads as an application error: the sweep after it fails every host (the site), the
+    one after the next attempt passes them all (the outage ended in between).  The first occurrence had its
+    cause: no person yet, a relaunch to see whether it reproduces on healthy hosts; a third one does."""
+    run, log = _app_run(tmp_path)
+    outage = [True]
+
+    def prober(hosts: list[str], s: S.SweepSettings) -> S.SweepResult:
+        failed = (
+            {h: "agpt-probe: FAILED: mount /lus: no answer within 90 s" for h in hosts} if outage[0] else {}
+        )
+        res = S.SweepResult(ran=True, mode=s.mode, hosts=list(hosts), failed=failed, rounds=1)
+        S.guard(res, s)  # as run_sweep does: every host failing is one shared cause
+        return res
+
+    first = P.run(log_args(run, log), prober=prober)
+    assert first.action == "relaunch" and "site-wide" in first.reason
+    outage[0] = False
+    for n in (2, 3):
+        log.with_name(f"j.{n}.log").write_text(log.read_text())
+    second = P.run(log_args(run, log.with_name("j.2.log"), 2), prober=prober)
+    assert (second.action, second.verdict) == ("relaunch", None), second.reason
+    third = P.run(log_args(run, log.with_name("j.3.log"), 3), prober=prober)
+    assert (third.action, third.verdict) == ("stop", "repeat")
+    assert "on attempts 2 and 3, every host passed the sweep" in third.reason
 
 
 def test_a_failure_that_does_not_reproduce_is_a_transient_and_training_goes_on(tmp_path: Path) -> None:

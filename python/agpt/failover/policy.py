@@ -14,7 +14,8 @@ The rules, in order (why in brackets):
 2-3. A stop for a person (`repeat` 4 when an attempt of the reproduction made progress, else `stuck` 3) only on evidence that one is needed [a
    person paged, an allocation held for hours]: every host passed the health sweep (the probe, and the collective
    where the probe named nobody), and the failure reproduced: the same signature (`signature()`: the first failing
-   line with numbers and host names blanked, and the step) on a relaunch after the sweep.  One sweep and one
+   line with numbers and host names blanked, and the step) on a relaunch after the sweep (an earlier attempt its
+   sweep put down to a host or the site, `node` or `system`, is no occurrence of it).  One sweep and one
    reproduction per signature per job, so a real bug costs one extra relaunch.  A host the sweep fails is evicted
    on that evidence (`node`); a signature that does not reproduce is a transient, and training goes on (bounded
    by FAILOVER_MAX_ATTEMPTS).  Never for `node` (each named host is evidence of its own) nor `system` (a site
@@ -357,8 +358,11 @@ def _swept_for(att: Attempt, history: Sequence[dict[str, Any]]) -> str:
 
 def _reproduced(att: Attempt, cls: str, history: Sequence[dict[str, Any]]) -> Plan | None:
     """A stop for a person: the failure reproduced on a relaunch and every host passed the sweep (one sweep and
-    one reproduction per signature per job, so a real bug costs one extra relaunch)."""
-    same = _same_signature(att, history)
+    one reproduction per signature per job, so a real bug costs one extra relaunch).  An earlier attempt of the
+    signature that its sweep put down to a host or the site (`node`, `system`: a site outage's log read as a
+    crash, the outage ending before the next attempt's sweep) had its cause found: not an occurrence on healthy
+    hosts, so not a reproduction."""
+    same = [ev for ev in _same_signature(att, history) if ev.get("class") not in ("node", "system")]
     swept = _swept_for(att, history)
     if not same or not swept:
         return None

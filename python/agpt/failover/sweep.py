@@ -5,8 +5,9 @@ heartbeats cannot explain, or an unknown failure, `agpt failover plan` runs a sw
 
 1. **probe** every active host at once, in one launch of the site's launcher with one rank per host, under one
    timeout (FAILOVER_SWEEP_TIMEOUT): `python -m agpt.probe` checks memory, /dev/shm and the node-local directory,
-   the required mounts, the accelerator driver, initialises the devices and the collective backend, and runs the
-   site's own check (SITE_SWEEP_CHECK).  Each host answers one line, `agpt-probe: HOST ok|FAILED|config: ...`;
+   the required mounts (three quarters of the timeout at most: a hung filesystem fails the host, naming the mount,
+   instead of leaving it silent), the accelerator driver, initialises the devices and the collective backend, and runs the site's own
+   check (SITE_SWEEP_CHECK).  Each host answers one line, `agpt-probe: HOST ok|FAILED|config: ...`;
    a host that has not answered when the timeout ends (its probe hung, or the host is gone) fails as silent.
    Each probe first prints `agpt-probe: HOST up`: once every host that did has answered, a host that showed no
    sign of life is gone (a dead node, a launch that never started there) when it has stayed silent after the
@@ -65,6 +66,11 @@ VERDICT = re.compile(r"agpt-probe: (?P<host>\S+) (?P<state>ok|FAILED|config): (?
 UP = re.compile(r"agpt-probe: (?P<host>\S+) up\s*$")  # a probe's sign of life, before its checks
 GRACE_SHARE = 0.25  # of the timeout: the longest a silent host is waited for after the last sign of life
 GONE_LEAST_S = 10.0  # the shortest: however close together the others' signs of life came
+MOUNT_SHARE = (
+    0.75  # of the timeout: the probe's look at the mounts (--mount-timeout), as its device's; past it,
+)
+# the mount hangs.  Not less: a sweep that failed every host sooner in a site outage would spend FAILOVER_MAX_ATTEMPTS
+# sooner, and a shorter outage would ask for a person (tests/python/test_sim.py, the long site outage)
 OUTPUT_CHARS = 1 << 20  # of one launch's output kept for the log
 CANNOT_RUN = (126, 127)  # the shell's "cannot execute", "not found"
 
@@ -178,12 +184,14 @@ def read_up(hosts: Sequence[str], output: str) -> set[str]:
 
 @dataclass(slots=True)
 class GoneWatch:
-    """When a probe launch may end before its timeout: some hosts showed a sign of life and every one of them has
-    answered, and no other host has shown one for `wait()` seconds since the last did: as long again as the signs
-    of life took to arrive, first to last (the launcher's start-up skew in this launch: a host that lags 4,095
-    others by their whole spread again is not slow but gone), `least` at least, `grace` at most.  Called with the
-    output so far (agpt.failover.sweep.run_bounded's `enough`), it reads only the lines added since its last look
-    (10,000 hosts' lines: 0.2 s to read whole); the launcher itself keeps waiting for a host that is gone."""
+    """When a probe launch may end before its timeout: every host has answered (a probe the kernel holds on a hung
+    mount after its answer must not hold the launch); or some hosts showed a sign of life and every one of them
+    has answered, and no other host has shown one for `wait()` seconds since the last did: as long again as the
+    signs of life took to arrive, first to last (the launcher's start-up skew in this launch: a host that lags
+    4,095 others by their whole spread again is not slow but gone), `least` at least, `grace` at most.  Called
+    with the output so far (agpt.failover.sweep.run_bounded's `enough`), it reads only the lines added since its
+    last look (10,000 hosts' lines: 0.2 s to read whole); the launcher itself keeps waiting for a host that is
+    gone."""
 
     hosts: Sequence[str]
     grace: float
@@ -217,6 +225,10 @@ class GoneWatch:
                 self._last_up = self.clock()
                 if self._first_up is None:
                     self._first_up = self._last_up
+        if len(self._answered) >= len(
+            self.hosts
+        ):  # every verdict is in: a probe left blocked in the kernel on
+            return True  # a hung mount (agpt.probe) must not hold the launch
         settled = 0 < len(self._up) < len(self.hosts) and self._up <= self._answered
         return settled and self.clock() - self._last_up >= self.wait()
 
@@ -467,6 +479,8 @@ class LaunchRunner:
         words = program("AGPT_SWEEP_PROGRAM", [self._python(), "-m", "agpt.probe"])
         words += ["--min-free-mib", f"{s.min_free_mib:g}", "--gpus", str(s.gpus)]
         words += [
+            "--mount-timeout",
+            f"{s.timeout * MOUNT_SHARE:g}",
             "--device-timeout",
             f"{max(10.0, s.timeout * 0.75):g}",
             "--check-timeout",

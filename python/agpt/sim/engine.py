@@ -585,11 +585,12 @@ class Sim(Training):
         """The health sweep as the model sees it: a failed node whose host is gone (`probe.gone`) shows no sign of
         life and is always found, a failed device on a live host fails its probe with `finds_node`, a host that
         hangs every attempt fails the probe or the collective with `finds_hung`, every host fails during a site
-        outage.  Its cost: the probe launch (`Probe.launch_s`), every host answering; with a host gone, the
-        others' signs of life (the launcher's start, which is also their spread at most) and the wait for a silent
-        host that spread sets (agpt.failover.sweep.GoneWatch) when that is later; a probe that hangs on a live
-        host, the whole timeout.  Then, as the real sweep does, a collective only when the probe named nobody: one
-        round (`Probe.round_for`), or ceil(log2 N) + 1 of them when it has a bad host to localise."""
+        outage.  Its cost: the probe launch (`Probe.launch_s`), every host answering (in an outage, at the mounts'
+        deadline: `MOUNT_SHARE` of the timeout); with a host gone, the others' signs of life (the launcher's start,
+        which is also their spread at most) and the wait for a silent host that spread sets
+        (agpt.failover.sweep.GoneWatch) when that is later; a probe that hangs on a live host, the whole timeout.
+        Then, as the real sweep does, a collective only when the probe named nobody: one round
+        (`Probe.round_for`), or ceil(log2 N) + 1 of them when it has a bad host to localise."""
         p, now = self.m.probe, self.probe_now
         launch = p.launch_s(self.m.costs)
         gone = False
@@ -608,8 +609,8 @@ class Sim(Training):
                     res.failed[h] = f"agpt-probe: {h} FAILED: device: the accelerator does not initialise"
                 elif self.hung_until.get(h, 0.0) > now and self.rng.random() < p.finds_hung:
                     hung.append(h)
-        if outage:  # a hung mount hangs every probe
-            cost = p.timeout_s
+        if outage:  # a hung mount: every probe fails its mounts' look at the deadline (agpt.probe)
+            cost = launch + p.timeout_s * sweeplib.MOUNT_SHARE
         elif gone:
             start = self.m.costs.launcher_start_s
             cost = max(launch, start + sweeplib.wait_for_gone(start, p.timeout_s * sweeplib.GRACE_SHARE))
