@@ -384,6 +384,19 @@ def test_a_long_site_outage_is_waited_out_without_a_person() -> None:
     assert r.steps > 0
 
 
+def test_the_local_tier_leaves_the_global_saves_on_their_own_clock() -> None:
+    """The trainer's `checkpoint.interval_s` runs from the last global save (agpt.train.trainer's `t_save`), not
+    from the last local one: with a local save every few steps, a job without failures still writes a global
+    checkpoint every interval, not only at its deadline (the simulator once restarted the global clock at each local
+    save, so a job that ended without its deadline save had saved nothing)."""
+    m = model.override(small(failures={"node_mtbf_h": 1e9}, horizon_days=0.25, costs={"walltime_h": 12}),
+                       checkpoint_interval=0, checkpoint_interval_s=600, local_tier=True)  # fmt: skip
+    r = engine.simulate(m, seed=1)
+    assert r.local is not None and r.jobs == 1  # one job, cut by the horizon before its deadline
+    trained = r.time["productive"] / m.train.step_s
+    assert trained > 6000 and r.steps >= trained - 600 / m.train.step_s - 1  # one interval behind at most
+
+
 def test_the_local_tier_restores_in_the_job_from_memory_and_loses_fewer_steps() -> None:
     """Node failures only: with the tier the relaunches in a job restore a local step (state restore in about a
     second instead of the filesystem's reload), far fewer steps are redone, and its memory per node is stated;

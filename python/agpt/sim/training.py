@@ -40,6 +40,10 @@ class _Run:
     step: int
     clock: float
     first: int | None = None
+    saved: int = (
+        0  # the last global save's step, or the step the attempt resumed from: the trainer's timer for
+    )
+    # `checkpoint.interval_s` runs from there (agpt.train.trainer: `t_save`), whatever local saves came since
 
     @property
     def last(self) -> int | None:
@@ -123,14 +127,16 @@ class Training:
         if hung:
             return AttemptEnd(kind="hang", bad=hung[0], at=ready, step=resumed)
         self._straggler_watch(active, ready)
-        run = _Run(step=resumed, clock=ready)
+        run = _Run(step=resumed, clock=ready, saved=resumed)
         stop_at = deadline - tr.deadline_margin_s
         failer = min(active, key=self._fail_time) if self.random_failures else None
         while True:
             st = tr.step_s * self.slow * self.pace
             nxt = ckpt_policy.next_save(
-                run.step, interval=tr.checkpoint_interval, interval_s=tr.checkpoint_interval_s, step_s=st
+                run.saved, interval=tr.checkpoint_interval, interval_s=tr.checkpoint_interval_s, step_s=st
             )
+            if nxt is not None:  # a straggler's slower steps: a save already due is the next step's
+                nxt = max(nxt, run.step + 1)
             nxt_local = ckpt_policy.next_save(run.step, interval=tr.local_interval, interval_s=tr.local_interval_s,
                                               step_s=st) if self.local is not None else None  # fmt: skip
             sf = self._scripted_next()
@@ -289,6 +295,7 @@ class Training:
         self.time["checkpoint_stalls"] += stall
         self.ckpts.append((s, written))
         run.clock += stall
+        run.saved = s
         if tr.steps and s >= tr.steps:
             self._settle(written)
             return AttemptEnd(kind="done", bad=None, at=written, first=run.first, last=s, step=s)
