@@ -100,9 +100,8 @@ def check_dir(path: str, min_free_mib: float, what: str) -> str:
     return f"{path} {free / 1024:.1f} GiB"
 
 
-_STUCK: list[
-    threading.Thread
-] = []  # looks at a hung mount still blocked in the kernel: `main` does not wait on them
+# Looks at a hung mount still blocked in the kernel: `main` does not wait on them.
+_STUCK: list[threading.Thread] = []
 
 
 def check_mounts(paths: Sequence[str], timeout: float = 90.0) -> str:

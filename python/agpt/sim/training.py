@@ -40,10 +40,9 @@ class _Run:
     step: int
     clock: float
     first: int | None = None
-    saved: int = (
-        0  # the last global save's step, or the step the attempt resumed from: the trainer's timer for
-    )
-    # `checkpoint.interval_s` runs from there (agpt.train.trainer: `t_save`), whatever local saves came since
+    # The last global save's step, or the step the attempt resumed from: the trainer's timer for
+    # `checkpoint.interval_s` runs from there (agpt.train.trainer: `t_save`), whatever local saves came since.
+    saved: int = 0
 
     @property
     def last(self) -> int | None:
