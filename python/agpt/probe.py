@@ -104,7 +104,7 @@ def check_dir(path: str, min_free_mib: float, what: str) -> str:
 _STUCK: list[threading.Thread] = []
 
 
-def check_mounts(paths: Sequence[str], timeout: float = 90.0) -> str:
+def check_mounts(paths: Sequence[str], timeout: float) -> str:
     """Every path a readable directory whose listing comes back within TIMEOUT seconds, all of them together.
 
     The look runs in a daemon thread: a hung filesystem (a Lustre or NFS server that stopped answering) blocks

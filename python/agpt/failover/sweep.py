@@ -6,9 +6,9 @@ heartbeats cannot explain, or an unknown failure, `agpt failover plan` runs a sw
 1. **probe** every active host at once, in one launch of the site's launcher with one rank per host, under one
    timeout (FAILOVER_SWEEP_TIMEOUT): `python -m agpt.probe` checks memory, /dev/shm and the node-local directory,
    the required mounts (three quarters of the timeout at most: a hung filesystem fails the host, naming the mount,
-   instead of leaving it silent), the accelerator driver, initialises the devices and the collective backend, and runs the site's own
-   check (SITE_SWEEP_CHECK).  Each host answers one line, `agpt-probe: HOST ok|FAILED|config: ...`;
-   a host that has not answered when the timeout ends (its probe hung, or the host is gone) fails as silent.
+   instead of leaving it silent), the accelerator driver, initialises the devices and the collective backend, and
+   runs the site's own check (SITE_SWEEP_CHECK).  Each host answers one line, `agpt-probe: HOST ok|FAILED|config:
+   ...`; a host that has not answered when the timeout ends (its probe hung, or the host is gone) fails as silent.
    Each probe first prints `agpt-probe: HOST up`: once every host that did has answered, a host that showed no
    sign of life is gone (a dead node, a launch that never started there) when it has stayed silent after the
    last one did for as long again as the others' signs of life took to arrive (the launch's own skew, measured in
@@ -66,11 +66,10 @@ VERDICT = re.compile(r"agpt-probe: (?P<host>\S+) (?P<state>ok|FAILED|config): (?
 UP = re.compile(r"agpt-probe: (?P<host>\S+) up\s*$")  # a probe's sign of life, before its checks
 GRACE_SHARE = 0.25  # of the timeout: the longest a silent host is waited for after the last sign of life
 GONE_LEAST_S = 10.0  # the shortest: however close together the others' signs of life came
-MOUNT_SHARE = (
-    0.75  # of the timeout: the probe's look at the mounts (--mount-timeout), as its device's; past it,
-)
-# the mount hangs.  Not less: a sweep that failed every host sooner in a site outage would spend FAILOVER_MAX_ATTEMPTS
-# sooner, and a shorter outage would ask for a person (tests/python/test_sim.py, the long site outage)
+# Of the timeout: the probe's look at the mounts (--mount-timeout), as its device's; past it, the mount hangs.  Not
+# less: a sweep that failed every host sooner in a site outage would spend FAILOVER_MAX_ATTEMPTS sooner, and a shorter
+# outage would ask for a person (tests/python/test_sim.py, the long site outage).
+MOUNT_SHARE = 0.75
 OUTPUT_CHARS = 1 << 20  # of one launch's output kept for the log
 CANNOT_RUN = (126, 127)  # the shell's "cannot execute", "not found"
 
@@ -225,10 +224,9 @@ class GoneWatch:
                 self._last_up = self.clock()
                 if self._first_up is None:
                     self._first_up = self._last_up
-        if len(self._answered) >= len(
-            self.hosts
-        ):  # every verdict is in: a probe left blocked in the kernel on
-            return True  # a hung mount (agpt.probe) must not hold the launch
+        # Every verdict is in: a probe left blocked in the kernel on a hung mount (agpt.probe) must not hold the launch.
+        if len(self._answered) >= len(self.hosts):
+            return True
         settled = 0 < len(self._up) < len(self.hosts) and self._up <= self._answered
         return settled and self.clock() - self._last_up >= self.wait()
 
