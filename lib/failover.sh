@@ -43,7 +43,9 @@
 #   FAILOVER_MAX_REPEAT       without a health sweep only: the same class at the same step this many times -> repeat, 4
 #                             (default 3); with one, a person is called after the sweep and one reproduction
 #   FAILOVER_MAX_BLIND        blind swaps a hang/crash rotation may try before it can be a repeat (default 8)
-#   FAILOVER_MIN_ATTEMPT_S    never start an attempt with less time left than this (default 600)
+#   FAILOVER_MIN_ATTEMPT_S    never start an attempt with less time left than this (default 600) ...
+#   FAILOVER_MIN_SAVE_S       ... but a save attempt, with at least this left (default 150), when node memory holds
+#                             progress past the newest global checkpoint (the trainer saves it at its first step)
 #   FAILOVER_BACKOFF          seconds before relaunch 1, 2, ... the last repeated (default "5 10 20 40 60")
 #                             (these defaults are agpt.failover.policy.Settings'; a test keeps them equal)
 #   FAILOVER_IDLE_TIMEOUT     `agpt watch --timeout`: seconds of silence that mean a hang (default 900)
@@ -100,6 +102,7 @@
 : "${FAILOVER_MAX_REPEAT:=3}"
 : "${FAILOVER_MAX_BLIND:=8}"
 : "${FAILOVER_MIN_ATTEMPT_S:=600}"
+: "${FAILOVER_MIN_SAVE_S:=150}"
 : "${FAILOVER_BACKOFF:=5 10 20 40 60}"
 : "${FAILOVER_IDLE_TIMEOUT:=900}"
 : "${FAILOVER_STARTUP_TIMEOUT:=1800}"
@@ -306,7 +309,8 @@ _failover_setup() {
   local -n _failover_p="$1" _failover_w="$2" _failover_c="$3"
   _failover_p=(plan --run-dir "$AGPT_RUN_DIR" --jobid "$FAILOVER_JOBID" --deadline "$4" --apply --shell --report
     --max-attempts "$FAILOVER_MAX_ATTEMPTS" --max-repeat "$FAILOVER_MAX_REPEAT" --max-blind "$FAILOVER_MAX_BLIND"
-    --min-attempt-s "$FAILOVER_MIN_ATTEMPT_S" --backoff "$FAILOVER_BACKOFF" --progress-re "$FAILOVER_PROGRESS_RE"
+    --min-attempt-s "$FAILOVER_MIN_ATTEMPT_S" --min-save-s "$FAILOVER_MIN_SAVE_S" --backoff "$FAILOVER_BACKOFF"
+    --progress-re "$FAILOVER_PROGRESS_RE"
     --shrink "${FAILOVER_SHRINK:-${SITE_FAILOVER_SHRINK:-}}" --min-nodes "$FAILOVER_MIN_NODES")
   _failover_sweep_args _failover_p
   _failover_w=("$_failover_root/bin/agpt-watch" --timeout "$FAILOVER_IDLE_TIMEOUT"
@@ -422,6 +426,7 @@ _failover_check_settings() {
   _failover_logged "$_failover_root/bin/agpt" --run-module agpt.numeric \
     "seconds:FAILOVER_IDLE_TIMEOUT=$FAILOVER_IDLE_TIMEOUT" "seconds:FAILOVER_STARTUP_TIMEOUT=$FAILOVER_STARTUP_TIMEOUT" \
     "seconds:FAILOVER_GRACE=$FAILOVER_GRACE" "seconds:FAILOVER_MIN_ATTEMPT_S=$FAILOVER_MIN_ATTEMPT_S" \
+    "seconds:FAILOVER_MIN_SAVE_S=$FAILOVER_MIN_SAVE_S" \
     "seconds:FAILOVER_CLEANUP_TIMEOUT=$FAILOVER_CLEANUP_TIMEOUT" \
     "seconds:FAILOVER_PREFLIGHT_TIMEOUT=$FAILOVER_PREFLIGHT_TIMEOUT" \
     "seconds:FAILOVER_RESOLVE_TIMEOUT=$FAILOVER_RESOLVE_TIMEOUT" "count:FAILOVER_MAX_ATTEMPTS=$FAILOVER_MAX_ATTEMPTS" \

@@ -149,6 +149,10 @@ PROGRESS_RE = r"\bstep[=:] ?[0-9]+"  # FAILOVER_PROGRESS_RE's default: any train
 # (agpt.failover.plan.asked_resubmit), and the simulator writes it (agpt.sim.logs).
 STOP_LINE = "agpt: stopped at step {step} on {reason}, checkpoint saved"
 RESUBMIT_REASON = "SIGUSR1 or the deadline"
+# The trainer's local checkpoint tier speaks with this prefix (agpt.train.localckpt); rank 0's line saying it is on
+# tells the failover plan that node memory may hold progress past the global checkpoint (a save attempt keeps it).
+LOCAL_TIER = "agpt: local checkpoint tier: "
+LOCAL_TIER_ON = LOCAL_TIER + "on: "
 WALLTIME_MARGIN_S = 120.0  # FAILOVER_WALLTIME_MARGIN: a kill this close to the deadline is `walltime`
 # The watchdog settings lib/failover.sh hands `agpt watch` (it states them too; test_contract holds them equal).
 IDLE_TIMEOUT_S = 900.0  # FAILOVER_IDLE_TIMEOUT: this long without a progress line is a hang

@@ -81,6 +81,7 @@ def test_settings_defaults_are_one_fact_in_bash_python_and_the_contract() -> Non
         "FAILOVER_MAX_REPEAT": str(s.max_repeat),
         "FAILOVER_MAX_BLIND": str(s.max_blind),
         "FAILOVER_MIN_ATTEMPT_S": f"{s.min_attempt_s:g}",
+        "FAILOVER_MIN_SAVE_S": f"{s.min_save_s:g}",
         "FAILOVER_BACKOFF": " ".join(f"{b:g}" for b in s.backoff),
         "FAILOVER_PROGRESS_RE": rundir.PROGRESS_RE,
     }

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from agpt import rundir
 from agpt.errors import BadInput
 from agpt.failover import plan as P
 from agpt.failover import policy
@@ -322,6 +323,70 @@ def test_max_attempts_after_progress_resubmits() -> None:
 def test_deadline_near_resubmits_instead_of_a_doomed_attempt() -> None:
     p = decide(att(1, "node", bad=["h2"]), now=1000, deadline=1050)
     assert (p.verdict, p.exit, p.mark_bad) == ("resubmit", 75, ["h2"])
+
+
+def test_a_failure_in_the_last_minutes_starts_a_save_attempt_when_node_memory_holds_progress() -> None:
+    s = policy.Settings(backoff=(5,), min_attempt_s=600, min_save_s=150)
+    held = dataclasses.replace(att(1, "node", bad=["h2"]), held=True)
+    p = decide(held, now=1000, deadline=1400, settings=s)  # 400 s left: under 600, over 150
+    assert p.action == "relaunch" and p.swap_out == ["h2"] and "save attempt" in p.reason
+    # nothing held past the global checkpoint: the stop of old, the allocation handed back
+    assert decide(att(1, "node", bad=["h2"]), now=1000, deadline=1400, settings=s).exit == 75
+    # too little left even to save: the stop says what it loses
+    p = decide(held, now=1000, deadline=1100, settings=s)
+    assert (p.verdict, p.exit) == ("resubmit", 75) and "FAILOVER_MIN_SAVE_S=150" in p.reason
+    # a backoff is waited first, then counted: 155 s left after it, a save attempt; 145 s, none
+    assert (
+        decide(dataclasses.replace(held, cls="app", bad_hosts=[]), now=1000, deadline=1160, settings=s).action
+        == "relaunch"
+    )
+    assert (
+        decide(dataclasses.replace(held, cls="app", bad_hosts=[]), now=1000, deadline=1150, settings=s).exit
+        == 75
+    )
+
+
+def test_the_attempt_before_counts_what_the_last_one_held() -> None:
+    s = policy.Settings(min_attempt_s=600, min_save_s=150)
+    held = [{**ev(1, "node", last=9), "held": True}]
+    assert policy.before_attempt(2, history=held, settings=s, now=1000, deadline=1300).action == "relaunch"
+    assert (
+        policy.before_attempt(2, history=[ev(1, "node", last=9)], settings=s, now=1000, deadline=1300).exit
+        == 75
+    )
+    assert policy.before_attempt(2, history=held, settings=s, now=1000, deadline=1100).exit == 75
+
+
+def test_held_needs_the_local_tier_on_and_a_step_past_the_global_checkpoint(tmp_path: Path) -> None:
+    on = f"0: {rundir.LOCAL_TIER_ON}/dev/shm/agpt-0/ckpt.run.HOST, every 3 steps\n"
+    log = tmp_path / "a.log"
+    log.write_text("0: [agpt] resuming\n" + on + "0: step=7 loss=1\n0: step=9 loss=1\n")
+    a = dataclasses.replace(att(2, "node", first=7, last=9), ckpt_step=6)
+    assert P._held(a, log, []) is True
+    assert P._held(dataclasses.replace(a, ckpt_step=9), log, []) is False  # the global checkpoint has it
+    log.write_text("0: step=7 loss=1\n" + on)  # a line after the first step is not the trainer's start-up
+    assert P._held(a, log, []) is False
+    # an attempt that failed before the trainer started logs nothing: an earlier held attempt of the job says it
+    late = dataclasses.replace(att(3, "node", first=None, last=None), ckpt_step=6)
+    log.write_text("srun: error: Unable to start on h2\n")
+    assert P._held(late, log, [{**ev(2, "node", last=9), "held": True}]) is True
+    assert P._held(late, log, [ev(2, "node", last=9)]) is False
+
+
+def test_cli_records_held_and_relaunches_a_save_attempt(tmp_path: Path) -> None:
+    text = f"0: {rundir.LOCAL_TIER_ON}/dev/shm/x\n0: step=5 loss=3\n0: step=9 loss=2\nCUDA error: ECC on h2\n"
+    run, log = run_with_attempt(tmp_path, ["h1", "h2", "h3", "h4"], ["h5", "h6"], text)
+    cls = tmp_path / "c.json"
+    cls.write_text(json.dumps({"class": "node", "bad_hosts": ["h2"], "evidence": ["ECC on h2"], "first_step": 5,
+                               "last_step": 9}))  # fmt: skip
+    args = ["--jobid", "j", "--attempt", "1", "--rc", "1", "--now", "1000", "--deadline", "1300", "--apply",
+            "--log", str(log), "--classification", str(cls)]  # fmt: skip
+    p = run_plan(run, *args)
+    assert p["action"] == "relaunch" and "save attempt" in p["reason"]
+    (e,) = [json.loads(x) for x in (run / "events.jsonl").read_text().splitlines()]
+    assert e["held"] is True and e["action"] == "relaunch"
+    r = plan_cli(run, "--jobid", "j", "--attempt", "1", "--rc", "1", "--min-save-s", "soon")
+    assert r.returncode == 2 and "FAILOVER_MIN_SAVE_S" in r.stderr
 
 
 def test_backoff_counts_toward_the_deadline() -> None:

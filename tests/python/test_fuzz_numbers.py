@@ -226,7 +226,8 @@ def yeet_field(name: str) -> Any:
 # lib/failover.sh's settings, checked by `python -m agpt.numeric` before the first attempt (_failover_check_settings)
 LOOP_SETTINGS = {
     "seconds": ["FAILOVER_IDLE_TIMEOUT", "FAILOVER_STARTUP_TIMEOUT", "FAILOVER_GRACE", "FAILOVER_MIN_ATTEMPT_S",
-                "FAILOVER_CLEANUP_TIMEOUT", "FAILOVER_PREFLIGHT_TIMEOUT", "FAILOVER_RESOLVE_TIMEOUT"],
+                "FAILOVER_MIN_SAVE_S", "FAILOVER_CLEANUP_TIMEOUT", "FAILOVER_PREFLIGHT_TIMEOUT",
+                "FAILOVER_RESOLVE_TIMEOUT"],
     "count": ["FAILOVER_MAX_ATTEMPTS", "FAILOVER_MAX_REPEAT", "FAILOVER_MAX_BLIND", "FAILOVER_SPARES",
               "FAILOVER_ACTIVE"],
     "epoch": ["AGPT_DEADLINE_EPOCH"],

@@ -179,6 +179,7 @@ def test_durations_counts_and_epochs_are_bounded_or_refused(v: Any) -> None:
         lambda x: rundir.whole(x, "FLAG"),
         lambda x: rundir.epoch(x, "FLAG"),
         lambda x: policy.Settings(min_attempt_s=x),
+        lambda x: policy.Settings(min_save_s=x),
         lambda x: policy.Settings(backoff=(x,)),
     ):
         try:

@@ -3,7 +3,8 @@ own folder (tests/cluster/up), and a node failure (tests/cluster/node fail) dest
 
 - A node killed at step k with a local save every 3 steps and a global one every 10: the relaunch resumes at
   the newest local step, the lost node's shards taken from the node that held its copy, and every step's loss
-  is, as text, the loss of an unfaulted run.
+  is, as text, the loss of an unfaulted run.  The same failure in the job's last minutes (less than
+  FAILOVER_MIN_ATTEMPT_S left): the relaunch is the loop's save attempt, not a hand-over with node memory's steps.
 - A local shard corrupted in memory between the failure and the relaunch: found by its digest, global used.
 The first prints the steps lost by the failure from the tier it resumed from, and from the global tier alone.
 
@@ -55,7 +56,8 @@ def _env(cluster: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def _job(tmp: Path, run: Path, backoff: str, hold: str, config: str = CONFIG, faults: str = "") -> Path:
+def _job(tmp: Path, run: Path, backoff: str, hold: str, config: str = CONFIG, faults: str = "",
+         min_attempt: str = "30") -> Path:  # fmt: skip
     cfg = tmp / "tiny-local.yaml"
     cfg.write_text(config)
     job = tmp / "job.sh"
@@ -67,7 +69,7 @@ export AGPT_RUN_DIR='{run}'
 export AGPT_FAULT_SLEEP_AT='{hold}'
 {faults}
 FAILOVER_SPARES=2 FAILOVER_BACKOFF="{backoff}" FAILOVER_IDLE_TIMEOUT=60 FAILOVER_STARTUP_TIMEOUT=180
-FAILOVER_GRACE=2 FAILOVER_RESOLVE_TIMEOUT=2 FAILOVER_MIN_ATTEMPT_S=30
+FAILOVER_GRACE=2 FAILOVER_RESOLVE_TIMEOUT=2 FAILOVER_MIN_ATTEMPT_S={min_attempt} FAILOVER_MIN_SAVE_S=30
 rc=0
 failover_run {SRUN} agpt train --config '{cfg}' --run-dir '{run}' || rc=$?
 echo "verdict: $rc"
@@ -122,18 +124,21 @@ def reference(cluster: dict[str, str], tmp_path_factory: pytest.TempPathFactory)
 
 
 def _drill(cluster: dict[str, str], tmp: Path, kill: list[str], at: int, *, backoff: str = "1",
-           between=None) -> tuple[Path, str, list[str]]:  # type: ignore[no-untyped-def]  # fmt: skip
+           between=None, min_attempt: str = "30", kill_after_s: float = 0.0,
+           ) -> tuple[Path, str, list[str]]:  # type: ignore[no-untyped-def]  # fmt: skip
     """Submit the job (4 active + 2 spares), fail the nodes KILL when attempt 1 logs step AT, run BETWEEN (if
     any) once attempt 1's event is written, wait for the verdict: (run dir, job id, the attempt logs' text).
     The last node of KILL holds step AT + 1 in its forward pass (AGPT_FAULT_SLEEP_AT), so the failure lands after
     step AT however slow the kill is on loaded cores; its replacement does not hold."""
     env = _env(cluster)
     run = tmp / "run"
-    jobid = _submit(env, tmp, _job(tmp, run, backoff, f"{at + 1}:{kill[-1]}"))
+    submitted = time.monotonic()
+    jobid = _submit(env, tmp, _job(tmp, run, backoff, f"{at + 1}:{kill[-1]}", min_attempt=min_attempt))
     log = run / "attempts" / f"{jobid}.1.log"
     _until(
         lambda: log.is_file() and re.search(rf"^(\d+: )?step={at} ", log.read_text(), re.M), 300, f"step {at}"
     )
+    time.sleep(max(0.0, submitted + kill_after_s - time.monotonic()))  # step AT + 1 is held until the kill
     procs = [subprocess.Popen([str(ROOT / "tests/cluster/node"), "--dir", cluster["AGPT_CLUSTER_DIR"], "fail", n],
                               env=env) for n in kill]  # fmt: skip
     assert all(p.wait(timeout=120) == 0 for p in procs)
@@ -206,6 +211,23 @@ def test_a_killed_node_resumes_at_the_newest_local_step_from_its_partners_copy(
     assert re.search(r"detection [\d.]+ s, teardown [\d.]+ s, relaunch [\d.]+ s, process start [\d.]+ s, "
                      r"imports [\d.]+ s, process group [\d.]+ s, model build [\d.]+ s, state restore [\d.]+ s "
                      r"\(local tier\), first step [\d.]+ s; first step back [\d.]+ s after its last progress", line)  # fmt: skip
+
+
+def test_a_node_killed_in_the_jobs_last_minutes_is_relaunched_as_a_save_attempt(
+    cluster: dict[str, str], tmp_path: Path, reference: dict[int, str]
+) -> None:
+    """The job's 15 minutes less FAILOVER_MIN_ATTEMPT_S (840 s) leave its first minute for attempt 1 to start; the
+    kill comes after it, so less than FAILOVER_MIN_ATTEMPT_S is left.  Node memory holds steps past the global
+    checkpoint (the attempt's log, under srun's labels, shows the local tier on) and FAILOVER_MIN_SAVE_S (30) fits:
+    the loop relaunches (a save attempt) instead of handing the allocation back (75) with those steps in it."""
+    run, _, logs = _drill(cluster, tmp_path, ["n3"], at=14, min_attempt="840", kill_after_s=75)
+    assert re.search(r"resumed from the local tier \(step \d+:", logs[-1]), logs[-1]
+    assert _final(logs) == reference
+    events = [json.loads(x) for x in (run / "events.jsonl").read_text().splitlines()]
+    first = next(e for e in events if e.get("event") == "attempt")
+    assert first["held"] is True and first["action"] == "relaunch" and "save attempt" in first["reason"], (
+        first
+    )
 
 
 def test_a_corrupt_local_shard_is_found_and_the_global_tier_used(

@@ -421,6 +421,26 @@ def test_the_local_tier_restores_in_the_job_from_memory_and_loses_fewer_steps() 
                                      "first step"]  # fmt: skip
 
 
+def test_a_failure_in_a_jobs_last_minutes_is_saved_from_node_memory_not_trained_again() -> None:
+    """With the local tier on, a failure that leaves less than FAILOVER_MIN_ATTEMPT_S before the deadline starts
+    a save attempt (the trainer restores node memory and saves it globally at its first step) instead of handing
+    the allocation back with that progress in it: fewer steps trained twice, none waiting for the next job.  The
+    same run with FAILOVER_MIN_SAVE_S = FAILOVER_MIN_ATTEMPT_S (no save attempt can start) is the baseline; a job
+    that ends with progress only node memory held is charged as lost work (the next job trains it again)."""
+
+    def run(min_save_s: float) -> engine.Result:
+        m = small(mix={"node": 1.0}, failures={"node_mtbf_h": 100}, horizon_days=4, spares=16,
+                  failover={"straggler": "report", "min_save_s": min_save_s},
+                  train={"checkpoint_interval": 0, "checkpoint_interval_s": 3600})  # fmt: skip
+        m = model.override(m, local_tier=True)
+        m.train.local_daly, m.train.local_interval_s = False, 120.0
+        return engine.simulate(m, seed=1)
+
+    saved, handed = run(150.0), run(600.0)
+    assert sum(f.next_job for f in saved.faults) < sum(f.next_job for f in handed.faults)
+    assert saved.time["lost_work"] < handed.time["lost_work"] and saved.steps > handed.steps
+
+
 def test_sim_table_runs_only_the_variants_asked_and_refuses_an_unknown_one(tmp_path: Path) -> None:
     r = subprocess.run([str(BIN / "agpt"), "sim", "table", "--variants", "as shipped,fast", "--out", str(tmp_path)],
                        env=agpt_env(), capture_output=True, text=True)  # fmt: skip

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 
 import pytest
 
-from agpt import localtier, nodelocal
+from agpt import ckptdir, localtier, nodelocal
+from agpt.failover import plan as planlib
 from train_util import run_nodes, same_steps, step_lines
 
 STEPS = 14
@@ -70,6 +72,29 @@ def test_a_lost_node_resumes_from_its_partners_copy_as_from_the_global_checkpoin
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"resumed from {global_only}/ckpt/step-9" in r.stdout
     same_steps(r.stdout, reference, 10, STEPS)
+
+
+def test_a_save_attempt_keeps_what_only_node_memory_held(tmp_path: Path, reference: str) -> None:
+    """The failover loop's save attempt (agpt.failover.policy, rule 6), the trainer's half: a job's last minutes,
+    a node lost, progress past the global checkpoint only in node memory.  The relaunch starts inside its
+    deadline margin: it restores the local step, trains one step and saves it globally (exit 75), so the next job
+    does not train those steps again."""
+    env = _env(tmp_path)
+    run = tmp_path / "run"
+    r = run_nodes(["nA", "nB"], run, "--steps", "11", "--ckpt-interval", "6", *LOCAL, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    log = tmp_path / "attempt.log"
+    log.write_text(r.stdout)
+    assert planlib.local_tier_on(log)  # what the loop reads from the attempt's log: the tier was on
+    assert ckptdir.resume_step(run) == 6  # the global tier holds step 6; node memory steps 6 and 9
+    shutil.rmtree(folder(tmp_path / "shm", run, "nB"))  # nB is lost; nC takes its place
+    late = {**env, "AGPT_DEADLINE_EPOCH": str(int(time.time()) + 120)}
+    r = run_nodes(["nA", "nC"], run, "--steps", str(STEPS), *LOCAL, "--set", "train.deadline_margin_s=3600",
+                  env=late)  # fmt: skip
+    assert r.returncode == 75, r.stdout + r.stderr
+    assert "resumed from the local tier (step 9:" in r.stdout
+    same_steps(r.stdout, reference, 10, 10)  # one step, the one the reference ran
+    assert ckptdir.resume_step(run) == 10  # saved globally: what node memory held is kept
 
 
 def test_a_corrupt_local_shard_is_found_before_loading_and_the_global_checkpoint_used(

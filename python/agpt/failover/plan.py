@@ -110,6 +110,7 @@ def _clean_event(ev: dict[str, Any]) -> dict[str, Any]:
     sig = ev.get("signature")
     out["signature"] = sig[: policy.SIGNATURE_CHARS + 24] if isinstance(sig, str) else None
     out["passed"] = ev.get("passed") if isinstance(ev.get("passed"), str) else ""
+    out["held"] = ev.get("held") is True
     return out
 
 
@@ -250,6 +251,11 @@ def _settings(args: argparse.Namespace) -> Settings:
         min_attempt_s=_opt(
             args.min_attempt_s, lambda v: rundir.seconds(v, "FAILOVER_MIN_ATTEMPT_S"), d.min_attempt_s
         ),
+        min_save_s=_opt(
+            getattr(args, "min_save_s", None),
+            lambda v: rundir.seconds(v, "FAILOVER_MIN_SAVE_S"),
+            d.min_save_s,
+        ),
         backoff=_opt(args.backoff, backoff, d.backoff),
         shrink=_opt(getattr(args, "shrink", None), _switch("FAILOVER_SHRINK"), d.shrink),
         min_nodes=_opt(getattr(args, "min_nodes", None), str, d.min_nodes),
@@ -299,6 +305,10 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--max-repeat", help=f"FAILOVER_MAX_REPEAT (default {d.max_repeat})")
     ap.add_argument("--max-blind", help=f"FAILOVER_MAX_BLIND (default {d.max_blind})")
     ap.add_argument("--min-attempt-s", help=f"FAILOVER_MIN_ATTEMPT_S (default {d.min_attempt_s:g})")
+    ap.add_argument(
+        "--min-save-s",
+        help=f"FAILOVER_MIN_SAVE_S: the least time left for a save attempt (default {d.min_save_s:g})",
+    )
     ap.add_argument("--backoff", help=f"FAILOVER_BACKOFF (default '{' '.join(f'{b:g}' for b in d.backoff)}')")
     sweeplib.add_options(ap)
     ap.add_argument(
@@ -371,6 +381,40 @@ def asked_resubmit(log: Path | None) -> bool:
         return False
 
 
+def local_tier_on(log: Path | None) -> bool:
+    """Whether the attempt's log shows the trainer's local checkpoint tier on (rank 0's `rundir.LOCAL_TIER_ON`
+    line, printed once before its first step): read from the head up to that line or the first progress line."""
+    if log is None:
+        return False
+    on = rundir.LOCAL_TIER_ON.encode()
+    step = re.compile(rundir.PROGRESS_RE.encode())
+    try:
+        with rundir.open_regular(log) as fh:
+            for _ in range(LOCAL_TIER_LINES):
+                line = fh.readline(1 << 16)
+                if not line or step.search(line):
+                    return False
+                if on in line:
+                    return True
+    except OSError:
+        pass
+    return False
+
+
+# of the log's head: the line comes before the first step, after the start-up's lines
+LOCAL_TIER_LINES = 100_000
+
+
+def _held(att: Attempt, log: Path | None, history: Sequence[dict[str, Any]]) -> bool:
+    """`Attempt.held`: the job logged a step past its newest global checkpoint (in this attempt or an earlier one),
+    and the local tier was on (this attempt's log says so, or an earlier attempt was held: one that failed before
+    the trainer started logs nothing of it), so node memory may hold that step."""
+    steps = [s for s in (att.last_step, *(e.get("last_step") for e in history)) if isinstance(s, int)]
+    if not steps or (att.ckpt_step is not None and max(steps) <= att.ckpt_step):
+        return False
+    return any(e.get("held") for e in history) or local_tier_on(log)
+
+
 def _rc(text: str | None) -> int:
     if text is None:
         raise BadInput("failover plan: --rc is required after an attempt (or pass --before)")
@@ -406,6 +450,7 @@ def run(args: argparse.Namespace, extra: Sequence[str] = (), prober: sweeplib.Pr
     att, record = _ended_attempt(
         args, run_dir, now=now, deadline=deadline, extra=extra, hosts=[*active, *spare]
     )
+    att.held = _held(att, Path(args.log) if args.log else None, history)
     waited = 0.0
     if wants_sweep(att, active=active, history=history, settings=settings):
         found = _sweep(
@@ -583,6 +628,7 @@ def _attempt_event(
         "reason": plan.reason,
         "signature": att.signature,
         "passed": att.passed,
+        "held": att.held,
         **({"sweep": record["sweep"]} if "sweep" in record else {}),
     }
 

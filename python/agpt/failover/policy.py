@@ -44,7 +44,11 @@ The rules, in order (why in brackets):
    less the time the health sweep already waited for this attempt (it ran after the failure, before the decision);
    none after a swap on evidence (the cause left with the host: there is nothing to wait out).
    If the deadline leaves less than FAILOVER_MIN_ATTEMPT_S after the backoff -> stop `resubmit` (75): never
-   start an attempt that cannot reach a checkpoint.
+   start an attempt that cannot reach a checkpoint; unless node memory holds this job's progress past its newest
+   global checkpoint (`Attempt.held`: the local tier was on and the job logged a step past it) and at least
+   FAILOVER_MIN_SAVE_S is left: then relaunch, a save attempt (the trainer starts inside its deadline margin, so
+   it restores the newest state from node memory and saves it at its first step, exit 75), for the progress a
+   stop would leave in memory the allocation takes with it.
 """
 
 from __future__ import annotations
@@ -79,6 +83,10 @@ class Settings:
     max_repeat: int = 3
     max_blind: int = 8
     min_attempt_s: float = 600.0
+    # FAILOVER_MIN_SAVE_S: a save attempt's start, restore from node memory, one step and one blocking global save.
+    # The AuroraGPT talks: a restart ~10 s (a debug model), the 20B's 232 GB saved in 23.6 s; the 80B's 4x the
+    # bytes, ~94 s at that bandwidth, plus its restart: ~105 s, and half as much again for a slower day.
+    min_save_s: float = 150.0
     backoff: tuple[float, ...] = (5.0, 10.0, 20.0, 40.0, 60.0)
     shrink: bool = True  # FAILOVER_SHRINK (a site forbids it with SITE_FAILOVER_SHRINK=0)
     min_nodes: str = shrinklib.MIN_NODES  # FAILOVER_MIN_NODES: a count, or a fraction of the job's nodes
@@ -97,6 +105,7 @@ class Settings:
                 raise BadInput(f"FAILOVER_{name.upper()} must be at most 1000000, got {v}")
         self.max_blind = min(self.max_blind, 1_000_000)
         self.min_attempt_s = rundir.seconds(self.min_attempt_s, "FAILOVER_MIN_ATTEMPT_S")
+        self.min_save_s = rundir.seconds(self.min_save_s, "FAILOVER_MIN_SAVE_S")
         if not self.backoff:
             raise BadInput(f"FAILOVER_BACKOFF must be non-negative seconds, got {self.backoff}")
         self.backoff = tuple(rundir.seconds(b, "FAILOVER_BACKOFF") for b in self.backoff)
@@ -121,6 +130,9 @@ class Attempt:
     passed: str = (
         ""  # the sweep ran and every host passed it: its mode's words ("probe + collective", "probe")
     )
+    # node memory holds progress past the newest global checkpoint: the attempt's log shows the local tier on, and
+    # this job logged a step past that checkpoint (a save attempt keeps it: rule 6)
+    held: bool = False
 
     @property
     def progress(self) -> bool:
@@ -183,12 +195,37 @@ def before_attempt(
         return _stop(verdict, f"{settings.max_attempts} attempts used (FAILOVER_MAX_ATTEMPTS)")
     left = _time_left(now, deadline)
     if left is not None and left < settings.min_attempt_s:
+        held = bool(history) and bool(history[-1].get("held"))
+        if _save_attempt(held, left, settings):
+            return Plan(action="relaunch", reason=_save_reason(left, settings))
         return _stop(
             "resubmit",
             f"{max(left, 0):.0f} s left before the deadline < FAILOVER_MIN_ATTEMPT_S={settings.min_attempt_s:g}: "
-            "not starting an attempt that cannot reach a checkpoint",
+            f"not starting an attempt that cannot reach a checkpoint{_unsaved_note(held, settings)}",
         )
     return Plan(action="relaunch", reason="start")
+
+
+def _save_attempt(held: bool, left: float, settings: Settings) -> bool:
+    """Rule 6's exception: a save attempt is worth its start when node memory holds unsaved progress (HELD) and
+    the LEFT seconds fit its start, restore and one blocking save (FAILOVER_MIN_SAVE_S)."""
+    return held and left >= settings.min_save_s
+
+
+def _save_reason(left: float, settings: Settings) -> str:
+    return (
+        f"save attempt: {left:.0f} s left < FAILOVER_MIN_ATTEMPT_S={settings.min_attempt_s:g}, but node memory "
+        "holds progress past the newest global checkpoint: the trainer restores it and saves it at its first step"
+    )
+
+
+def _unsaved_note(held: bool, settings: Settings) -> str:
+    if not held:
+        return ""
+    return (
+        f" (node memory's progress past the newest global checkpoint is lost: less than "
+        f"FAILOVER_MIN_SAVE_S={settings.min_save_s:g} left to save it)"
+    )
 
 
 def _backoff(att: Attempt, history: Sequence[dict[str, Any]], settings: Settings) -> float:
@@ -288,10 +325,13 @@ def decide(
     plan.backoff_s = 0.0 if evidence else max(0.0, _backoff(att, history, settings) - waited_s)
     left = _time_left(now + plan.backoff_s, deadline)
     if left is not None and left < settings.min_attempt_s:
+        if _save_attempt(att.held, left, settings):
+            plan.reason = "; ".join(x for x in (plan.reason, _save_reason(left, settings)) if x)
+            return plan
         return _stop(
             "resubmit",
             f"{max(left, 0):.0f} s would be left after the backoff < FAILOVER_MIN_ATTEMPT_S="
-            f"{settings.min_attempt_s:g}: not starting a doomed attempt",
+            f"{settings.min_attempt_s:g}: not starting a doomed attempt{_unsaved_note(att.held, settings)}",
             mark_bad=named,
         )
     return plan

@@ -198,6 +198,7 @@ class Sim(Training):
             "max_repeat": fo.max_repeat,
             "max_blind": fo.max_blind,
             "min_attempt_s": fo.min_attempt_s,
+            "min_save_s": fo.min_save_s,
             "backoff": " ".join(f"{b:g}" for b in fo.backoff),
             "shrink": "1" if fo.shrink else "0",
             "min_nodes": fo.min_nodes,
@@ -305,6 +306,7 @@ class Sim(Training):
         end = self.t
         self.allocated += end - start
         self._settle(end)
+        self._forget_node_memory(end)
         out = self._chain(
             chainlib.cmd_end,
             job=jobid,
@@ -348,6 +350,17 @@ class Sim(Training):
         chain_file = self.run_dir / "chain.jsonl"
         if chain_file.exists():
             chain_file.rename(self.run_dir / f"chain.{self.jobs}.jsonl")
+
+    def _forget_node_memory(self, end: float) -> None:
+        """The job ended at END and its allocation goes with it: steps only node memory held (the local tier's
+        newest past the newest global checkpoint) were counted as trained, and the next job trains them again."""
+        if self.local is None or end >= self.horizon:
+            return
+        newest = self.local.newest(end)
+        if newest is not None and newest > self.ckpt:
+            lost = (newest - self.ckpt) * self.m.train.step_s
+            self.time["lost_work"] += lost
+            self.time["productive"] -= lost
 
     def _attempts(self, jobid: str, deadline: float) -> int:
         n = 0
@@ -499,7 +512,8 @@ class Sim(Training):
         elif misread == "evicted":
             kind = "node"
         rc = logs.write(log, launcher=self.m.launcher, kind=kind, hosts=active, bad=named, resumed=resumed or None,
-                        first=end.first, last=end.last)  # fmt: skip
+                        first=end.first, last=end.last,
+                        local_tier=self.local is not None and end.first is not None)  # fmt: skip
         return log, rc
 
     def _ends_on(self, written: tuple[Path, int]) -> bool:

@@ -36,8 +36,10 @@ def write(
     resumed: int | None,
     first: int | None,
     last: int | None,
+    local_tier: bool = False,
 ) -> int:
-    """Write one attempt's log; returns the exit status the launcher gives for it.
+    """Write one attempt's log; returns the exit status the launcher gives for it.  LOCAL_TIER: the trainer's
+    local checkpoint tier is on, and rank 0's line says so before the first step (rundir.LOCAL_TIER_ON).
 
     kind: node (a crash that names its host), hang (silence, then the watchdog), crash (a rank killed, no host
     named), system (the filesystem fails), app (NaN loss on every rank), deadline (the trainer saved before the
@@ -57,6 +59,10 @@ def write(
     else:
         out.append(f"Connected to tcp://{h0}:7919")
         out.append("Launching application 5f2c3a1e-8c5b-4f0e-9d6d-2f1d0a7c9e11")
+    if local_tier:
+        out.append(
+            f"{lab}{rundir.LOCAL_TIER_ON}/dev/shm/agpt-0/ckpt.run.HOST, every - steps / 17.8 s, keeping 2"
+        )
     if resumed:
         out.append(f"{lab}[agpt] resuming from ckpt/step-{resumed} (world_size={len(hosts)})")
     if first is not None and last is not None:

@@ -171,6 +171,7 @@ class Failover:
     max_repeat: int = _LOOP.max_repeat
     max_blind: int = _LOOP.max_blind
     min_attempt_s: float = _LOOP.min_attempt_s
+    min_save_s: float = _LOOP.min_save_s
     backoff: list[float] = field(default_factory=lambda: list(_LOOP.backoff))
     walltime_margin_s: float = rundir.WALLTIME_MARGIN_S
     shrink: bool = _LOOP.shrink

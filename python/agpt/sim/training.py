@@ -219,6 +219,12 @@ class Training:
         if tev == stop_at:  # the trainer's deadline stop: one more step, a blocking save, exit 75
             run.advance(self, 1, st)
             stall = m.costs.save_stall_s
+            walltime = stop_at + m.train.deadline_margin_s
+            # a save attempt started too late: the scheduler ends the job before its save is written
+            if run.clock + stall > walltime:
+                self.time["lost_work"] += walltime - run.clock
+                return AttemptEnd(kind="deadline", bad=None, at=walltime, first=run.first, last=run.step,
+                                  step=run.step)  # fmt: skip
             self.time["checkpoint_stalls"] += stall
             self.ckpts.append((run.step, run.clock + stall))
             return AttemptEnd(kind="deadline", bad=None, at=run.clock + stall, first=run.first, last=run.step,

@@ -50,7 +50,7 @@ def warn(msg: str) -> None:
 
 
 def say(msg: str) -> None:
-    print(f"agpt: local checkpoint tier: {msg}", flush=True)
+    print(f"{rundir.LOCAL_TIER}{msg}", flush=True)
 
 
 # -- a state as a flat list -----------------------------------------------------------------------------------
@@ -326,10 +326,10 @@ class LocalTier:
         self.on = True
         if self.rank == 0:
             node = 2 * sum(rows[i][4] for i in self.members[0])
-            say(f"on: {self.folder.parent}/{self.folder.name.rsplit('.', 1)[0]}.HOST, every "
+            print(f"{rundir.LOCAL_TIER_ON}{self.folder.parent}/{self.folder.name.rsplit('.', 1)[0]}.HOST, every "
                 f"{self.cfg.local_interval or '-'} steps / {self.cfg.local_interval_s or '-'} s, keeping "
                 f"{keep}; {self.hosts[0]}'s copy on {self.hosts[partner[0]]}; up to "
-                f"{_gb(localtier.memory_per_node(node / 2, keep))} per node")  # fmt: skip
+                f"{_gb(localtier.memory_per_node(node / 2, keep))} per node", flush=True)  # fmt: skip
 
     # -- saving ---------------------------------------------------------------------------------------------
     def due_by_time(self) -> bool:
