@@ -381,6 +381,10 @@ def asked_resubmit(log: Path | None) -> bool:
         return False
 
 
+# of the log's head: the line comes before the first step, after the start-up's lines
+LOCAL_TIER_LINES = 100_000
+
+
 def local_tier_on(log: Path | None) -> bool:
     """Whether the attempt's log shows the trainer's local checkpoint tier on (rank 0's `rundir.LOCAL_TIER_ON`
     line, printed once before its first step): read from the head up to that line or the first progress line."""
@@ -399,10 +403,6 @@ def local_tier_on(log: Path | None) -> bool:
     except OSError:
         pass
     return False
-
-
-# of the log's head: the line comes before the first step, after the start-up's lines
-LOCAL_TIER_LINES = 100_000
 
 
 def _held(att: Attempt, log: Path | None, history: Sequence[dict[str, Any]]) -> bool:
