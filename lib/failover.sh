@@ -16,10 +16,11 @@
 #
 # Each attempt's environment: FAILOVER_HOSTFILE (RUN_DIR/hosts/active), FAILOVER_HOSTS (comma list),
 # FAILOVER_NUM_HOSTS, FAILOVER_ATTEMPT (1, 2, ...), FAILOVER_JOBID, AGPT_RUN_DIR, AGPT_ATTEMPT_ID (JOBID.N: the
-# heartbeats' attempt), FAILOVER_IDLE_TIMEOUT, AGPT_DEADLINE_EPOCH (when known); and the
+# heartbeats' attempt), FAILOVER_IDLE_TIMEOUT, AGPT_DEADLINE_EPOCH (when known), AGPT_CHECKPOINT_SAVE_AND_STOP=true
+# (only a save before a stop for a person); and the
 # words {hostfile} {hosts} {nhosts} in CMD are replaced.  The decisions live in `agpt failover plan` (Python,
 # unit-tested), called once per attempt: it classifies the attempt's log in-process, swaps hosts, appends
-# events.jsonl and answers `ACTION EXIT BACKOFF_S ATTEMPT`; this file is the glue.  Files written:
+# events.jsonl and answers `ACTION EXIT BACKOFF_S ATTEMPT [save]`; this file is the glue.  Files written:
 # RUN_DIR/hosts/*, attempts/JOBID.N.log, .class.json and .times.json (when it ended), events.jsonl,
 # metrics.prom (Prometheus text, rewritten after every attempt, so its counters move while no trainer runs);
 # at every stop the run's timeline (`agpt failover report`) goes to the log.  Host names are only
@@ -130,6 +131,7 @@
 _failover_root="$(cd -P "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 _failover_inited=""
 _failover_attempt=""
+_failover_save=""
 _failover_rc=""
 _failover_full=""
 _failover_warm_pid=""
@@ -276,16 +278,18 @@ _failover_cleanup() {
   return 0
 }
 
-# Usage: _failover_act "ACTION EXIT BACKOFF_S ATTEMPT" PLAN_RC WHEN
+# Usage: _failover_act "ACTION EXIT BACKOFF_S ATTEMPT [save]" PLAN_RC WHEN
 # Acts on `agpt failover plan --shell`'s words: relaunch -> sleeps the backoff, runs the cleanup hook (not before
-# the first attempt), sets _failover_attempt, returns 0; stop -> sets _failover_rc, returns 1.  No decision (plan
-# failed): says so, prints the report, _failover_rc 2 (bad input) or 1.
+# the first attempt), sets _failover_attempt and _failover_save (save: a save before a stop, the trainer only
+# saves node memory's state), returns 0; stop -> sets _failover_rc, returns 1.  No decision (plan failed): says
+# so, prints the report, _failover_rc 2 (bad input) or 1.
 _failover_act() {
-  local action code backoff attempt
-  IFS=' ' read -r action code backoff attempt <<<"$1" || true
+  local action code backoff attempt mode
+  IFS=' ' read -r action code backoff attempt mode <<<"$1" || true
   case "${action:-}" in
     relaunch)
       _failover_attempt="$attempt"
+      _failover_save="${mode:-}"
       if [[ "$3" != before* ]]; then
         sleep "$backoff"
         _failover_cleanup
@@ -415,6 +419,8 @@ _failover_env() {
     FAILOVER_ATTEMPT="$2" AGPT_RUN_DIR="$AGPT_RUN_DIR" FAILOVER_JOBID="$FAILOVER_JOBID"
     AGPT_ATTEMPT_ID="$FAILOVER_JOBID.$2" FAILOVER_IDLE_TIMEOUT="$FAILOVER_IDLE_TIMEOUT")
   [[ -n "$3" ]] && _failover_e+=(AGPT_DEADLINE_EPOCH="$3")
+  # A save before a stop for a person: the trainer restores node memory, saves it globally, exits 75.
+  [[ "${_failover_save:-}" == save ]] && _failover_e+=(AGPT_CHECKPOINT_SAVE_AND_STOP=true)
   # Fewer hosts than the job started with (a shrink): the trainer splits a batch they do not divide unevenly.
   ((n >= ${_failover_full:-0})) || _failover_e+=(AGPT_TRAIN_UNEVEN_BATCH=true)
   return 0

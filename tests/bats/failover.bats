@@ -197,6 +197,19 @@ SH
   assert_output $'h1\nh2\nh3\nh4'
 }
 
+@test "the same failure with node memory ahead of the global checkpoint: saved before the stop for a person" {
+  # the global checkpoint is step 4, node memory holds step 5 and every attempt fails at step 6
+  run bash "$(job <<<'FAULTS=nan@6; export FAKE_TRAINER_LOCAL=1')"
+  assert_failure 4
+  run ev attempt last_step held action
+  assert_output "$(printf '6 true "relaunch"\n6 true "relaunch"\n6 true "relaunch"\nnull true "stop"\n')"
+  run ev stop verdict exit
+  assert_output '"repeat" 4'
+  run grep -c "save before a stop: step 5 saved globally" "$RUN/attempts/j1.4.log"
+  assert_output 1
+  assert [ -f "$RUN/ckpt/step-5/.complete" ]
+}
+
 @test "spares exhausted after progress: resubmit (75), every bad host recorded for the next job" {
   run bash "$(job <<<'FAULTS=die@3:h2,die@5:h5,die@7:h6
 STEPS=12')"

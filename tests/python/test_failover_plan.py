@@ -389,6 +389,67 @@ def test_cli_records_held_and_relaunches_a_save_attempt(tmp_path: Path) -> None:
     assert r.returncode == 2 and "FAILOVER_MIN_SAVE_S" in r.stderr
 
 
+def test_a_stop_for_a_person_saves_node_memory_first_then_stops_as_it_would_have() -> None:
+    """The deterministic bug reproduced on swept hosts: a stop for a person.  Node memory holds progress past the
+    global checkpoint (`held`): a save before the stop (the same hosts, checkpoint.save_and_stop), then that stop,
+    whatever the save attempt did; once per job; not without `held`, nor with less than FAILOVER_MIN_SAVE_S."""
+    s = policy.Settings(backoff=(5,), min_attempt_s=600, min_save_s=150)
+    swept = "probe + collective"
+    h = [ev(1, "app", last=6, sig="6 boom", passed=swept)]
+    bug = dataclasses.replace(att(2, "app", last=6, sig="6 boom"), held=True)
+    p = decide(bug, h, settings=s, deadline=None)
+    assert p.action == "relaunch" and not p.swap_out and p.backoff_s == 0
+    assert p.then is not None and (p.then["verdict"], p.then["exit"]) == ("repeat", 4)
+    assert "save before a stop (repeat)" in p.reason and "a person is needed" in p.then["reason"]
+    after = [*h, {**ev(2, "app", last=6, sig="6 boom"), "held": True, "then": p.then}]
+    for rc, said in ((75, "saved"), (1, "ended rc 1: not saved")):
+        saved = dataclasses.replace(att(3, "crash", rc=rc, first=None, last=None), ckpt_step=6)
+        assert not policy.wants_sweep(saved, active=ACTIVE, history=after, settings=s)
+        q = decide(saved, after, settings=s)
+        assert (q.action, q.verdict, q.exit) == ("stop", "repeat", 4)
+        assert (
+            "a person is needed" in q.reason
+            and f"(the save before this stop {said}; newest global checkpoint: step 6)" in q.reason
+        )
+    # once per job: a later stop for a person in it is not deferred again
+    assert decide(bug, [*after, ev(3, "crash", first=None, last=None)], settings=s).action == "stop"
+    # nothing held: the stop at once
+    assert decide(dataclasses.replace(bug, held=False), h, settings=s).verdict == "repeat"
+    # too little time left to save: the stop, saying what it loses
+    p = decide(bug, h, settings=s, now=1000, deadline=1100)
+    assert (
+        p.verdict == "repeat"
+        and "node memory's progress past the newest global checkpoint is lost" in p.reason
+    )
+    # the trainer's rollback limit is a stop for a person too; a site fault or a resubmit never is
+    rb = dataclasses.replace(att(1, "app", rc=4, passed=swept), held=True)
+    assert decide(rb, settings=s).then is not None
+    assert decide(dataclasses.replace(att(1, "crash", rc=75), held=True), settings=s).action == "stop"
+
+
+def test_cli_records_the_deferred_stop_and_says_save_to_the_loop(tmp_path: Path) -> None:
+    text = f"0: {rundir.LOCAL_TIER_ON}/dev/shm/x\n0: step=5 loss=3\n0: step=9 loss=2\nValueError: boom\n"
+    run, log = run_with_attempt(tmp_path, ["h1", "h2", "h3", "h4"], ["h5", "h6"], text)
+    cls = tmp_path / "c.json"
+    cls.write_text(json.dumps({"class": "app", "evidence": ["ValueError: boom"], "first_step": 5,
+                               "last_step": 9}))  # fmt: skip
+    earlier = {**ev(1, "app", first=5, last=9, passed="probe + collective"), "held": True}
+    earlier["signature"] = policy.signature("ValueError: boom", hosts=[], where=9)
+    (run / "events.jsonl").write_text(json.dumps(earlier) + "\n")
+    args = ["--jobid", "j", "--attempt", "2", "--rc", "1", "--apply", "--log", str(log), "--classification",
+            str(cls), "--shell"]  # fmt: skip
+    out = plan_cli(run, *args)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["relaunch", "-", "0", "2", "save"]
+    e = json.loads((run / "events.jsonl").read_text().splitlines()[-1])
+    assert e["then"]["verdict"] == "repeat" and e["action"] == "relaunch"
+    (tmp_path / "c.json").write_text(json.dumps({"class": "crash", "evidence": []}))
+    out = plan_cli(run, "--jobid", "j", "--attempt", "3", "--rc", "75", "--apply", "--classification",
+                   str(cls), "--shell")  # fmt: skip
+    assert out.stdout.split() == ["stop", "4", "0", "3"], out.stderr
+    assert "the save before this stop saved" in out.stderr
+
+
 def test_backoff_counts_toward_the_deadline() -> None:
     s = policy.Settings(backoff=(30,), min_attempt_s=60)
     assert decide(att(1, "app"), now=1000, deadline=1080, settings=s).exit == 75

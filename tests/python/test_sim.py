@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from agpt.errors import ConfigError
-from agpt.failover import classify
+from agpt.failover import classify, policy
 from agpt.failover import hosts as hostlib
 from agpt.sim import engine, logs, model, sweep, validate
 from agpt.train import ckpt_policy
@@ -439,6 +439,29 @@ def test_a_failure_in_a_jobs_last_minutes_is_saved_from_node_memory_not_trained_
     saved, handed = run(150.0), run(600.0)
     assert sum(f.next_job for f in saved.faults) < sum(f.next_job for f in handed.faults)
     assert saved.time["lost_work"] < handed.time["lost_work"] and saved.steps > handed.steps
+
+
+def test_a_stop_for_a_person_saves_node_memory_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every application fault a bug that recurs at its step: each reproduction stops for a person.  With the
+    local tier on, the real planner first relaunches a save before the stop (the trainer saves node memory's
+    newest step globally, no step), so the person's restart resumes there, not up to the global interval (an
+    hour) before it.  The baseline is the same run with that decision patched out (the stop at once)."""
+
+    def run() -> engine.Result:
+        m = small(mix={"app": 1.0}, failures={"node_mtbf_h": 2000}, horizon_days=4, spares=16,
+                  behaviour={"app_deterministic": 1.0}, costs={"queue_wait_s": 600, "person_response_h": 1},
+                  train={"checkpoint_interval": 0, "checkpoint_interval_s": 3600})  # fmt: skip
+        m = model.override(m, local_tier=True)
+        m.train.local_daly, m.train.local_interval_s = False, 120.0
+        return engine.simulate(m, seed=1)
+
+    saved = run()
+    with monkeypatch.context() as mp:
+        mp.setattr(policy, "_save_first", lambda stop, *_a: stop)
+        stopped = run()
+    assert sum(saved.person_stops.values()) >= 2 and sum(stopped.person_stops.values()) >= 2
+    assert saved.time["lost_work"] < 0.5 * stopped.time["lost_work"]
+    assert saved.steps > stopped.steps
 
 
 def test_sim_table_runs_only_the_variants_asked_and_refuses_an_unknown_one(tmp_path: Path) -> None:

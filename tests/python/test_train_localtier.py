@@ -97,6 +97,35 @@ def test_a_save_attempt_keeps_what_only_node_memory_held(tmp_path: Path, referen
     assert ckptdir.resume_step(run) == 10  # saved globally: what node memory held is kept
 
 
+def test_a_save_before_a_stop_keeps_node_memory_without_training_the_failing_step(
+    tmp_path: Path, reference: str
+) -> None:
+    """The failover loop's save before a stop for a person (agpt.failover.policy, `then`), the trainer's half: a
+    bug that fails the next step every time, progress past the global checkpoint only in node memory.  With
+    checkpoint.save_and_stop (what the loop exports) the relaunch restores the local step and saves it globally
+    before any step (exit 75), so the fix resumes there; asked again, it finds nothing newer and writes nothing."""
+    env = _env(tmp_path)
+    run = tmp_path / "run"
+    r = run_nodes(["nA", "nB"], run, "--steps", "11", "--ckpt-interval", "6", *LOCAL, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert ckptdir.resume_step(run) == 6  # node memory holds step 9
+    save = {**env, "AGPT_CHECKPOINT_SAVE_AND_STOP": "true"}
+    r = run_nodes(["nA", "nB"], run, "--steps", str(STEPS), *LOCAL, env=save)
+    assert r.returncode == 75, r.stdout + r.stderr
+    assert "resumed from the local tier (step 9:" in r.stdout
+    assert "agpt: event: save before a stop: step 9 saved globally" in r.stdout
+    assert not step_lines(r.stdout)  # no step trained: the failing one is not run
+    assert ckptdir.resume_step(run) == 9
+    r = run_nodes(["nA", "nB"], run, "--steps", str(STEPS), *LOCAL, env=save)
+    assert r.returncode == 75, r.stdout + r.stderr
+    assert "save before a stop: nothing newer than step 9 to save" in r.stdout
+    r = run_nodes(
+        ["nA", "nB"], run, "--steps", str(STEPS), *LOCAL, env=env
+    )  # the fix: training goes on from 9
+    assert r.returncode == 0, r.stdout + r.stderr
+    same_steps(r.stdout, reference, 10, STEPS)
+
+
 def test_a_corrupt_local_shard_is_found_before_loading_and_the_global_checkpoint_used(
     tmp_path: Path, reference: str
 ) -> None:

@@ -317,7 +317,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--min-nodes", help=f"FAILOVER_MIN_NODES: a count or a fraction (default {d.min_nodes})")
     ap.add_argument("--apply", action="store_true", help="do it: swap hosts, append events.jsonl")
     ap.add_argument(
-        "--shell", action="store_true", help="print `ACTION EXIT BACKOFF_S ATTEMPT` instead of JSON"
+        "--shell",
+        action="store_true",
+        help="print `ACTION EXIT BACKOFF_S ATTEMPT [save]` instead of JSON (save: a save before a stop)",
     )
     ap.add_argument("--report", action="store_true", help="on a stop, print `agpt failover report` to stderr")
     return ap
@@ -629,6 +631,7 @@ def _attempt_event(
         "signature": att.signature,
         "passed": att.passed,
         "held": att.held,
+        **({"then": plan.then} if plan.then is not None else {}),
         **({"sweep": record["sweep"]} if "sweep" in record else {}),
     }
 
@@ -701,6 +704,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.shell:
         print(
             f"{plan.action} {plan.exit if plan.exit is not None else '-'} {plan.backoff_s:g} {args.attempt}"
+            + (" save" if plan.then is not None else "")
         )
     else:
         print(json.dumps(plan.as_dict()))

@@ -26,7 +26,11 @@ The rules, in order (why in brackets):
    with no progress line, neither `node` nor `system` -> `stuck`; for `hang`/`crash` each as long as the blind
    rotation (min(active, FAILOVER_MAX_BLIND) + 1), so it can reach every original host first.  The trainer's
    own rollback limit (rc 4, `app`) stops as `repeat` once the sweep passed (a device computing wrong numbers
-   rolls back too) or could not run.
+   rolls back too) or could not run.  Any of these stops, when node memory holds this job's progress past its
+   newest global checkpoint (`Attempt.held`) and FAILOVER_MIN_SAVE_S is left, is deferred once per job for a save
+   before it: a relaunch on the same hosts with checkpoint.save_and_stop (the trainer restores node memory's
+   newest state and saves it globally before any step, exit 75), after which the loop stops as it would have
+   (the event's `then`), whatever that relaunch did.
 4. FAILOVER_MAX_ATTEMPTS reached -> stop: `resubmit` (75) after progress in this job, or when the attempt is a
    `system` fault (a later job retries after its queue wait; CHAIN_MAX_NO_PROGRESS bounds it), else `failed` (1).
 5. `node`: swap exactly the named active hosts.  `hang`/`crash` that the health sweep (agpt.failover.sweep, run by
@@ -158,6 +162,9 @@ class Plan:
     reason: str = ""
     to_spare: list[str] = field(default_factory=list)  # a shrink: healthy hosts put back as spares
     shrink: dict[str, Any] | None = None  # a shrink: the `shrink` event's figures (agpt.failover.shrink)
+    # a save before a stop (rule 2-3's stop deferred): the relaunch only saves node memory's newest state globally
+    # (checkpoint.save_and_stop), then the loop stops with this {verdict, exit, reason}
+    then: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The plan as `agpt failover plan` prints it: every field, by its name."""
@@ -315,7 +322,7 @@ def decide(
         att, cls, named, active=active, history=history, settings=settings, progressed=progressed
     )
     if stop is not None:
-        return stop
+        return _save_first(stop, att, history, settings, _time_left(now, deadline))
     plan = _swap(att, cls, named, active=active, spare=spare, history=history, progressed=progressed)
     if plan.action == "stop" and named and len(spare) < len(named):
         plan = _shrink_or_stop(plan, named, active=active, spare=spare, settings=settings, layout=layout)
@@ -337,6 +344,47 @@ def decide(
     return plan
 
 
+# the stops for a person: what node memory holds is saved globally first (a save before a stop)
+PERSON_VERDICTS = ("repeat", "stuck")
+
+
+def _save_first(
+    stop: Plan, att: Attempt, history: Sequence[dict[str, Any]], settings: Settings, left: float | None
+) -> Plan:
+    """A stop for a person (rules 2-3, the trainer's rollback limit) with node memory holding progress past the
+    newest global checkpoint (`att.held`) and FAILOVER_MIN_SAVE_S left: a save before the stop instead.  The
+    relaunch runs on the same hosts with checkpoint.save_and_stop (the trainer restores node memory's newest
+    state, saves it globally before any step, exits 75) and the next decision is the deferred stop (`_deferred`).
+    Once per job: the person's fix resumes from that checkpoint, not from up to a global interval before it."""
+    if stop.verdict not in PERSON_VERDICTS or not att.held or any(e.get("then") for e in history):
+        return stop
+    if left is not None and left < settings.min_save_s:
+        stop.reason += _unsaved_note(True, settings)
+        return stop
+    assert stop.verdict is not None and stop.exit is not None
+    return Plan(
+        action="relaunch",
+        then={"verdict": stop.verdict, "exit": stop.exit, "reason": stop.reason},
+        reason=f"save before a stop ({stop.verdict}): node memory holds progress past the newest global "
+        "checkpoint; the trainer restores it and saves it globally before any step, then the loop stops",
+    )
+
+
+def _deferred(att: Attempt, history: Sequence[dict[str, Any]]) -> Plan | None:
+    """After a save before a stop (the last event's `then`), that stop, whatever the save attempt did; its
+    reason says whether the save attempt ended as asked (rc 75) and the newest global checkpoint."""
+    then = history[-1].get("then") if history else None
+    if not isinstance(then, dict) or then.get("verdict") not in PERSON_VERDICTS:
+        return None
+    newest = "none" if att.ckpt_step is None else f"step {att.ckpt_step}"
+    saved = "saved" if att.rc == EXIT_RESUBMIT else f"ended rc {att.rc}: not saved"
+    return _stop(
+        str(then["verdict"]),
+        f"{then.get('reason') or then['verdict']} (the save before this stop {saved}; newest global checkpoint: "
+        f"{newest})",
+    )
+
+
 def _named(att: Attempt, cls: str, active: Sequence[str]) -> list[str]:
     """Only a `node` verdict makes a named host bad; other classes may name hosts only as context."""
     return [h for h in dict.fromkeys(att.bad_hosts) if h in active] if cls == "node" else []
@@ -352,9 +400,10 @@ def _early_stop(
     settings: Settings,
     progressed: bool,
 ) -> Plan | None:
-    """Rules 1-4, in order; None when the attempt goes on to a swap."""
+    """Rules 1-4, in order (after a save before a stop, that stop); None when the attempt goes on to a swap."""
     return (
-        _ended(att, cls, named, history)
+        _deferred(att, history)
+        or _ended(att, cls, named, history)
         or _for_a_person(att, cls, active=active, history=history, settings=settings)
         or _out_of_attempts(att, cls, settings, progressed, named)
     )

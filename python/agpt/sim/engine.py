@@ -143,6 +143,7 @@ class Sim(Training):
         # a fault's cause -> how its log is misread (None: read right) and the host the log names
         self.misreads: dict[tuple[str, Any], tuple[str | None, str | None]] = {}
         self.app_bug_step: int | None = None
+        self.save_first = False  # the last plan was a save before a stop: the next attempt only saves
         self.slow = 1.0
         # FAILOVER_STRAGGLER=swap: the slow host, its fault, and when the trainer's monitor stops the attempt
         self.straggler: tuple[str, FaultRecord] | None = None
@@ -378,6 +379,7 @@ class Sim(Training):
             self.time["detection"] += self.sweep_s
             if plan.action == "stop":
                 return plan.exit or 0
+            self.save_first = plan.then is not None
             wait = self.m.costs.classify_s + plan.backoff_s
             self.t += wait
             self.time["backoff"] += wait
@@ -405,7 +407,8 @@ class Sim(Training):
         for f in self.open:
             if f.back_s is None:  # what this attempt would cost, if it comes back
                 f.tier, f.stages = tier, simlocal.stages(self.m, f, launch, restore)
-        end = self._train(active, launch, ready, resumed, deadline)
+        end = self._train(active, launch, ready, resumed, deadline, save_only=self.save_first)
+        self.save_first = False
         if n == 1 and end.first is not None:  # a job's cold start: its first attempt's first step
             self.cold_starts.append(self._cold_start(launch, restore, len(active)))
         read = self._misread(end, active)  # how its log reads: what evidence the watch can end it on

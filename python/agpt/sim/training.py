@@ -67,6 +67,7 @@ class Training:
     horizon: float
     time: dict[str, float]
     ckpts: list[tuple[int, float]]
+    ckpt: int  # the newest complete global checkpoint
     local: simlocal.Tier | None
     faults: list[FaultRecord]
     slow: float
@@ -112,10 +113,12 @@ class Training:
         return next(c for c, p in reversed(self.m.mix.items()) if p > 0)
 
     def _train(
-        self, active: list[str], launch: float, ready: float, resumed: int, deadline: float
-    ) -> AttemptEnd:
+        self, active: list[str], launch: float, ready: float, resumed: int, deadline: float,
+        save_only: bool = False,
+    ) -> AttemptEnd:  # fmt: skip
         """Run one attempt on the virtual clock, segment by segment (to the next save, the end of training, a
-        scripted fault or the recurring bug), until a failure, the deadline or the horizon ends it."""
+        scripted fault or the recurring bug), until a failure, the deadline or the horizon ends it.  SAVE_ONLY:
+        the loop's save before a stop (checkpoint.save_and_stop): the restored step saved globally, no step."""
         c, tr = self.m.costs, self.m.train
         if launch < self.outage_until:
             return AttemptEnd(kind="system", bad=None, at=launch + c.launcher_start_s, step=resumed)
@@ -125,6 +128,8 @@ class Training:
         hung = [h for h in active if self.hung_until.get(h, 0.0) > launch]
         if hung:
             return AttemptEnd(kind="hang", bad=hung[0], at=ready, step=resumed)
+        if save_only:
+            return self._save_and_stop(ready, resumed, deadline)
         self._straggler_watch(active, ready)
         run = _Run(step=resumed, clock=ready, saved=resumed)
         stop_at = deadline - tr.deadline_margin_s
@@ -191,6 +196,19 @@ class Training:
         self.time["checkpoint_stalls"] += stall
         self.ckpts.append((run.step, run.clock + stall))
         return run.clock + stall
+
+    def _save_and_stop(self, ready: float, resumed: int, deadline: float) -> AttemptEnd:
+        """The trainer's save_and_stop: a blocking global save of the restored step when the global tier does not
+        hold it yet (not written when the walltime ends first), then exit 75 (its stop line, no step)."""
+        at = ready
+        if resumed > self.ckpt:
+            stall = self.m.costs.save_stall_s
+            if ready + stall > deadline:
+                return AttemptEnd(kind="deadline", bad=None, at=deadline, last=resumed, step=resumed)
+            at = ready + stall
+            self.time["checkpoint_stalls"] += stall
+            self.ckpts.append((resumed, at))
+        return AttemptEnd(kind="deadline", bad=None, at=at, last=resumed, step=resumed)
 
     def _bound(self, step: int, nxt: int | None, sf: ScriptedFault | None) -> float:
         """Where the segment from STEP ends: the next save, the last step, the recurring bug, a scripted fault."""

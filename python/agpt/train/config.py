@@ -289,6 +289,9 @@ class CheckpointConfig:
     # A stored item several ranks need (replicated state, a reshard's shared chunks) read by one rank and broadcast
     # (train/coopload.py): fewer bytes from the filesystem, a collective instead (tests/bench/bench_coopload.py).
     coop_load: bool = False
+    # The failover loop's save before a stop for a person (AGPT_CHECKPOINT_SAVE_AND_STOP=true): restore, save the
+    # restored state globally before any step (node memory's, when newer than the newest global one), exit 75.
+    save_and_stop: bool = False
 
     @property
     def local(self) -> bool:

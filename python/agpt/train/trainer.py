@@ -486,6 +486,8 @@ class Trainer:
         self._begin_run()
         t_save = time.perf_counter()
         try:
+            if self.cfg.checkpoint.save_and_stop:
+                return self._save_and_stop()
             while self.step < self.cfg.train.steps:
                 try:
                     rec, agreed = self.train_step(stop=self._stop_request(time.perf_counter() - t_save))
@@ -576,6 +578,25 @@ class Trainer:
         if self.rank == 0:
             print(rundir.STOP_LINE.format(step=self.step, reason=agreed.reason), flush=True)
         return agreed.exit_code
+
+    def _save_and_stop(self) -> int:
+        """checkpoint.save_and_stop, the failover loop's save before a stop for a person: the restored state saved
+        globally before any step when it is newer than the newest global checkpoint (node memory's), its line,
+        exit 75.  The step that failed is never trained again here: a deterministic bug would fail it."""
+        newest = ck.complete_steps(self.ckpt.root) if self.ckpt is not None else []
+        fresh = self.ckpt is not None and (not newest or newest[-1][0] < self.step)
+        if fresh:
+            self.save(block=True)
+        self._wait_saves()
+        if self.rank == 0:
+            what = (
+                f"step {self.step} saved globally"
+                if fresh
+                else f"nothing newer than step {self.step} to save"
+            )
+            print(f"agpt: event: save before a stop: {what}", flush=True)
+            print(rundir.STOP_LINE.format(step=self.step, reason=rundir.RESUBMIT_REASON), flush=True)
+        return EXIT_RESUBMIT
 
     def _swap_stop(self, emit: Callable[[str], None], rec: StepRecord) -> int:
         """The straggler's swap at this step's local checkpoint: its save to the end (the partner's copy too), its
