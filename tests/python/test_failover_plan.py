@@ -421,6 +421,10 @@ def test_a_stop_for_a_person_saves_node_memory_first_then_stops_as_it_would_have
         p.verdict == "repeat"
         and "node memory's progress past the newest global checkpoint is lost" in p.reason
     )
+    # a save before a stop that cannot start (the attempt limit, the deadline) is that stop, not a resubmit
+    for n, now in ((21, 1000.0), (3, 1150.0)):
+        q = policy.before_attempt(n, history=after, settings=s, now=now, deadline=1200)
+        assert (q.verdict, q.exit) == ("repeat", 4) and "(no save before it: " in q.reason
     # the trainer's rollback limit is a stop for a person too; a site fault or a resubmit never is
     rb = dataclasses.replace(att(1, "app", rc=4, passed=swept), held=True)
     assert decide(rb, settings=s).then is not None

@@ -196,6 +196,20 @@ def before_attempt(
     attempt: int, *, history: Sequence[dict[str, Any]], settings: Settings, now: float, deadline: float | None
 ) -> Plan:
     """Whether attempt `attempt` (1-based, this job) may start: not past the attempt limit nor the deadline."""
+    plan = _may_start(attempt, history=history, settings=settings, now=now, deadline=deadline)
+    then = history[-1].get("then") if history else None
+    if plan.action == "stop" and isinstance(then, dict) and then.get("verdict") in PERSON_VERDICTS:
+        # the save before a stop cannot start: the stop it was for, not this one
+        return _stop(
+            str(then["verdict"]),
+            f"{then.get('reason') or then['verdict']} (no save before it: {plan.reason})",
+        )
+    return plan
+
+
+def _may_start(
+    attempt: int, *, history: Sequence[dict[str, Any]], settings: Settings, now: float, deadline: float | None
+) -> Plan:
     progressed = any(_progress(e) for e in history)
     if attempt > settings.max_attempts:
         verdict = "resubmit" if progressed else "failed"
