@@ -5,6 +5,8 @@ own folder (tests/cluster/up), and a node failure (tests/cluster/node fail) dest
   the newest local step, the lost node's shards taken from the node that held its copy, and every step's loss
   is, as text, the loss of an unfaulted run.  The same failure in the job's last minutes (less than
   FAILOVER_MIN_ATTEMPT_S left): the relaunch is the loop's save attempt, not a hand-over with node memory's steps.
+  A bug that recurs at its step (AGPT_FAULT_BUG_AT): the stop for a person comes after a save before it, which
+  writes node memory's step to the global tier without running the failing step again.
 - A local shard corrupted in memory between the failure and the relaunch: found by its digest, global used.
 The first prints the steps lost by the failure from the tier it resumed from, and from the global tier alone.
 
@@ -31,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from agpt import localtier
+from agpt import ckptdir, localtier
 from conftest import ROOT
 from train_util import srun_env
 
@@ -227,6 +229,42 @@ def test_a_node_killed_in_the_jobs_last_minutes_is_relaunched_as_a_save_attempt(
     first = next(e for e in events if e.get("event") == "attempt")
     assert first["held"] is True and first["action"] == "relaunch" and "save attempt" in first["reason"], (
         first
+    )
+
+
+def test_a_bug_that_recurs_has_node_memory_saved_before_the_stop_for_a_person(
+    cluster: dict[str, str], tmp_path: Path
+) -> None:
+    """A bug that fails step 14 in every run, on every rank (AGPT_FAULT_BUG_AT): attempt 1 fails, the health sweep
+    passes every host, the relaunch resumes from node memory (local step 12) and fails with the same signature: a
+    stop for a person (repeat).  Node memory holds step 12, past the global checkpoint (10): the loop first
+    relaunches a save before the stop (AGPT_CHECKPOINT_SAVE_AND_STOP through srun), the trainer saves step 12
+    globally without a step, and the loop stops (4): the person's fix resumes at 12, not 10."""
+    env = _env(cluster)
+    run = tmp_path / "run"
+    jobid = _submit(env, tmp_path, _job(tmp_path, run, "1", "", faults="export AGPT_FAULT_BUG_AT=14"))
+    _wait(jobid, env)
+    out = (tmp_path / "job.out").read_text()
+    assert "verdict: 4" in out, out
+    events = [json.loads(x) for x in (run / "events.jsonl").read_text().splitlines()]
+    attempts = [e for e in events if e.get("event") == "attempt"]
+    assert [(a["class"], a["action"]) for a in attempts] == [("app", "relaunch"), ("app", "relaunch"),
+                                                             ("crash", "stop")], attempts  # fmt: skip
+    assert attempts[0]["passed"] and attempts[1]["held"] is True
+    assert (
+        attempts[1]["then"]["verdict"] == "repeat" and "save before a stop (repeat)" in attempts[1]["reason"]
+    )
+    save = (run / "attempts" / f"{jobid}.3.log").read_text()
+    assert (
+        "resumed from the local tier (step 12:" in save
+        and "save before a stop: step 12 saved globally" in save
+    )
+    assert not STEP_RE.search(save)  # the failing step is not run again
+    assert ckptdir.resume_step(run) == 12
+    stop = [e for e in events if e.get("event") == "stop"][-1]
+    assert (
+        stop["verdict"] == "repeat"
+        and "(the save before this stop saved; newest global checkpoint: step 12)" in stop["reason"]
     )
 
 

@@ -23,6 +23,8 @@ The trainer calls each hook where its fault would strike; each is a no-op unless
                                          (exit 2) unless AGPT_TEST_FAULTS=1 and the run reads synthetic data: a
                                          production run never flips its own numbers
   AGPT_FAULT_RERUN_OOM=STEP              the rerun of STEP (agpt.train.sdc) fails as an out-of-memory error does
+  AGPT_FAULT_BUG_AT=STEP                 every rank raises a ValueError in the forward pass of STEP, in every run: a
+                                         bug that recurs at its step, which the failover loop stops for a person
   AGPT_TEST_SAMPLE_LOG=PATH              every micro batch appends `ATTEMPT STEP DP_RANK MICRO FIRST COUNT WEIGHT`
                                          to PATH (tp rank 0 only): the samples a run consumed, in order (the
                                          shrink drill compares them with an unfaulted run's)
@@ -51,6 +53,7 @@ LOCAL_FULL = "AGPT_TEST_LOCAL_FULL"
 SAMPLE_LOG = "AGPT_TEST_SAMPLE_LOG"
 BITFLIP = "AGPT_FAULT_BITFLIP"
 RERUN_OOM = "AGPT_FAULT_RERUN_OOM"
+BUG_AT = "AGPT_FAULT_BUG_AT"
 TEST_FAULTS = "AGPT_TEST_FAULTS"  # =1: the number faults may run (tests only)
 FLIP_WHERE = ("matmul", "grad", "canary")
 SPIKE_SCALE = 1000.0  # an injected spike multiplies the step's loss by this
@@ -146,7 +149,10 @@ class Faults:
             raise MemoryError(f"fault drill: out of memory in the rerun of step {step}")
 
     def forward(self, step: int, compute_s: float) -> None:
-        """Right after the forward pass of STEP, which took COMPUTE_S: hang alive, or be the slow host."""
+        """Right after the forward pass of STEP, which took COMPUTE_S: the recurring bug, hang alive, or be the
+        slow host."""
+        if _env_step(self.env, BUG_AT) == step:
+            raise ValueError(f"fault drill: a bug in the forward pass of step {step} ({BUG_AT}), every run")
         forward(step, compute_s, self.env)
 
 
