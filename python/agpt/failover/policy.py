@@ -197,13 +197,8 @@ def before_attempt(
 ) -> Plan:
     """Whether attempt `attempt` (1-based, this job) may start: not past the attempt limit nor the deadline."""
     plan = _may_start(attempt, history=history, settings=settings, now=now, deadline=deadline)
-    then = history[-1].get("then") if history else None
-    if plan.action == "stop" and isinstance(then, dict) and then.get("verdict") in PERSON_VERDICTS:
-        # the save before a stop cannot start: the stop it was for, not this one
-        return _stop(
-            str(then["verdict"]),
-            f"{then.get('reason') or then['verdict']} (no save before it: {plan.reason})",
-        )
+    if plan.action == "stop":  # a save before a stop that cannot start: the stop it was for, not this one
+        return _then_stop(history, f"no save before it: {plan.reason}") or plan
     return plan
 
 
@@ -385,18 +380,20 @@ def _save_first(
 
 
 def _deferred(att: Attempt, history: Sequence[dict[str, Any]]) -> Plan | None:
-    """After a save before a stop (the last event's `then`), that stop, whatever the save attempt did; its
-    reason says whether the save attempt ended as asked (rc 75) and the newest global checkpoint."""
+    """After a save before a stop, that stop, whatever the save attempt did; its reason says whether the save
+    attempt ended as asked (rc 75) and the newest global checkpoint."""
+    newest = "none" if att.ckpt_step is None else f"step {att.ckpt_step}"
+    saved = "saved" if att.rc == EXIT_RESUBMIT else f"ended rc {att.rc}: not saved"
+    return _then_stop(history, f"the save before this stop {saved}; newest global checkpoint: {newest}")
+
+
+def _then_stop(history: Sequence[dict[str, Any]], note: str) -> Plan | None:
+    """The stop the last event deferred for a save before it (its `then`, a record read back: checked), its reason
+    ending `(NOTE)`; None when it deferred none."""
     then = history[-1].get("then") if history else None
     if not isinstance(then, dict) or then.get("verdict") not in PERSON_VERDICTS:
         return None
-    newest = "none" if att.ckpt_step is None else f"step {att.ckpt_step}"
-    saved = "saved" if att.rc == EXIT_RESUBMIT else f"ended rc {att.rc}: not saved"
-    return _stop(
-        str(then["verdict"]),
-        f"{then.get('reason') or then['verdict']} (the save before this stop {saved}; newest global checkpoint: "
-        f"{newest})",
-    )
+    return _stop(str(then["verdict"]), f"{then.get('reason') or then['verdict']} ({note})")
 
 
 def _named(att: Attempt, cls: str, active: Sequence[str]) -> list[str]:
