@@ -266,6 +266,14 @@ def test_a_bug_that_recurs_has_node_memory_saved_before_the_stop_for_a_person(
         stop["verdict"] == "repeat"
         and "(the save before this stop saved; newest global checkpoint: step 12)" in stop["reason"]
     )
+    report = subprocess.run(
+        ["agpt", "failover", "report", str(run)], env=env, capture_output=True, text=True
+    ).stdout
+    assert (
+        f"  save before a stop after {jobid}.2: repeat, once node memory's newest step is saved globally"
+        in report
+    )
+    assert "resumes from: step 12" in report
 
 
 def test_a_corrupt_local_shard_is_found_and_the_global_tier_used(

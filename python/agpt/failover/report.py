@@ -22,7 +22,7 @@ from agpt import ckptdir, rundir, shown
 from agpt import goodput as gp
 from agpt.errors import BadInput
 from agpt.evals import records
-from agpt.failover import hosts
+from agpt.failover import hosts, policy
 from agpt.failover import shrink as shrinklib
 from agpt.heartbeat.format import STACKS_SUFFIX
 
@@ -50,6 +50,7 @@ class AttemptRow:
     steps_made: int = 0
     lost_s: float | None = None
     sweep: dict[str, Any] | None = None  # the health sweep run after this attempt (agpt.failover.sweep)
+    then: str = ""  # the stop for a person deferred for a save before it (the event's `then`): its verdict
     nodes: int | None = None  # hosts the attempt ran on
 
     @property
@@ -237,6 +238,7 @@ def _row(ev: dict[str, Any]) -> AttemptRow:
         evidence=str(evidence or ""),
         reason=str(ev.get("reason") or ""),
         sweep=ev.get("sweep") if isinstance(ev.get("sweep"), dict) else None,
+        then=_deferred_verdict(ev.get("then")),
         nodes=len(ev["hosts"]) if isinstance(ev.get("hosts"), list) else None,
     )
 
@@ -424,6 +426,9 @@ def _timeline(rep: Report) -> list[str]:
         a = rep.attempts[i - 1]
         if a.sweep is not None:
             lines.append(_sweep_line(a))
+        if a.then:
+            lines.append(f"  save before a stop after {a.jobid}.{a.attempt}: {a.then}, once node memory's "
+                         "newest step is saved globally")  # fmt: skip
         for s in [
             s for s in stops if str(s.get("jobid", "")) == a.jobid and _int(s.get("attempt")) == a.attempt
         ]:
@@ -537,6 +542,12 @@ def _sweep_line(a: AttemptRow) -> str:
         if extra:
             text += f"; {extra}"
     return (head + text)[:400]
+
+
+def _deferred_verdict(then: Any) -> str:
+    """The verdict of an attempt event's `then` (a record read back: only a stop for a person's), else ""."""
+    v = then.get("verdict") if isinstance(then, dict) else None
+    return v if v in policy.PERSON_VERDICTS else ""
 
 
 def _stop_line(s: dict[str, Any]) -> str:
