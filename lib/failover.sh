@@ -40,7 +40,7 @@
 #   FAILOVER_MIN_NODES        the least a shrunk job runs on, in nodes' worth of throughput: a count (3) or a
 #                             fraction of the job's nodes (0.9, the default: a shrink that keeps less holds the
 #                             allocation for too little work; docs/goodput.md)
-#   FAILOVER_MAX_ATTEMPTS     attempts per job (default 20)
+#   FAILOVER_MAX_ATTEMPTS     attempts in a row with no step past the job's furthest (default 20)
 #   FAILOVER_MAX_REPEAT       without a health sweep only: the same class at the same step this many times -> repeat, 4
 #                             (default 3); with one, a person is called after the sweep and one reproduction
 #   FAILOVER_MAX_BLIND        blind swaps a hang/crash rotation may try before it can be a repeat (default 8)

@@ -314,10 +314,35 @@ def test_rotation_that_never_helps_ends_as_repeat() -> None:
     assert n == 5  # every original host tried once, then called deterministic
 
 
-def test_max_attempts_after_progress_resubmits() -> None:
+def test_max_attempts_counts_attempts_in_a_row_without_a_step_past_the_jobs_furthest() -> None:
+    """FAILOVER_MAX_ATTEMPTS bounds the attempts in a row that trained nothing new, not the job's attempts: a job
+    that trains on between failures keeps its allocation (and node memory); one stalled for the limit hands over."""
     s = policy.Settings(max_attempts=3, backoff=(0,), min_attempt_s=0)
-    p = decide(att(3, "app", last=9), [ev(1, "app", last=3), ev(2, "app", last=6)], settings=s)
-    assert (p.verdict, p.exit) == ("resubmit", 75)
+    onward = [ev(n, "node", last=10 * n) for n in range(1, 30)]
+    assert decide(att(30, "node", bad=["h2"], last=300), onward, settings=s).action == "relaunch"
+    assert policy.before_attempt(31, history=onward, settings=s, now=0, deadline=None).action == "relaunch"
+    # after progress, attempts that replay steps up to the furthest or log none are stalled: the third hands over
+    stuck = [ev(1, "app", last=9), ev(2, "system", first=None, last=None), ev(3, "system", last=9)]
+    assert policy.stalled(stuck) == 2 and policy.stalled(stuck, 12) == 0
+    p = decide(att(4, "system", first=None, last=None), stuck, settings=s)
+    assert (p.verdict, p.exit) == ("resubmit", 75) and "3 attempts in a row without a step past" in p.reason
+    q = policy.before_attempt(
+        4, history=[*stuck, ev(4, "crash", first=5, last=7)], settings=s, now=0, deadline=None
+    )
+    assert (q.action, q.exit) == ("stop", 75)
+    # node memory holds progress past the global checkpoint: a save before the hand-over, which may start though
+    # the attempts stalled, then the hand-over (75); not when the stop names a host (its relaunch would fail)
+    held = dataclasses.replace(att(4, "system", first=None, last=None), held=True)
+    p = decide(held, stuck, settings=s)
+    assert p.action == "relaunch" and p.then is not None and p.then["verdict"] == "resubmit"
+    after = [*stuck, {**ev(4, "system", first=None, last=None), "held": True, "then": p.then}]
+    assert policy.before_attempt(5, history=after, settings=s, now=0, deadline=None).action == "relaunch"
+    q = decide(
+        dataclasses.replace(att(5, "crash", rc=75, first=None, last=None), ckpt_step=9), after, settings=s
+    )
+    assert (q.verdict, q.exit) == ("resubmit", 75) and "(the save before this stop saved; " in q.reason
+    named = dataclasses.replace(att(4, "node", bad=["h2"], first=None, last=None), held=True)
+    assert decide(named, stuck, settings=s).action == "stop"
 
 
 def test_deadline_near_resubmits_instead_of_a_doomed_attempt() -> None:
@@ -422,9 +447,11 @@ def test_a_stop_for_a_person_saves_node_memory_first_then_stops_as_it_would_have
         and "node memory's progress past the newest global checkpoint is lost" in p.reason
     )
     # a save before a stop that cannot start (the attempt limit, the deadline) is that stop, not a resubmit
-    for n, now in ((21, 1000.0), (3, 1150.0)):
-        q = policy.before_attempt(n, history=after, settings=s, now=now, deadline=1200)
-        assert (q.verdict, q.exit) == ("repeat", 4) and "(no save before it: " in q.reason
+    q = policy.before_attempt(3, history=after, settings=s, now=1150, deadline=1200)  # 50 s left
+    assert (q.verdict, q.exit) == ("repeat", 4) and "(no save before it: " in q.reason
+    # ... but the attempt limit does not hold it back: a save is no training
+    lim = dataclasses.replace(s, max_attempts=1)
+    assert policy.before_attempt(3, history=after, settings=lim, now=1000, deadline=None).action == "relaunch"
     # the trainer's rollback limit is a stop for a person too; a site fault or a resubmit never is
     rb = dataclasses.replace(att(1, "app", rc=4, passed=swept), held=True)
     assert decide(rb, settings=s).then is not None

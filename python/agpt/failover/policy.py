@@ -26,13 +26,15 @@ The rules, in order (why in brackets):
    with no progress line, neither `node` nor `system` -> `stuck`; for `hang`/`crash` each as long as the blind
    rotation (min(active, FAILOVER_MAX_BLIND) + 1), so it can reach every original host first.  The trainer's
    own rollback limit (rc 4, `app`) stops as `repeat` once the sweep passed (a device computing wrong numbers
-   rolls back too) or could not run.  Any of these stops, when node memory holds this job's progress past its
-   newest global checkpoint (`Attempt.held`) and FAILOVER_MIN_SAVE_S is left, is deferred once per job for a save
-   before it: a relaunch on the same hosts with checkpoint.save_and_stop (the trainer restores node memory's
+   rolls back too) or could not run.  Any of these stops (and rule 4's hand-over naming no host), when node
+   memory holds this job's progress past its newest global checkpoint (`Attempt.held`) and FAILOVER_MIN_SAVE_S
+   is left, is deferred once per job for a save before it: a relaunch on the same hosts with checkpoint.save_and_stop (the trainer restores node memory's
    newest state and saves it globally before any step, exit 75), after which the loop stops as it would have
    (the event's `then`), whatever that relaunch did.
-4. FAILOVER_MAX_ATTEMPTS reached -> stop: `resubmit` (75) after progress in this job, or when the attempt is a
-   `system` fault (a later job retries after its queue wait; CHAIN_MAX_NO_PROGRESS bounds it), else `failed` (1).
+4. FAILOVER_MAX_ATTEMPTS attempts in a row that trained no step past the furthest one this job had logged (an
+   attempt that did resets the count: a job that trains on between failures keeps its allocation, and node memory
+   with it) -> stop: `resubmit` (75) after progress in this job, or when the attempt is a `system` fault (a later
+   job retries after its queue wait; CHAIN_MAX_NO_PROGRESS bounds it), else `failed` (1).
 5. `node`: swap exactly the named active hosts.  `hang`/`crash` that the health sweep (agpt.failover.sweep, run by
    agpt.failover.plan before deciding, read by `apply_sweep`) passed on every host: relaunch on the same hosts, no
    blind eviction.  A sweep that found hosts failing made the attempt `node` (evicted on that evidence), one that
@@ -206,9 +208,9 @@ def _may_start(
     attempt: int, *, history: Sequence[dict[str, Any]], settings: Settings, now: float, deadline: float | None
 ) -> Plan:
     progressed = any(_progress(e) for e in history)
-    if attempt > settings.max_attempts:
+    if stalled(history) >= settings.max_attempts and pending_save(history) is None:  # a save is no training
         verdict = "resubmit" if progressed else "failed"
-        return _stop(verdict, f"{settings.max_attempts} attempts used (FAILOVER_MAX_ATTEMPTS)")
+        return _stop(verdict, _attempts_used(settings))
     left = _time_left(now, deadline)
     if left is not None and left < settings.min_attempt_s:
         held = bool(history) and bool(history[-1].get("held"))
@@ -353,19 +355,30 @@ def decide(
     return plan
 
 
-# the stops for a person: what node memory holds is saved globally first (a save before a stop)
+# the stops for a person: what node memory holds is saved globally first (a save before a stop), as it is before
+# the hand-over of a job whose attempts stall (rule 4)
 PERSON_VERDICTS = ("repeat", "stuck")
+SAVE_FIRST_VERDICTS = (*PERSON_VERDICTS, "resubmit")
+
+
+def _savable(stop: Plan, settings: Settings) -> bool:
+    """A stop whose allocation would leave with node memory's progress and that can wait for a save: one for a
+    person, or rule 4's hand-over naming no host (a named host would fail the save's relaunch)."""
+    if stop.verdict in PERSON_VERDICTS:
+        return True
+    return stop.verdict == "resubmit" and stop.reason == _attempts_used(settings) and not stop.mark_bad
 
 
 def _save_first(
     stop: Plan, att: Attempt, history: Sequence[dict[str, Any]], settings: Settings, left: float | None
 ) -> Plan:
-    """A stop for a person (rules 2-3, the trainer's rollback limit) with node memory holding progress past the
-    newest global checkpoint (`att.held`) and FAILOVER_MIN_SAVE_S left: a save before the stop instead.  The
-    relaunch runs on the same hosts with checkpoint.save_and_stop (the trainer restores node memory's newest
-    state, saves it globally before any step, exits 75) and the next decision is the deferred stop (`_deferred`).
-    Once per job: the person's fix resumes from that checkpoint, not from up to a global interval before it."""
-    if stop.verdict not in PERSON_VERDICTS or not att.held or any(e.get("then") for e in history):
+    """A stop for a person (rules 2-3, the trainer's rollback limit) or rule 4's hand-over (`_savable`) with node
+    memory holding progress past the newest global checkpoint (`att.held`) and FAILOVER_MIN_SAVE_S left: a save
+    before the stop instead.  The relaunch runs on the same hosts with checkpoint.save_and_stop (the trainer
+    restores node memory's newest state, saves it globally before any step, exits 75) and the next decision is the
+    deferred stop (`_deferred`).  Once per job: the person's fix, or the next job, resumes from that checkpoint,
+    not from up to a global interval before it."""
+    if not _savable(stop, settings) or not att.held or any(e.get("then") for e in history):
         return stop
     if left is not None and left < settings.min_save_s:
         stop.reason += _unsaved_note(True, settings)
@@ -390,10 +403,16 @@ def _deferred(att: Attempt, history: Sequence[dict[str, Any]]) -> Plan | None:
 def _then_stop(history: Sequence[dict[str, Any]], note: str) -> Plan | None:
     """The stop the last event deferred for a save before it (its `then`, a record read back: checked), its reason
     ending `(NOTE)`; None when it deferred none."""
-    then = history[-1].get("then") if history else None
-    if not isinstance(then, dict) or then.get("verdict") not in PERSON_VERDICTS:
+    then = pending_save(history)
+    if then is None:
         return None
     return _stop(str(then["verdict"]), f"{then.get('reason') or then['verdict']} ({note})")
+
+
+def pending_save(history: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The stop the last event deferred for a save before it (its `then`, a record read back: checked), else None."""
+    then = history[-1].get("then") if history else None
+    return then if isinstance(then, dict) and then.get("verdict") in SAVE_FIRST_VERDICTS else None
 
 
 def _named(att: Attempt, cls: str, active: Sequence[str]) -> list[str]:
@@ -416,7 +435,7 @@ def _early_stop(
         _deferred(att, history)
         or _ended(att, cls, named, history)
         or _for_a_person(att, cls, active=active, history=history, settings=settings)
-        or _out_of_attempts(att, cls, settings, progressed, named)
+        or _out_of_attempts(att, cls, settings, progressed, named, history)
     )
 
 
@@ -623,16 +642,37 @@ def _stuck(att: Attempt, cls: str, history: Sequence[dict[str, Any]], rotation: 
 
 
 def _out_of_attempts(
-    att: Attempt, cls: str, settings: Settings, progressed: bool, named: list[str]
+    att: Attempt,
+    cls: str,
+    settings: Settings,
+    progressed: bool,
+    named: list[str],
+    history: Sequence[dict[str, Any]],
 ) -> Plan | None:
-    """Rule 4: FAILOVER_MAX_ATTEMPTS reached."""
-    if att.attempt < settings.max_attempts:
+    """Rule 4: FAILOVER_MAX_ATTEMPTS attempts in a row without a step past the job's furthest."""
+    if stalled(history, att.last_step) < settings.max_attempts:
         return None
     return _stop(
-        "resubmit" if progressed or cls == "system" else "failed",
-        f"{settings.max_attempts} attempts used (FAILOVER_MAX_ATTEMPTS)",
-        mark_bad=named,
+        "resubmit" if progressed or cls == "system" else "failed", _attempts_used(settings), mark_bad=named
     )
+
+
+def _attempts_used(settings: Settings) -> str:
+    return f"{settings.max_attempts} attempts in a row without a step past the job's furthest (FAILOVER_MAX_ATTEMPTS)"
+
+
+def stalled(history: Sequence[dict[str, Any]], *ended: int | None) -> int:
+    """The attempts in a row at the end of this job's (HISTORY, then the last steps of any that ENDED since) that
+    logged no step past the furthest one the job had logged before them."""
+    lasts = [e.get("last_step") for e in history] + list(ended)
+    furthest: int | None = None
+    run = 0
+    for step in lasts:
+        if isinstance(step, int) and (furthest is None or step > furthest):
+            furthest, run = step, 0
+        else:
+            run += 1
+    return run
 
 
 def _swap(

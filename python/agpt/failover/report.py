@@ -545,9 +545,8 @@ def _sweep_line(a: AttemptRow) -> str:
 
 
 def _deferred_verdict(then: Any) -> str:
-    """The verdict of an attempt event's `then` (a record read back: only a stop for a person's), else ""."""
-    v = then.get("verdict") if isinstance(then, dict) else None
-    return v if v in policy.PERSON_VERDICTS else ""
+    """The verdict of an attempt event's `then` (a record read back: checked), else ""."""
+    return str(then["verdict"]) if policy.pending_save([{"then": then}]) else ""
 
 
 def _stop_line(s: dict[str, Any]) -> str:
