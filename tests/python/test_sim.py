@@ -384,6 +384,26 @@ def test_a_long_site_outage_is_waited_out_without_a_person() -> None:
     assert r.steps > 0
 
 
+def test_a_job_that_trains_on_between_site_outages_keeps_its_allocation(tmp_path: Path) -> None:
+    """FAILOVER_MAX_ATTEMPTS bounds the attempts in a row that train nothing new, not a job's attempts: a 6-hour
+    job that meets several 15-minute site outages (each ~10 failing relaunches) trains on between them instead of
+    handing its allocation, and node memory, back once 20 attempts are spent; an hour-long outage (test above)
+    still hands over."""
+    m = small(mix={"system": 1.0}, failures={"node_mtbf_h": 20}, horizon_days=0.5, nodes=16, machine_nodes=64,
+              costs={"queue_wait_s": 600, "walltime_h": 6})  # fmt: skip
+    r = engine.simulate(m, seed=1, workdir=tmp_path)
+    events = [json.loads(x) for x in (tmp_path / "run" / "events.jsonl").read_text().splitlines()]
+    attempts: dict[str, int] = {}
+    for e in events:
+        if e.get("event") == "attempt":
+            attempts[e["jobid"]] = attempts.get(e["jobid"], 0) + 1
+    # a job ran more attempts than the old per-job limit, and no job handed its allocation over on the limit
+    assert max(attempts.values()) > 20
+    stops = [e for e in events if e.get("event") == "stop"]
+    assert not any("FAILOVER_MAX_ATTEMPTS" in str(e.get("reason")) for e in stops), stops
+    assert r.steps > 0
+
+
 def test_the_local_tier_leaves_the_global_saves_on_their_own_clock() -> None:
     """The trainer's `checkpoint.interval_s` runs from the last global save (agpt.train.trainer's `t_save`), not
     from the last local one: with a local save every few steps, a job without failures still writes a global
