@@ -28,9 +28,9 @@ The rules, in order (why in brackets):
    own rollback limit (rc 4, `app`) stops as `repeat` once the sweep passed (a device computing wrong numbers
    rolls back too) or could not run.  Any of these stops (and rule 4's hand-over naming no host), when node
    memory holds this job's progress past its newest global checkpoint (`Attempt.held`) and FAILOVER_MIN_SAVE_S
-   is left, is deferred once per job for a save before it: a relaunch on the same hosts with checkpoint.save_and_stop (the trainer restores node memory's
-   newest state and saves it globally before any step, exit 75), after which the loop stops as it would have
-   (the event's `then`), whatever that relaunch did.
+   is left, is deferred once per job for a save before it: a relaunch on the same hosts with
+   checkpoint.save_and_stop (the trainer restores node memory's newest state and saves it globally before any
+   step, exit 75), after which the loop stops as it would have (the event's `then`), whatever that relaunch did.
 4. FAILOVER_MAX_ATTEMPTS attempts in a row that trained no step past the furthest one this job had logged (an
    attempt that did resets the count: a job that trains on between failures keeps its allocation, and node memory
    with it) -> stop: `resubmit` (75) after progress in this job, or when the attempt is a `system` fault (a later
@@ -164,8 +164,8 @@ class Plan:
     reason: str = ""
     to_spare: list[str] = field(default_factory=list)  # a shrink: healthy hosts put back as spares
     shrink: dict[str, Any] | None = None  # a shrink: the `shrink` event's figures (agpt.failover.shrink)
-    # a save before a stop (rule 2-3's stop deferred): the relaunch only saves node memory's newest state globally
-    # (checkpoint.save_and_stop), then the loop stops with this {verdict, exit, reason}
+    # a save before a stop (a stop of rules 1-4 deferred, `_savable`): the relaunch only saves node memory's newest
+    # state globally (checkpoint.save_and_stop), then the loop stops with this {verdict, exit, reason}
     then: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
