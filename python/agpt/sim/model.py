@@ -60,7 +60,7 @@ class Failures:
 @dataclass(kw_only=True, slots=True)
 class Behaviour:
     hang_persists: float = 0.5  # a hung host hangs again in the next attempt that includes it
-    app_deterministic: float = 0.1  # an application fault recurs at the same step (a bug, not a glitch)
+    app_deterministic: float = 0.05  # an application fault recurs at the same step (a bug, not a glitch)
     system_outage_s: float = 900.0
     straggler_slowdown: float = 1.25
 
@@ -250,7 +250,7 @@ class FaultModel:
     sweep: bool = True  # FAILOVER_SWEEP: full (on) or off (the blind rotation)
     failures: Failures = field(default_factory=Failures)
     mix: dict[str, float] = field(
-        default_factory=lambda: {"node": 0.62, "hang": 0.1, "straggler": 0.04, "system": 0.1, "app": 0.14}
+        default_factory=lambda: {"node": 0.704, "hang": 0.1, "straggler": 0.04, "system": 0.016, "app": 0.14}
     )
     # per class, the share of its failures whose reading has each consequence (MISREAD_KINDS; agpt.sim.engine
     # writes the log each kind is read from, and the real loop decides)
