@@ -363,6 +363,34 @@ def test_no_time_for_the_sweep_before_the_deadline_is_no_guess_either(tmp_path: 
     assert (p.action, p.swap_out, p.blind) == ("relaunch", [], False) and "no guess, same hosts" in p.reason
 
 
+def test_no_time_for_the_sweep_pages_nobody_the_next_job_sweeps() -> None:
+    """A site outage near a job's end whose log reads as crashes naming nobody (2,048 simulated nodes, seed 2): with
+    no time left for the sweep, two attempts without progress used to stop the chain as `stuck`, 8 hours for a
+    person. The sweep is the next job's, so the counts page nobody (nor does the trainer's rollback limit): same
+    hosts, and the deadline hands over. With the sweep off the counts still decide."""
+    late = S.SweepResult(ran=False, mode="full", hosts=HOSTS[:4], deferred=True,
+                         note="458 s left before the deadline, 720 s needed for the probe and an attempt")  # fmt: skip
+    for cls in ("crash", "app"):
+        first = {
+            "event": "attempt",
+            "attempt": 1,
+            "class": cls,
+            "first_step": None,
+            "last_step": None,
+            "swapped": {},
+        }
+        again = policy.Attempt(attempt=2, rc=1, cls=cls)
+        p = decide(policy.apply_sweep(again, late, active=HOSTS[:4]), [first])
+        assert (p.action, p.swap_out, p.blind) == ("relaunch", [], False), (cls, p.reason)
+    off = S.SweepResult(ran=False, mode="off", note="FAILOVER_SWEEP=off")
+    p = decide(policy.apply_sweep(policy.Attempt(attempt=2, rc=1, cls="app"), off, active=HOSTS[:4]), [first])
+    assert (p.verdict, p.reason) == ("stuck", "2 attempts in a row made no progress (app, app) (the health sweep "
+                                     "could not run: FAILOVER_SWEEP=off)")  # fmt: skip
+    rollbacks = policy.Attempt(attempt=1, rc=4, cls="app", first_step=1, last_step=3)
+    assert decide(policy.apply_sweep(rollbacks, late, active=HOSTS[:4])).action == "relaunch"
+    assert decide(policy.apply_sweep(rollbacks, off, active=HOSTS[:4])).verdict == "repeat"
+
+
 class SlowGroups:
     """A collective that takes 0.3 s a round and fails with h6 in it (the launcher boundary, timed)."""
 
