@@ -364,26 +364,39 @@ def test_no_time_for_the_sweep_before_the_deadline_is_no_guess_either(tmp_path: 
 
 
 def test_no_time_for_the_sweep_pages_nobody_the_next_job_sweeps() -> None:
-    """A site outage near a job's end whose log reads as crashes naming nobody (2,048 simulated nodes, seed 2): with
-    no time left for the sweep, two attempts without progress used to stop the chain as `stuck`, 8 hours for a
-    person. The sweep is the next job's, so the counts page nobody (nor does the trainer's rollback limit): same
-    hosts, and the deadline hands over. With the sweep off the counts still decide."""
+    """A site outage near the end of a job that trained, its log read as crashes naming nobody (2,048 simulated
+    nodes, seed 2): with no time left for the sweep, two attempts without progress used to stop the chain as
+    `stuck`, 8 hours for a person. The sweep is the next job's, so the counts page nobody (nor does the trainer's
+    rollback limit): same hosts, and the deadline hands over. A job that never trained keeps the counts' guard
+    (a config that fails at start-up: tests/bats/cluster_chain.bats), as does a sweep that is off."""
     late = S.SweepResult(ran=False, mode="full", hosts=HOSTS[:4], deferred=True,
                          note="458 s left before the deadline, 720 s needed for the probe and an attempt")  # fmt: skip
+    trained = {
+        "event": "attempt",
+        "attempt": 1,
+        "class": "system",
+        "first_step": 100,
+        "last_step": 900,
+        "swapped": {},
+    }
     for cls in ("crash", "app"):
         first = {
             "event": "attempt",
-            "attempt": 1,
+            "attempt": 2,
             "class": cls,
             "first_step": None,
             "last_step": None,
             "swapped": {},
         }
-        again = policy.Attempt(attempt=2, rc=1, cls=cls)
-        p = decide(policy.apply_sweep(again, late, active=HOSTS[:4]), [first])
+        again = policy.apply_sweep(policy.Attempt(attempt=3, rc=1, cls=cls), late, active=HOSTS[:4])
+        p = decide(again, [trained, first])
         assert (p.action, p.swap_out, p.blind) == ("relaunch", [], False), (cls, p.reason)
+        assert decide(again, [first]).verdict == "stuck"  # the job never trained
     off = S.SweepResult(ran=False, mode="off", note="FAILOVER_SWEEP=off")
-    p = decide(policy.apply_sweep(policy.Attempt(attempt=2, rc=1, cls="app"), off, active=HOSTS[:4]), [first])
+    p = decide(
+        policy.apply_sweep(policy.Attempt(attempt=3, rc=1, cls="app"), off, active=HOSTS[:4]),
+        [trained, first],
+    )
     assert (p.verdict, p.reason) == ("stuck", "2 attempts in a row made no progress (app, app) (the health sweep "
                                      "could not run: FAILOVER_SWEEP=off)")  # fmt: skip
     rollbacks = policy.Attempt(attempt=1, rc=4, cls="app", first_step=1, last_step=3)

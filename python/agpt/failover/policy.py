@@ -11,28 +11,30 @@ and the earlier attempts of this job (events.jsonl), and returns
 The rules, in order (why in brackets):
 1. rc 0 -> stop `done` (0).  Class `walltime`, or rc 75 (the trainer itself asked to be resubmitted) -> stop
    `resubmit` (75).
-2-3. A stop for a person (`repeat` 4 when an attempt of the reproduction made progress, else `stuck` 3) only on evidence that one is needed [a
-   person paged, an allocation held for hours]: every host passed the health sweep (the probe, and the collective
-   where the probe named nobody), and the failure reproduced: the same signature (`signature()`: the first failing
-   line with numbers and host names blanked, and the step) on a relaunch after the sweep (an earlier attempt its
-   sweep put down to a host or the site, `node` or `system`, is no occurrence of it).  One sweep and one
-   reproduction per signature per job, so a real bug costs one extra relaunch.  A host the sweep fails is evicted
-   on that evidence (`node`); a signature that does not reproduce is a transient, and training goes on (bounded
-   by FAILOVER_MAX_ATTEMPTS).  Never for `node` (each named host is evidence of its own) nor `system` (a site
-   fault lasts as long as it lasts; one that comes back with the same signature is swept once, for a host it
-   was really about).  Only when the sweep could not run (off, no launcher) do the counts of old decide, and the
-   stop says why: the same class at the same step (the last progress line, else
-   the checkpoint resumed from) FAILOVER_MAX_REPEAT attempts in a row -> `repeat`, and two attempts in a row
-   with no progress line, neither `node` nor `system` -> `stuck`; for `hang`/`crash` each as long as the blind
-   rotation (min(active, FAILOVER_MAX_BLIND) + 1), so it can reach every original host first.  The trainer's
-   own rollback limit (rc 4, `app`) stops as `repeat` once the sweep passed (a device computing wrong numbers
-   rolls back too) or could not run.  A sweep deferred for want of time before the deadline stops nobody for a
-   person, on counts or rc 4: the next job, with time, sweeps (rule 6 saves node memory and hands over; at 2,048
-   simulated nodes a site outage near a job's end, read as two crashes, stopped the chain for 8 hours).  Any of these stops (and rule 4's hand-over naming no host), when node
-   memory holds this job's progress past its newest global checkpoint (`Attempt.held`) and FAILOVER_MIN_SAVE_S
-   is left, is deferred once per job for a save before it: a relaunch on the same hosts with
-   checkpoint.save_and_stop (the trainer restores node memory's newest state and saves it globally before any
-   step, exit 75), after which the loop stops as it would have (the event's `then`), whatever that relaunch did.
+2-3. A stop for a person (`repeat` 4 when an attempt of the reproduction made progress, else `stuck` 3) only on
+   evidence that one is needed [a person paged, an allocation held for hours]: every host passed the health sweep
+   (the probe, and the collective where the probe named nobody), and the failure reproduced: the same signature
+   (`signature()`: the first failing line with numbers and host names blanked, and the step) on a relaunch after the
+   sweep (an earlier attempt its sweep put down to a host or the site, `node` or `system`, is no occurrence of
+   it).  One sweep and one reproduction per signature per job, so a real bug costs one extra relaunch.  A host the
+   sweep fails is evicted on that evidence (`node`); a signature that does not reproduce is a transient, and training
+   goes on (bounded by FAILOVER_MAX_ATTEMPTS).  Never for `node` (each named host is evidence of its own) nor `system`
+   (a site fault lasts as long as it lasts; one that comes back with the same signature is swept once, for a host it
+   was really about).  Only when the sweep could not run (off, no launcher, no time before the deadline in a job that
+   never trained) do the counts of old decide, and the stop says why: the same class at the same step (the last
+   progress line, else the checkpoint resumed from) FAILOVER_MAX_REPEAT attempts in a row -> `repeat`, and two
+   attempts in a row with no progress line, neither `node` nor `system` -> `stuck`; for `hang`/`crash` each as long
+   as the blind rotation (min(active, FAILOVER_MAX_BLIND) + 1), so it can reach every original host first.  The
+   trainer's own rollback limit (rc 4, `app`) stops as `repeat` once the sweep passed (a device computing wrong
+   numbers rolls back too) or could not run.  A sweep deferred for want of time before the deadline, in a job that
+   trained, stops nobody for a person, on counts or rc 4: the next job, with time, sweeps (rule 6 saves node memory
+   and hands over; at 2,048 simulated nodes a site outage near a job's end, read as two crashes, stopped the chain
+   for 8 hours).  A job that never trained keeps the counts' guard (a config that fails at start-up). Any of these
+   stops (and rule 4's hand-over naming no host), when node memory holds this job's progress past its newest global
+   checkpoint (`Attempt.held`) and FAILOVER_MIN_SAVE_S is left, is deferred once per job for a save before it: a
+   relaunch on the same hosts with checkpoint.save_and_stop (the trainer restores node memory's newest state and
+   saves it globally before any step, exit 75), after which the loop stops as it would have (the event's `then`),
+   whatever that relaunch did.
 4. FAILOVER_MAX_ATTEMPTS attempts in a row that trained no step past the furthest one this job had logged (an
    attempt that did resets the count: a job that trains on between failures keeps its allocation, and node memory
    with it) -> stop: `resubmit` (75) after progress in this job, or when the attempt is a `system` fault (a later
@@ -449,25 +451,28 @@ def _for_a_person(
     Evidence: every host passed the health sweep, and the failure reproduced (the same signature on a relaunch).
     Without a sweep that could run (off, no launcher), today's counts decide instead (`_repeated`, `_stuck`: the
     same class at the same step FAILOVER_MAX_REPEAT times, two attempts without progress), and the stop says why
-    the sweep could not run.  A sweep deferred to the next job (no time before the deadline) stops nobody: that
-    job sweeps."""
+    the sweep could not run.  A sweep deferred to the next job (no time before the deadline) in a job that
+    trained stops nobody: that job sweeps."""
     if cls in ("node", "system"):
         return None
     if _swept_for(att, history) or not att.sweep_note:
         return _reproduced(att, cls, history)
-    if _sweep_deferred(att):
+    if _sweep_deferred(att, history):
         return None
-    # attempts a blind rotation needs to try every host
-    rotation = min(len(active), settings.max_blind) + 1
+    # attempts a blind rotation needs to try every host; none when no rotation follows (no time for the sweep)
+    rotation = 0 if att.swept else min(len(active), settings.max_blind) + 1
     stop = _repeated(att, cls, history, settings, rotation) or _stuck(att, cls, history, rotation)
     if stop is not None:
         stop.reason += f" (the health sweep could not run: {att.sweep_note})"
     return stop
 
 
-def _sweep_deferred(att: Attempt) -> bool:
-    """The sweep had no time before the deadline (`apply_sweep`: `swept` with a note): the next job sweeps."""
-    return att.swept and bool(att.sweep_note) and not att.passed
+def _sweep_deferred(att: Attempt, history: Sequence[dict[str, Any]]) -> bool:
+    """The sweep had no time before the deadline (`apply_sweep`: `swept` with a note) in a job that trained: the
+    next job, with the same time, sweeps.  A job that never trained (a walltime too short for any sweep, a config
+    that fails at start-up) keeps the counts' guard: two attempts without a step stop it."""
+    deferred = att.swept and bool(att.sweep_note) and not att.passed
+    return deferred and (att.progress or any(_progress(e) for e in history))
 
 
 def _same_signature(att: Attempt, history: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -607,7 +612,7 @@ def _ended(att: Attempt, cls: str, named: list[str], history: Sequence[dict[str,
                 f"the trainer gave up after too many rollbacks (rc 4) and every host passed the sweep ({swept}): "
                 "a person is needed",
             )
-        if att.sweep_note and not _sweep_deferred(att):
+        if att.sweep_note and not _sweep_deferred(att, history):
             return _stop(
                 "repeat",
                 f"the trainer gave up after too many rollbacks (rc 4) (the health sweep could not run: "
