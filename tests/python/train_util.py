@@ -69,6 +69,14 @@ def agpt_cmd(plain: bool = False) -> list[str]:
     return [sys.executable, "-S", str(ZYGOTE), "agpt"]
 
 
+def script_cmd(module: str) -> list[str]:
+    """What starts one rank of MODULE.py, a script in this folder: the fork server's client (`-m MODULE`: the
+    server's sys.path has this folder), or the venv's python."""
+    if _zygote_socket() is None:
+        return [sys.executable, str(Path(__file__).resolve().parent / f"{module}.py")]
+    return [sys.executable, "-S", str(ZYGOTE), "-m", module]
+
+
 def forked_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """agpt_env with the fork server's socket, for a command started with agpt_cmd()."""
     sock = _zygote_socket()
