@@ -374,11 +374,20 @@ def test_every_shipped_model_loads(name: str) -> None:
     assert m.nodes >= 1
 
 
-def test_a_long_site_outage_is_waited_out_without_a_person() -> None:
+def test_a_long_site_outage_is_waited_out_without_a_person(tmp_path: Path) -> None:
     # A site-wide fault at the same step is never a deterministic `repeat`: the loop backs off, hands over to a
-    # later job (75) once its attempts are spent, and training goes on when the outage ends (an hour here).
-    m = small(mix={"system": 1.0}, behaviour={"system_outage_s": 3600}, failures={"node_mtbf_h": 200})
-    r = engine.simulate(m, seed=1)
+    # later job (75) once its attempts are spent, and training goes on when the outage ends (an hour here). One
+    # simulated day (4 outages; two days took 6x the time for 14).
+    m = small(
+        mix={"system": 1.0},
+        behaviour={"system_outage_s": 3600},
+        failures={"node_mtbf_h": 200},
+        horizon_days=1,
+    )
+    r = engine.simulate(m, seed=1, workdir=tmp_path)
+    events = [json.loads(x) for x in (tmp_path / "run" / "events.jsonl").read_text().splitlines()]
+    stops = [e for e in events if e.get("event") == "stop"]
+    assert any(e["verdict"] == "resubmit" and "FAILOVER_MAX_ATTEMPTS" in e["reason"] for e in stops), stops
     assert not any(k.startswith("repeat") for k in r.person_stops), r.person_stops
     assert r.time["waiting_for_a_person"] == 0
     assert r.steps > 0
