@@ -393,6 +393,14 @@ def test_no_time_for_the_sweep_pages_nobody_the_next_job_sweeps() -> None:
         assert (p.action, p.swap_out, p.blind) == ("relaunch", [], False), (cls, p.reason)
         assert decide(again, [first]).verdict == "stuck"  # the job never trained
     off = S.SweepResult(ran=False, mode="off", note="FAILOVER_SWEEP=off")
+    first = {
+        "event": "attempt",
+        "attempt": 2,
+        "class": "app",
+        "first_step": None,
+        "last_step": None,
+        "swapped": {},
+    }
     p = decide(
         policy.apply_sweep(policy.Attempt(attempt=3, rc=1, cls="app"), off, active=HOSTS[:4]),
         [trained, first],

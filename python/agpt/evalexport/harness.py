@@ -111,7 +111,8 @@ def run(
     # Only agpt's own task files: indexing lm-eval's built-in tasks costs ~7 CPU-s a scoring and none is used.
     try:
         out = lm_eval.simple_evaluate(
-            model="hf", model_args=model_args, tasks=names, task_manager=TaskManager(include_path=str(tasks_dir), include_defaults=False),
+            model="hf", model_args=model_args, tasks=names,
+            task_manager=TaskManager(include_path=str(tasks_dir), include_defaults=False),
             batch_size=batch_size, device=device, log_samples=True, bootstrap_iters=0,
         )  # fmt: skip
     except (OSError, ValueError, KeyError, RuntimeError) as exc:

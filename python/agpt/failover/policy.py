@@ -437,14 +437,20 @@ def _early_stop(
     """Rules 1-4, in order (after a save before a stop, that stop); None when the attempt goes on to a swap."""
     return (
         _deferred(att, history)
-        or _ended(att, cls, named, history)
-        or _for_a_person(att, cls, active=active, history=history, settings=settings)
+        or _ended(att, cls, named, history, progressed)
+        or _for_a_person(att, cls, active=active, history=history, settings=settings, progressed=progressed)
         or _out_of_attempts(att, cls, settings, progressed, named, history)
     )
 
 
 def _for_a_person(
-    att: Attempt, cls: str, *, active: Sequence[str], history: Sequence[dict[str, Any]], settings: Settings
+    att: Attempt,
+    cls: str,
+    *,
+    active: Sequence[str],
+    history: Sequence[dict[str, Any]],
+    settings: Settings,
+    progressed: bool,
 ) -> Plan | None:
     """Rules 2-3, the stops that wait for a person (`repeat`, `stuck`): only on evidence that one is needed.
 
@@ -457,7 +463,7 @@ def _for_a_person(
         return None
     if _swept_for(att, history) or not att.sweep_note:
         return _reproduced(att, cls, history)
-    if _sweep_deferred(att, history):
+    if _sweep_deferred(att, progressed):
         return None
     # attempts a blind rotation needs to try every host; none when no rotation follows (no time for the sweep)
     rotation = 0 if att.swept else min(len(active), settings.max_blind) + 1
@@ -467,12 +473,11 @@ def _for_a_person(
     return stop
 
 
-def _sweep_deferred(att: Attempt, history: Sequence[dict[str, Any]]) -> bool:
-    """The sweep had no time before the deadline (`apply_sweep`: `swept` with a note) in a job that trained: the
-    next job, with the same time, sweeps.  A job that never trained (a walltime too short for any sweep, a config
-    that fails at start-up) keeps the counts' guard: two attempts without a step stop it."""
-    deferred = att.swept and bool(att.sweep_note) and not att.passed
-    return deferred and (att.progress or any(_progress(e) for e in history))
+def _sweep_deferred(att: Attempt, progressed: bool) -> bool:
+    """The sweep had no time before the deadline (`apply_sweep`: `swept` with a note) in a job that trained
+    (PROGRESSED): the next job, with the same time, sweeps.  A job that never trained (a walltime too short for any
+    sweep, a config that fails at start-up) keeps the counts' guard: two attempts without a step stop it."""
+    return progressed and att.swept and bool(att.sweep_note) and not att.passed
 
 
 def _same_signature(att: Attempt, history: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -592,7 +597,9 @@ def apply_sweep(att: Attempt, result: SweepResult, *, active: Sequence[str]) -> 
     return new
 
 
-def _ended(att: Attempt, cls: str, named: list[str], history: Sequence[dict[str, Any]]) -> Plan | None:
+def _ended(
+    att: Attempt, cls: str, named: list[str], history: Sequence[dict[str, Any]], progressed: bool
+) -> Plan | None:
     """Rule 1: the attempt's own end decides: done, the deadline, the trainer's own resubmit or rollback limit
     (the last once the sweep has passed every host, or could not run: a device that computes wrong numbers makes
     the trainer roll back too)."""
@@ -612,7 +619,7 @@ def _ended(att: Attempt, cls: str, named: list[str], history: Sequence[dict[str,
                 f"the trainer gave up after too many rollbacks (rc 4) and every host passed the sweep ({swept}): "
                 "a person is needed",
             )
-        if att.sweep_note and not _sweep_deferred(att, history):
+        if att.sweep_note and not _sweep_deferred(att, progressed):
             return _stop(
                 "repeat",
                 f"the trainer gave up after too many rollbacks (rc 4) (the health sweep could not run: "
